@@ -1,0 +1,296 @@
+"""Exact KV-cache byte math per layer kind: pure functions on Python ints, no I/O, no floats.
+
+The plain formula (Vaswani et al. 2017, cached K and V per layer)::
+
+    bytes = 2 × num_layers × H_kv × head_dim × S × bytes_per_element
+
+e.g. Llama-3-8B (L=32, H_kv=8, d=128, bf16): 2 × 32 × 8 × 128 × 2 B = 131,072 B per token, and
+536,870,912 B (0.5 GiB) at S = 4096. Real models break it per layer; kvplan sums per layer kind:
+
+- full: S tokens of ``row(H_kv × head_dim) + row(H_kv × v_head_dim)`` bytes each;
+- sliding / chunked: ``min(S, window)`` tokens of the same (vLLM ``SlidingWindowSpec`` /
+  ``ChunkedLocalAttentionSpec``; llama.cpp's SWA cache);
+- mla: S tokens of ``row(kv_lora_rank + qk_rope_head_dim)`` bytes, no factor 2 (DeepSeek-V2 paper §2.1;
+  vLLM ``MLAAttentionSpec``), kept whole on every tensor-parallel rank;
+- mamba: a fixed state per request, ``d_inner × (d_conv − 1 + d_state)`` elements (vLLM ``MambaSpec``);
+- shared: 0 B (reads another layer's cache).
+
+``row()`` is :meth:`kvplan.dtypes.KVDtype.row_bytes` (block scales included). Tensor parallelism keeps
+``max(1, H_kv // TP)`` KV heads per rank (vLLM ``get_num_kv_heads``: heads are replicated when
+TP > H_kv). With ``block_size`` set, each layer group's tokens round up to whole blocks per request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvplan.dtypes import KVDtype, get_kv_dtype
+from kvplan.errors import UsageError
+from kvplan.specs import LAYER_KINDS, ModelSpec
+
+TOKEN_KINDS = ("full", "sliding", "chunked", "mla")
+
+
+def cdiv(a: int, b: int) -> int:
+    """Ceiling division of non-negative ints."""
+    return -(-a // b)
+
+
+def kv_heads_per_rank(num_kv_heads: int, tensor_parallel_size: int = 1) -> int:
+    """KV heads one tensor-parallel rank stores: ``max(1, H_kv // TP)`` (replicated when TP > H_kv).
+
+    Source: vLLM ``ModelConfig.get_num_kv_heads``.
+    """
+    return max(1, num_kv_heads // tensor_parallel_size)
+
+
+def resolve_kv_dtype(spec: ModelSpec, kv_dtype: str | KVDtype | None) -> KVDtype:
+    """The KV dtype to use: the given one, or the model's dtype when None / ``auto``.
+
+    Raises:
+        UsageError: unknown dtype name.
+    """
+    if isinstance(kv_dtype, KVDtype):
+        return kv_dtype
+    if kv_dtype is None or str(kv_dtype).lower() == "auto":
+        return get_kv_dtype(spec.dtype)
+    return get_kv_dtype(kv_dtype)
+
+
+def token_bytes_per_layer(spec: ModelSpec, kind: str, kv_dtype: KVDtype, tensor_parallel_size: int = 1) -> int:
+    """Bytes one token costs in one layer of ``kind`` on one TP rank (0 for mamba and shared layers).
+
+    full/sliding/chunked: ``row(h × head_dim, h) + row(h × v_head_dim, h)`` with ``h = max(1, H_kv // TP)``.
+    mla: ``row(kv_lora_rank + qk_rope_head_dim)`` (one latent, every rank).
+    """
+    if kind in ("full", "sliding", "chunked"):
+        h = kv_heads_per_rank(spec.num_kv_heads, tensor_parallel_size)
+        return kv_dtype.row_bytes(h * spec.head_dim, h) + kv_dtype.row_bytes(h * spec.v_dim, h)
+    if kind == "mla":
+        assert spec.mla is not None  # guaranteed by build_spec
+        return kv_dtype.row_bytes(spec.mla.latent_dim, 1)
+    return 0
+
+
+def state_bytes_per_layer(spec: ModelSpec, kind: str, tensor_parallel_size: int = 1) -> int:
+    """Fixed bytes one request keeps in one layer of ``kind`` (Mamba state), 0 for token-caching kinds.
+
+    The state is kept in ``mamba.state_dtype`` (default: the model dtype), whatever the KV dtype, and
+    d_inner is split across TP ranks.
+    """
+    if kind != "mamba":
+        return 0
+    assert spec.mamba is not None  # guaranteed by build_spec
+    dtype = get_kv_dtype(spec.mamba.state_dtype or spec.dtype)
+    return dtype.bytes_for(spec.mamba.state_elements(tensor_parallel_size))
+
+
+def tokens_cached(seq_len: int, window: int | None, block_size: int | None = None) -> int:
+    """Tokens a layer keeps for a request of ``seq_len`` tokens: ``min(S, window)``, rounded up to blocks."""
+    tokens = seq_len if window is None else min(seq_len, window)
+    if block_size:
+        tokens = cdiv(tokens, block_size) * block_size
+    return tokens
+
+
+@dataclass(frozen=True)
+class LayerGroup:
+    """Layers of one kind (and window) and what they cache for one request.
+
+    Attributes:
+        kind: one of ``full, sliding, chunked, mla, mamba, shared``.
+        layers: number of layers in the group.
+        window: the sliding window or chunk (tokens), or None.
+        tokens_cached: tokens each layer keeps per request (after window and block rounding).
+        bytes_per_token: bytes one cached token costs across all layers of the group (0 for state kinds).
+        state_bytes: fixed bytes per request across the group (Mamba states; else 0).
+        bytes: bytes per request: ``bytes_per_token × tokens_cached + state_bytes``.
+    """
+
+    kind: str
+    layers: int
+    window: int | None
+    tokens_cached: int
+    bytes_per_token: int
+    state_bytes: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """KV-cache bytes of one model for ``batch_size`` requests of ``seq_len`` tokens (per TP rank).
+
+    Attributes:
+        model: spec name.
+        seq_len: tokens per request (prompt + output).
+        batch_size: concurrent requests.
+        kv_dtype: KV dtype name.
+        block_size: paging block (tokens) or None for exact token counts.
+        tensor_parallel_size: TP degree the bytes are per rank of (1: the whole model).
+        groups: per layer kind.
+        bytes_per_request: bytes of one request.
+        total_bytes: ``bytes_per_request × batch_size``.
+    """
+
+    model: str
+    seq_len: int
+    batch_size: int
+    kv_dtype: str
+    block_size: int | None
+    tensor_parallel_size: int
+    groups: tuple[LayerGroup, ...]
+    bytes_per_request: int
+    total_bytes: int
+    max_model_len: int
+
+    @property
+    def exceeds_max_model_len(self) -> bool:
+        """True when seq_len is beyond the model's declared maximum context."""
+        return self.seq_len > self.max_model_len
+
+
+def layer_groups(
+    spec: ModelSpec,
+    seq_len: int,
+    kv_dtype: KVDtype,
+    block_size: int | None = None,
+    tensor_parallel_size: int = 1,
+    layers: range | None = None,
+) -> tuple[LayerGroup, ...]:
+    """Group the layers (all, or the index range ``layers`` for a pipeline stage) by kind and window."""
+    idx = range(spec.num_layers) if layers is None else layers
+    counts: dict[str, int] = {}
+    for i in idx:
+        counts[spec.layer_kinds[i]] = counts.get(spec.layer_kinds[i], 0) + 1
+    groups = []
+    for kind in LAYER_KINDS:
+        n = counts.get(kind, 0)
+        if not n:
+            continue
+        window = spec.window_of(kind)
+        per_token = n * token_bytes_per_layer(spec, kind, kv_dtype, tensor_parallel_size)
+        state = n * state_bytes_per_layer(spec, kind, tensor_parallel_size)
+        tokens = tokens_cached(seq_len, window, block_size) if kind in TOKEN_KINDS else 0
+        groups.append(LayerGroup(kind, n, window, tokens, per_token, state, per_token * tokens + state))
+    return tuple(groups)
+
+
+def estimate(
+    spec: ModelSpec,
+    seq_len: int,
+    batch_size: int = 1,
+    kv_dtype: str | KVDtype | None = None,
+    block_size: int | None = None,
+    tensor_parallel_size: int = 1,
+) -> Estimate:
+    """Exact KV-cache bytes for ``batch_size`` requests of ``seq_len`` tokens.
+
+    Args:
+        spec: the model.
+        seq_len: tokens per request (>= 1).
+        batch_size: requests (>= 1).
+        kv_dtype: KV dtype name or object; None/``auto`` = the model's dtype.
+        block_size: round each layer group's tokens up to whole blocks of this many tokens.
+        tensor_parallel_size: give bytes per TP rank (KV heads split, replicated when TP > H_kv).
+
+    Returns:
+        An :class:`Estimate` (bytes are ints).
+
+    Raises:
+        UsageError: seq_len, batch_size, block_size or TP < 1, or an unknown dtype.
+    """
+    for flag, value in (("--seq", seq_len), ("--batch", batch_size), ("--tp", tensor_parallel_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise UsageError(f"{flag}: {value!r} must be an integer >= 1")
+    if block_size is not None and (not isinstance(block_size, int) or block_size < 1):
+        raise UsageError(f"--block-size: {block_size!r} must be an integer >= 1")
+    dtype = resolve_kv_dtype(spec, kv_dtype)
+    groups = layer_groups(spec, seq_len, dtype, block_size, tensor_parallel_size)
+    per_request = sum(g.bytes for g in groups)
+    return Estimate(
+        model=spec.name,
+        seq_len=seq_len,
+        batch_size=batch_size,
+        kv_dtype=dtype.name,
+        block_size=block_size,
+        tensor_parallel_size=tensor_parallel_size,
+        groups=groups,
+        bytes_per_request=per_request,
+        total_bytes=per_request * batch_size,
+        max_model_len=spec.max_model_len,
+    )
+
+
+@dataclass(frozen=True)
+class TopologyRow:
+    """One line of the MHA / GQA / MQA comparison (Ainslie et al. 2023, Shazeer 2019)."""
+
+    label: str
+    num_kv_heads: int
+    queries_per_kv_head: int
+    bytes: int
+    ratio_to_mha_num: int
+    ratio_to_mha_den: int
+
+    @property
+    def ratio_to_mha(self) -> float:
+        """bytes / MHA bytes (display only)."""
+        return self.ratio_to_mha_num / self.ratio_to_mha_den
+
+
+def compare_topologies(
+    spec: ModelSpec, seq_len: int, batch_size: int = 1, kv_dtype: str | None = None
+) -> list[TopologyRow]:
+    """The same geometry with H_kv = H_q (MHA), the model's own H_kv, and H_kv = 1 (MQA).
+
+    Layer kinds, windows and MLA layers are kept as the model has them; only H_kv changes. A model
+    that is itself MHA or MQA gives two rows, the matching one labelled with the model's name.
+
+    Raises:
+        UsageError: as :func:`estimate`.
+    """
+    mha_bytes = estimate(spec.with_kv_heads(spec.num_q_heads), seq_len, batch_size, kv_dtype).total_bytes
+    rows: list[TopologyRow] = []
+    for label, h in (("MHA", spec.num_q_heads), ("model", spec.num_kv_heads), ("MQA", 1)):
+        if h == spec.num_kv_heads:
+            label = f"{spec.name} ({spec.topology})"
+        if any(r.num_kv_heads == h for r in rows):
+            continue
+        b = estimate(spec.with_kv_heads(h), seq_len, batch_size, kv_dtype).total_bytes
+        rows.append(TopologyRow(label, h, spec.num_q_heads // h, b, b, mha_bytes))
+    return rows
+
+
+def describe_layers(spec: ModelSpec) -> str:
+    """Short text of the layer layout: ``GQA: 52 sliding(1024) + 10 full``."""
+    parts = []
+    for kind, n in spec.kind_counts().items():
+        w = spec.window_of(kind)
+        parts.append(f"{n} {kind}" + (f"({w})" if w else ""))
+    return f"{spec.topology}: " + " + ".join(parts)
+
+
+def model_summary(spec: ModelSpec, kv_dtype: str = "bf16", seqs: tuple[int, ...] = (4096, 131072)) -> dict:
+    """One row of ``kvplan models``: geometry and KV bytes (``kv_bytes_<S>``, ``bytes_per_token_<S>``).
+
+    ``bytes_per_token_<S>`` is ``kv_bytes_<S> / S`` (a float only because windows and states make the
+    average fractional); ``kv_bytes_<S>`` is exact.
+    """
+    row = {
+        "name": spec.name,
+        "num_layers": spec.num_layers,
+        "num_q_heads": spec.num_q_heads,
+        "num_kv_heads": spec.num_kv_heads,
+        "head_dim": spec.head_dim,
+        "attention": describe_layers(spec),
+        "kinds": spec.kind_counts(),
+        "max_model_len": spec.max_model_len,
+        "dtype": spec.dtype,
+        "kv_dtype": kv_dtype,
+    }
+    for s in seqs:
+        b = estimate(spec, s, kv_dtype=kv_dtype).bytes_per_request
+        row[f"kv_bytes_{s}"] = b
+        row[f"bytes_per_token_{s}"] = b // s if b % s == 0 else b / s
+    row["source"] = spec.source
+    return row

@@ -1,0 +1,162 @@
+"""The ``kvplan`` command line: parse flags, call the core, hand results to :mod:`kvplan.render`.
+
+No arithmetic here. Errors from the core (:class:`kvplan.errors.KvplanError`) and from flag parsing
+become one line on stderr: exit 2 for bad input, 1 for a plan that does not fit.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import List, Optional
+
+import typer
+
+from kvplan import __version__
+from kvplan.errors import KvplanError
+
+app = typer.Typer(
+    name="kvplan",
+    help="Exact KV-cache memory planning for LLM serving: bytes, requests per GPU, GPUs per fleet.",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+MODEL_HELP = "Bundled model name (see 'kvplan models'), a spec YAML, or a Hugging Face config.json (or its folder)."
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"kvplan {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+) -> None:
+    """Exact KV-cache memory planning for LLM serving."""
+
+
+# --- estimate -----------------------------------------------------------------------------------
+
+
+@app.command()
+def estimate(
+    model: str = typer.Argument(..., help=MODEL_HELP),
+    seq: List[str] = typer.Option(..., "--seq", "-s", help="Tokens per request; repeat for several. 128k = 131072."),
+    batch: int = typer.Option(1, "--batch", "-b", min=1, help="Concurrent requests."),
+    kv_dtype: str = typer.Option("auto", "--kv-dtype", help="KV dtype: auto (model dtype), fp16, bf16, fp8, int8, q8_0, q4_0, nvfp4, ..."),
+    block_size: Optional[int] = typer.Option(None, "--block-size", min=1, help="Round each request up to whole blocks of N tokens (paged engines)."),
+    tp: int = typer.Option(1, "--tp", min=1, help="Tensor-parallel size: report bytes per GPU."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON: one object per --seq value (a list for several)."),
+) -> None:
+    """KV-cache bytes of MODEL for requests of --seq tokens: per layer kind, per request, per batch."""
+    from kvplan import calc, render
+    from kvplan.specs import load_model
+    from kvplan.units import parse_tokens
+
+    spec = load_model(model)
+    seqs = [parse_tokens(s) for s in seq]
+    results = [calc.estimate(spec, s, batch, kv_dtype, block_size, tp) for s in seqs]
+    for r in results:
+        if r.exceeds_max_model_len:
+            render.warn(
+                f"--seq {r.seq_len:,} is beyond {spec.name}'s max context of {spec.max_model_len:,} tokens "
+                "(computed anyway: rope scaling may allow it)"
+            )
+    if json_out:
+        objs = [render.estimate_json(r) for r in results]
+        render.print_json(objs[0] if len(objs) == 1 else objs)
+        return
+    con = render.console()
+    for r in results:
+        render.estimate_table(r, con)
+
+
+# --- models ---------------------------------------------------------------------------------------
+
+
+@app.command()
+def models(
+    json_out: bool = typer.Option(False, "--json", help="Print JSON (bytes at 4096 and 131072 tokens)."),
+) -> None:
+    """List the bundled models with their KV geometry and bytes per token at bf16."""
+    from kvplan import calc, render
+    from kvplan.specs import load_all_bundled
+
+    rows = [calc.model_summary(s) for s in load_all_bundled()]
+    if json_out:
+        render.print_json(rows)
+    else:
+        render.models_table(rows, render.console())
+
+
+# --- compare -------------------------------------------------------------------------------------
+
+
+@app.command()
+def compare(
+    model: str = typer.Argument(..., help=MODEL_HELP),
+    seq: str = typer.Option(..., "--seq", "-s", help="Tokens per request (128k = 131072)."),
+    batch: int = typer.Option(1, "--batch", "-b", min=1, help="Concurrent requests."),
+    kv_dtype: str = typer.Option("auto", "--kv-dtype", help="KV dtype (auto = model dtype)."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """MHA vs the model vs MQA: the same geometry with H_kv = H_q, the model's H_kv, and H_kv = 1."""
+    from kvplan import calc, render
+    from kvplan.specs import load_model
+    from kvplan.units import parse_tokens
+
+    spec = load_model(model)
+    s = parse_tokens(seq)
+    rows = calc.compare_topologies(spec, s, batch, kv_dtype)
+    dtype = calc.resolve_kv_dtype(spec, kv_dtype).name
+    if json_out:
+        render.print_json(render.compare_json(spec.name, s, dtype, rows))
+    else:
+        render.compare_table(spec.name, s, dtype, rows, render.console())
+
+
+# --- entry point ---------------------------------------------------------------------------------
+
+
+def _click_errors() -> tuple[type, type]:
+    """(UsageError, ClickException) of the click that typer runs on (vendored in typer >= 0.20)."""
+    mro = {c.__name__: c for c in typer.BadParameter.__mro__}
+    return mro["UsageError"], mro["ClickException"]
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Run the CLI on ``argv``; return the exit code. Errors print one line on stderr, never a traceback."""
+    usage_error, click_exception = _click_errors()
+    command = typer.main.get_command(app)
+    try:
+        rv = command.main(args=argv, prog_name="kvplan", standalone_mode=False)
+    except KvplanError as e:
+        sys.stderr.write(f"kvplan: error: {e}\n")
+        return e.exit_code
+    except usage_error as e:
+        if type(e).__name__ == "NoArgsIsHelpError":
+            sys.stdout.write(e.ctx.get_help() + "\n")
+            return 0
+        name = getattr(e.ctx, "info_name", None)
+        where = f"kvplan {name}" if name and name != "kvplan" else "kvplan"
+        sys.stderr.write(f"{where}: error: {e.format_message()}\n")
+        return 2
+    except typer.Abort:
+        sys.stderr.write("kvplan: aborted\n")
+        return 130
+    except click_exception as e:
+        sys.stderr.write(f"kvplan: error: {e.format_message()}\n")
+        return e.exit_code
+    except BrokenPipeError:
+        return 0
+    return rv if isinstance(rv, int) else 0
+
+
+def main() -> None:
+    """Console-script entry point."""
+    sys.exit(run(sys.argv[1:]))

@@ -1,0 +1,218 @@
+"""Rendering: rich tables for people, JSON for programs. No arithmetic beyond unit conversion.
+
+Data goes to stdout; warnings and chatter go to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict, is_dataclass
+from enum import Enum
+from typing import Any, TextIO
+
+from kvplan.units import GB, GIB, fmt_bytes, fmt_gb, fmt_gib
+
+
+class OutputFormat(str, Enum):
+    """Output formats every listing command accepts."""
+
+    table = "table"
+    json = "json"
+    csv = "csv"
+
+
+def console(file: TextIO | None = None, width: int | None = None):
+    """A rich Console on ``file`` (stdout by default); plain text when not a terminal."""
+    from rich.console import Console
+
+    out = file or sys.stdout
+    if width is None and not out.isatty():
+        width = 120  # pipes and files: wide enough for every table, no terminal to measure
+    return Console(file=out, width=width, highlight=False, soft_wrap=False)
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Dataclasses, enums, tuples to plain JSON types."""
+    if is_dataclass(obj) and not isinstance(obj, type):
+        return {k: to_jsonable(v) for k, v in asdict(obj).items()}
+    if isinstance(obj, Enum):
+        return obj.value
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    return obj
+
+
+def print_json(obj: Any, file: TextIO | None = None) -> None:
+    """One JSON document on stdout."""
+    out = file or sys.stdout
+    out.write(json.dumps(to_jsonable(obj), indent=2) + "\n")
+
+
+def print_csv(rows: list[dict[str, Any]], file: TextIO | None = None) -> None:
+    """Rows as CSV with a header line (keys of the first row)."""
+    import csv
+
+    out = file or sys.stdout
+    if not rows:
+        return
+    w = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: to_jsonable(v) for k, v in r.items()})
+
+
+def warn(message: str) -> None:
+    """One warning line on stderr."""
+    sys.stderr.write(f"kvplan: warning: {message}\n")
+
+
+def size_cells(n: int) -> tuple[str, str, str]:
+    """(bytes, GiB, GB) table cells for a byte count, units in the column headers."""
+    return f"{n:,}", fmt_gib(n).removesuffix(" GiB"), fmt_gb(n).removesuffix(" GB")
+
+
+# --- estimate ---------------------------------------------------------------------------------
+
+
+def estimate_json(est) -> dict[str, Any]:
+    """The JSON object of one :class:`kvplan.calc.Estimate`."""
+    return {
+        "model": est.model,
+        "seq_len": est.seq_len,
+        "batch_size": est.batch_size,
+        "kv_dtype": est.kv_dtype,
+        "block_size": est.block_size,
+        "tensor_parallel_size": est.tensor_parallel_size,
+        "bytes_per_request": est.bytes_per_request,
+        "total_bytes": est.total_bytes,
+        "total_gib": est.total_bytes / GIB,
+        "total_gb": est.total_bytes / GB,
+        "groups": [
+            {
+                "kind": g.kind,
+                "layers": g.layers,
+                "window": g.window,
+                "tokens_cached": g.tokens_cached,
+                "bytes_per_token": g.bytes_per_token,
+                "state_bytes": g.state_bytes,
+                "bytes": g.bytes,
+            }
+            for g in est.groups
+        ],
+    }
+
+
+def estimate_table(est, con) -> None:
+    """Print one estimate: a breakdown per layer kind, then per-request and batch totals."""
+    from rich.table import Table
+
+    paging = f", blocks of {est.block_size}" if est.block_size else ""
+    tp = f", per GPU at TP={est.tensor_parallel_size}" if est.tensor_parallel_size > 1 else ""
+    title = f"{est.model}: {est.seq_len:,} tokens × {est.batch_size} request(s), KV {est.kv_dtype}{paging}{tp}"
+    t = Table(title=title, title_justify="left")
+    for col, just in (
+        ("layer kind", "left"),
+        ("layers", "right"),
+        ("window", "right"),
+        ("tokens cached", "right"),
+        ("bytes/token", "right"),
+        ("bytes", "right"),
+        ("GiB", "right"),
+        ("GB", "right"),
+    ):
+        t.add_column(col, justify=just, no_wrap=True)
+    for g in est.groups:
+        b, gi, gd = size_cells(g.bytes)
+        t.add_row(
+            g.kind,
+            str(g.layers),
+            f"{g.window:,}" if g.window else "-",
+            f"{g.tokens_cached:,}" if g.kind != "mamba" and g.kind != "shared" else "-",
+            f"{g.bytes_per_token:,}" if g.bytes_per_token else ("state" if g.state_bytes else "0"),
+            b,
+            gi,
+            gd,
+        )
+    t.add_section()
+    b, gi, gd = size_cells(est.bytes_per_request)
+    t.add_row("per request", "", "", "", "", b, gi, gd, style="bold")
+    if est.batch_size > 1:
+        b, gi, gd = size_cells(est.total_bytes)
+        t.add_row(f"batch of {est.batch_size}", "", "", "", "", b, gi, gd, style="bold")
+    con.print(t)
+    n = est.total_bytes
+    con.print(f"KV cache: {fmt_bytes(n)} ({fmt_gib(n)}, {fmt_gb(n)})")
+
+
+# --- models ------------------------------------------------------------------------------------
+
+
+def models_table(rows: list[dict[str, Any]], con) -> None:
+    """Print the bundled models listing."""
+    from rich.table import Table
+
+    t = Table(title="Bundled models (bytes/token: KV at bf16, S = 4096, averaged over the 4096 tokens)")
+    cols = [
+        ("model", "name", "left"),
+        ("layers", "num_layers", "right"),
+        ("H_q", "num_q_heads", "right"),
+        ("H_kv", "num_kv_heads", "right"),
+        ("head_dim", "head_dim", "right"),
+        ("attention", "attention", "left"),
+        ("max context", "max_model_len", "right"),
+        ("bytes/token @4096", "bytes_per_token_4096", "right"),
+    ]
+    for title, _, just in cols:
+        t.add_column(title, justify=just, no_wrap=True)
+    for r in rows:
+        cells = []
+        for _, key, _ in cols:
+            v = r[key]
+            if isinstance(v, float):
+                cells.append(f"{v:,.1f}")
+            elif isinstance(v, int):
+                cells.append(f"{v:,}")
+            else:
+                cells.append(str(v))
+        t.add_row(*cells)
+    con.print(t)
+
+
+# --- compare -------------------------------------------------------------------------------------
+
+
+def compare_json(model: str, seq_len: int, kv_dtype: str, rows) -> dict[str, Any]:
+    """JSON object of a topology comparison."""
+    return {
+        "model": model,
+        "seq_len": seq_len,
+        "kv_dtype": kv_dtype,
+        "rows": [
+            {
+                "topology": r.label,
+                "num_kv_heads": r.num_kv_heads,
+                "queries_per_kv_head": r.queries_per_kv_head,
+                "bytes": r.bytes,
+                "gib": r.bytes / GIB,
+                "gb": r.bytes / GB,
+                "ratio_to_mha": r.ratio_to_mha,
+            }
+            for r in rows
+        ],
+    }
+
+
+def compare_table(model: str, seq_len: int, kv_dtype: str, rows, con) -> None:
+    """Print the MHA / model / MQA comparison."""
+    from rich.table import Table
+
+    t = Table(title=f"{model}: KV heads vs cache size at {seq_len:,} tokens, KV {kv_dtype}", title_justify="left")
+    for col in ("topology", "KV heads", "queries per KV head", "bytes", "GiB", "GB", "vs MHA"):
+        t.add_column(col, justify="left" if col == "topology" else "right", no_wrap=True)
+    for r in rows:
+        b, gi, gd = size_cells(r.bytes)
+        t.add_row(r.label, str(r.num_kv_heads), str(r.queries_per_kv_head), b, gi, gd, f"{r.ratio_to_mha:.4g}×")
+    con.print(t)

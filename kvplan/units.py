@@ -1,0 +1,112 @@
+"""Parsing of token counts and byte sizes, and GiB/GB formatting. Exact ints in, exact ints out.
+
+Token counts use binary suffixes, as context lengths are quoted: ``128k`` = 131,072 tokens,
+``1m`` = 1,048,576. Byte sizes distinguish decimal and binary units: ``80GB`` = 80 × 10⁹ B,
+``80GiB`` = 80 × 2³⁰ B, ``81559MiB`` = 81,559 × 2²⁰ B.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+
+from kvplan.errors import UsageError
+
+GIB = 1 << 30
+GB = 10**9
+MIB = 1 << 20
+
+_TOKEN_SUFFIX = {"": 1, "k": 1 << 10, "m": 1 << 20}
+_BYTE_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 1 << 10,
+    "mib": 1 << 20,
+    "gib": 1 << 30,
+    "tib": 1 << 40,
+}
+
+
+def parse_tokens(text: str | int, flag: str = "--seq") -> int:
+    """Parse a token count: ``4096``, ``128k`` (131,072), ``1m`` (1,048,576), ``32_768``.
+
+    Raises:
+        UsageError: not a whole number >= 1 (the message names the flag).
+    """
+    if isinstance(text, int) and not isinstance(text, bool):
+        value = text
+    else:
+        m = re.fullmatch(r"\s*(\d[\d_,]*)\s*([kKmM]?)\s*", str(text))
+        if not m:
+            raise UsageError(f"{flag}: {text!r} is not a token count; use e.g. 4096, 32k or 128k (k = 1024)")
+        value = int(m.group(1).replace("_", "").replace(",", "")) * _TOKEN_SUFFIX[m.group(2).lower()]
+    if value < 1:
+        raise UsageError(f"{flag}: {text!r} must be at least 1 token")
+    return value
+
+
+def parse_bytes(text: str | int, flag: str) -> int:
+    """Parse a byte size: ``17179869184``, ``16GiB``, ``80GB``, ``81559MiB``, ``3.5GiB`` (floored to a byte).
+
+    Raises:
+        UsageError: not a size >= 1 B in a known unit.
+    """
+    if isinstance(text, int) and not isinstance(text, bool):
+        value = text
+    else:
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(text))
+        unit = m.group(2).lower() if m else ""
+        if not m or unit not in _BYTE_UNITS:
+            raise UsageError(
+                f"{flag}: {text!r} is not a size; use bytes or a unit: GB (10^9), GiB (2^30), MB, MiB, TB, TiB"
+            )
+        try:
+            value = int(Decimal(m.group(1)) * _BYTE_UNITS[unit])
+        except InvalidOperation:  # pragma: no cover - the regex admits only plain decimals
+            raise UsageError(f"{flag}: {text!r} is not a number") from None
+    if value < 1:
+        raise UsageError(f"{flag}: {text!r} must be at least 1 byte")
+    return value
+
+
+def gib(n: int) -> float:
+    """Bytes to GiB (2³⁰), for display."""
+    return n / GIB
+
+
+def gb(n: int) -> float:
+    """Bytes to GB (10⁹), for display."""
+    return n / GB
+
+
+def fmt_gib(n: int) -> str:
+    """``0.5 GiB``-style text with up to 4 significant decimals, trailing zeros dropped."""
+    return f"{_trim(n / GIB)} GiB"
+
+
+def fmt_gb(n: int) -> str:
+    """``0.537 GB``-style text (three decimals)."""
+    return f"{n / GB:,.3f} GB"
+
+
+def fmt_bytes(n: int) -> str:
+    """``536,870,912 B``."""
+    return f"{n:,} B"
+
+
+def _trim(x: float) -> str:
+    if x == 0:
+        return "0"
+    if abs(x) >= 100:
+        s = f"{x:,.2f}"
+    elif abs(x) >= 1:
+        s = f"{x:,.4f}"
+    else:
+        s = f"{x:.4g}" if abs(x) >= 1e-4 else f"{x:.3e}"
+    if "." in s and "e" not in s:
+        s = s.rstrip("0").rstrip(".")
+    return s
