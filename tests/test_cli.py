@@ -1,0 +1,206 @@
+"""The command line as a user meets it: outputs, JSON keys, one-line errors with exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from .conftest import ROOT
+
+
+def test_estimate_prints_exact_bytes(cli):
+    code, out, err = cli("estimate", "llama3-8b", "--seq", "4096")
+    assert code == 0, err
+    assert "KV cache: 536,870,912 B (0.5 GiB, 0.537 GB)" in out
+    assert err == ""
+
+
+def test_estimate_json_one_object(cli):
+    code, out, _ = cli("estimate", "llama3-8b", "--seq", "4096", "--json")
+    obj = json.loads(out)
+    for key in ("model", "seq_len", "batch_size", "kv_dtype", "bytes_per_request", "total_bytes", "total_gib", "total_gb", "groups"):
+        assert key in obj
+    assert obj["total_bytes"] == 536_870_912
+    assert obj["total_gib"] == 0.5
+    assert obj["groups"] == [
+        {
+            "kind": "full",
+            "layers": 32,
+            "window": None,
+            "tokens_cached": 4096,
+            "bytes_per_token": 131_072,
+            "state_bytes": 0,
+            "bytes": 536_870_912,
+        }
+    ]
+
+
+def test_estimate_json_several_seqs_is_a_list_and_k_means_1024(cli):
+    code, out, err = cli("estimate", "gpt-oss-20b", "--seq", "4096", "--seq", "128k", "--batch", "2", "--json")
+    assert code == 0, err
+    objs = json.loads(out)
+    assert [o["seq_len"] for o in objs] == [4096, 131072]
+    assert [o["total_bytes"] for o in objs] == [2 * 103_809_024, 2 * 3_224_371_200]
+
+
+def test_beyond_max_context_warns_but_computes(cli):
+    code, out, err = cli("estimate", "llama3-8b", "--seq", "16k", "--json")
+    assert code == 0
+    assert json.loads(out)["total_bytes"] == 16384 * 131_072
+    assert err == (
+        "kvplan: warning: --seq 16,384 is beyond llama3-8b's max context of 8,192 tokens "
+        "(computed anyway: rope scaling may allow it)\n"
+    )
+
+
+def test_estimate_kv_dtype_and_block_size(cli):
+    code, out, _ = cli("estimate", "llama3-8b", "--seq", "4097", "--kv-dtype", "q8_0", "--block-size", "16", "--json")
+    # q8_0: 69,632 B/token (34 B per 32 elements); 4097 tokens → 4112 in 16-token blocks
+    assert json.loads(out)["total_bytes"] == 69_632 * 4112
+
+
+def test_estimate_hf_config_path(cli):
+    code, out, _ = cli("estimate", str(ROOT / "tests/fixtures/hf_configs/deepseek-v3.json"), "--seq", "1", "--json")
+    assert code == 0
+    assert json.loads(out)["total_bytes"] == 70_272
+
+
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        (
+            ["estimate", "llama3-8bb", "--seq", "4096"],
+            "kvplan: error: unknown model 'llama3-8bb': not a bundled model name nor an existing file; "
+            "did you mean llama3-8b or llama3.1-8b or llama3-70b?",
+        ),
+        (["estimate", "llama3-8b", "--seq", "0"], "kvplan: error: --seq: '0' must be at least 1 token"),
+        (
+            ["estimate", "llama3-8b", "--seq", "4k2"],
+            "kvplan: error: --seq: '4k2' is not a token count; use e.g. 4096, 32k or 128k (k = 1024)",
+        ),
+        (
+            ["estimate", "llama3-8b", "--seq", "4096", "--kv-dtype", "fp9"],
+            "kvplan: error: --kv-dtype: unknown dtype 'fp9'; allowed: fp32, fp16, bf16, fp8_e4m3, fp8_e5m2, "
+            "fp8_per_token_head, int8, q8_0, q4_0, q4_1, q5_0, q5_1, nvfp4",
+        ),
+        (["estimate", "llama3-8b"], "kvplan estimate: error: Missing option '--seq' / '-s'."),
+        (["estimate", "./missing.yaml", "--seq", "1"], "kvplan: error: missing.yaml: no such file"),
+    ],
+)
+def test_errors_are_one_line_exit_2(cli, args, line):
+    code, out, err = cli(*args)
+    assert code == 2
+    assert out == ""
+    assert err == line + "\n"
+
+
+def test_bad_batch_is_exit_2_one_line(cli):
+    code, _, err = cli("estimate", "llama3-8b", "--seq", "1", "--batch", "0")
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("kvplan estimate: error:") and "--batch" in err
+
+
+def test_bad_spec_file_names_file_and_field(cli, tmp_path):
+    p = tmp_path / "x.yaml"
+    p.write_text(
+        "name: x\nsource: s\nnum_layers: 2\nnum_q_heads: 30\nnum_kv_heads: 8\nhead_dim: 8\ndtype: bf16\nmax_model_len: 8\n"
+    )
+    code, _, err = cli("estimate", str(p), "--seq", "1")
+    assert code == 2
+    assert err == f"kvplan: error: {p}: num_q_heads=30 is not a multiple of num_kv_heads=8\n"
+
+
+def test_models_json_lists_every_bundled_model(cli):
+    code, out, _ = cli("models", "--json")
+    rows = {r["name"]: r for r in json.loads(out)}
+    assert len(rows) == 43
+    assert rows["llama3-8b"]["bytes_per_token_4096"] == 131_072
+    assert rows["deepseek-v3"]["bytes_per_token_4096"] == 70_272
+    assert rows["gemma3-27b"]["kv_bytes_131072"] == 11_173_625_856
+    assert rows["jamba-v0.1"]["kinds"] == {"full": 4, "mamba": 28}
+
+
+def test_compare_topologies(cli):
+    code, out, _ = cli("compare", "llama3-8b", "--seq", "4096", "--kv-dtype", "fp16", "--json")
+    rows = json.loads(out)["rows"]
+    assert [(r["topology"], r["num_kv_heads"], r["queries_per_kv_head"], r["bytes"]) for r in rows] == [
+        ("MHA", 32, 1, 2_147_483_648),
+        ("llama3-8b (GQA)", 8, 4, 536_870_912),
+        ("MQA", 1, 32, 67_108_864),
+    ]
+    assert [r["ratio_to_mha"] for r in rows] == [1.0, 0.25, 0.03125]
+
+
+def test_help_and_version(cli):
+    code, out, _ = cli("--help")
+    assert code == 0 and "estimate" in out
+    code, out, _ = cli("--version")
+    assert code == 0 and out.startswith("kvplan ")
+
+
+def test_estimate_never_imports_torch_numpy_matplotlib():
+    code = (
+        "import sys; from kvplan.cli import run; rc = run(['estimate', 'llama3-8b', '--seq', '4096']);"
+        "bad = sorted(m for m in ('torch', 'numpy', 'matplotlib') if m in sys.modules);"
+        "print('HEAVY', bad, file=sys.stderr); sys.exit(rc)"
+    )
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "HEAVY []" in r.stderr
+
+
+def test_python_dash_m_entry_point():
+    r = subprocess.run(
+        [sys.executable, "-m", "kvplan", "estimate", "llama3-8b", "--seq", "4096", "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0
+    assert json.loads(r.stdout)["total_bytes"] == 536_870_912
+
+
+# --- fuzzing bad input: any --seq text gives exit 0 or a one-line exit 2, never a traceback --------
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.text(max_size=12))
+def test_fuzz_seq_flag(capsys, text):
+    from kvplan.cli import run
+
+    code = run(["estimate", "llama3-8b", "--seq", text, "--json"])
+    out, err = capsys.readouterr()
+    assert code in (0, 2)
+    if code == 2:
+        assert err.count("\n") == 1 and "Traceback" not in err
+    else:
+        assert json.loads(out)["seq_len"] >= 1
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    st.dictionaries(
+        st.sampled_from(
+            ["name", "source", "num_layers", "num_q_heads", "num_kv_heads", "head_dim", "dtype", "max_model_len",
+             "layers", "sliding_window", "mla", "mamba", "bogus"]
+        ),
+        st.one_of(st.integers(-3, 70), st.text(max_size=5), st.none(), st.lists(st.integers(-1, 5), max_size=3),
+                  st.dictionaries(st.text(max_size=4), st.integers(-1, 9), max_size=2)),
+    )
+)
+def test_fuzz_spec_files(tmp_path_factory, capsys, data):
+    import yaml
+
+    from kvplan.cli import run
+
+    p = tmp_path_factory.mktemp("fuzz") / "spec.yaml"
+    p.write_text(yaml.safe_dump(data))
+    code = run(["estimate", str(p), "--seq", "16"])
+    out, err = capsys.readouterr()
+    assert code in (0, 2)
+    if code == 2:
+        assert err.startswith("kvplan: error: ") and err.count("\n") == 1

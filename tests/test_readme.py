@@ -1,0 +1,38 @@
+"""Keep the README true: every ```console block runs, and prints what the README shows."""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+import pytest
+
+from .conftest import ROOT
+
+README = (ROOT / "README.md").read_text()
+BLOCKS = re.findall(r"```console\n(.*?)```", README, flags=re.S)
+
+
+def _cases():
+    for block in BLOCKS:
+        first, _, rest = block.partition("\n")
+        assert first.startswith("$ kvplan "), first
+        yield pytest.param(shlex.split(first[2:])[1:], rest, id=first[2:])
+
+
+@pytest.mark.parametrize("argv, expected", list(_cases()))
+def test_readme_console_block(cli, argv, expected):
+    code, out, err = cli(*argv)
+    assert code == 0, err
+
+    def norm(text: str) -> str:
+        return "\n".join(line.rstrip() for line in text.strip("\n").splitlines())
+
+    assert norm(out) == norm(expected)
+
+
+def test_readme_has_the_two_setup_commands():
+    assert ".venv/bin/kvplan estimate llama3-8b --seq 4096" in README
+    ci = (ROOT / ".ci" / "run").read_text()
+    test_cmd = next(line for line in README.splitlines() if "pytest" in line and line.startswith("python3 -m venv"))
+    assert test_cmd in ci
