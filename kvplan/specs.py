@@ -23,6 +23,7 @@ Spec YAML format (unknown keys are errors)::
     num_q_heads: 32
     num_kv_heads: 16
     head_dim: 128            # v_head_dim: optional, defaults to head_dim
+    hidden_size: 5376        # optional; sizes the activation estimate in `fit`
     dtype: bf16
     param_count: 27400000000 # optional; needed by `fit` for weights
     max_model_len: 131072
@@ -109,6 +110,7 @@ class ModelSpec:
         num_kv_heads: KV heads (H_kv); H_q is a multiple of it. Nominal for MLA layers.
         head_dim: K head dim (d_head).
         v_head_dim: V head dim (defaults to head_dim).
+        hidden_size: model width, or None (only the activation estimate of ``fit`` uses it).
         dtype: model activation dtype, the default KV dtype (canonical name, e.g. ``bf16``).
         param_count: total parameters (MoE: all experts), or None when unknown.
         max_model_len: the model's maximum context (tokens).
@@ -131,6 +133,7 @@ class ModelSpec:
     max_model_len: int
     layer_kinds: tuple[str, ...]
     v_head_dim: int | None = None
+    hidden_size: int | None = None
     param_count: int | None = None
     sliding_window: int | None = None
     attention_chunk_size: int | None = None
@@ -199,6 +202,7 @@ _TOP_KEYS = {
     "num_kv_heads",
     "head_dim",
     "v_head_dim",
+    "hidden_size",
     "dtype",
     "param_count",
     "max_model_len",
@@ -318,6 +322,7 @@ def build_spec(data: Any, where: str) -> ModelSpec:
     head_dim = _pos_int(where, "head_dim", data["head_dim"])
     v_head_dim = _pos_int(where, "v_head_dim", data.get("v_head_dim"), allow_none=True)
     max_model_len = _pos_int(where, "max_model_len", data["max_model_len"])
+    hidden_size = _pos_int(where, "hidden_size", data.get("hidden_size"), allow_none=True)
     param_count = _pos_int(where, "param_count", data.get("param_count"), allow_none=True)
     sliding_window = _pos_int(where, "sliding_window", data.get("sliding_window"), allow_none=True)
     chunk = _pos_int(where, "attention_chunk_size", data.get("attention_chunk_size"), allow_none=True)
@@ -376,6 +381,7 @@ def build_spec(data: Any, where: str) -> ModelSpec:
         num_kv_heads=num_kv_heads,
         head_dim=head_dim,
         v_head_dim=v_head_dim,
+        hidden_size=hidden_size,
         dtype=dtype,
         param_count=param_count,
         max_model_len=max_model_len,
@@ -628,6 +634,7 @@ def spec_from_hf_config(config: Any, where: str, name: str | None = None) -> Mod
         "num_kv_heads": num_kv,
         "head_dim": head_dim,
         "v_head_dim": v_head_dim,
+        "hidden_size": hidden,
         "dtype": dtype,
         "max_model_len": max_len,
         "sliding_window": window if "sliding" in kinds else None,
