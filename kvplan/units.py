@@ -110,3 +110,16 @@ def _trim(x: float) -> str:
     if "." in s and "e" not in s:
         s = s.rstrip("0").rstrip(".")
     return s
+
+
+def parse_size_default_gib(text: str | float, flag: str) -> int:
+    """A size where a bare number means GiB (``--activation-gib 1.5``); units are accepted too.
+
+    Zero is allowed (an overhead of nothing). Raises UsageError on anything else.
+    """
+    s = str(text).strip()
+    if re.fullmatch(r"\d+(?:\.\d+)?", s):
+        return int(Decimal(s) * GIB)
+    if re.fullmatch(r"0+(?:\.0+)?\s*[a-zA-Z]*", s):
+        return 0
+    return parse_bytes(s, flag)
