@@ -120,6 +120,94 @@ def compare(
         render.compare_table(spec.name, s, dtype, rows, render.console())
 
 
+# --- gpus ---------------------------------------------------------------------------------------
+
+
+@app.command()
+def gpus(
+    json_out: bool = typer.Option(False, "--json", help="Print JSON: one object per GPU, bytes as integers."),
+) -> None:
+    """List the GPU catalog: nvidia-smi and CUDA-visible memory, bandwidth, BF16 TFLOP/s, FP8, aliases."""
+    from kvplan import render
+    from kvplan.gpus import load_catalog
+
+    catalog = load_catalog()
+    if json_out:
+        render.print_json([render.gpu_json(g) for g in catalog])
+    else:
+        render.gpus_table(catalog, render.console())
+
+
+# --- fit ----------------------------------------------------------------------------------------
+
+
+@app.command()
+def fit(
+    model: str = typer.Argument(..., help=MODEL_HELP),
+    gpu: str = typer.Option(..., "--gpu", "-g", help="Catalog GPU (h100, h200, a100-80gb, l4, mi300x, ...) or a size: 80GB, 80GiB, 81559MiB."),
+    tp: int = typer.Option(1, "--tp", help="tensor_parallel_size."),
+    pp: int = typer.Option(1, "--pp", help="pipeline_parallel_size (layers split into stages)."),
+    max_model_len: Optional[str] = typer.Option(None, "--max-model-len", help="Tokens per request (default: the model's max context). 32k = 32768."),
+    kv_dtype: str = typer.Option("auto", "--kv-dtype", help="KV dtype (auto = model dtype)."),
+    weights_dtype: Optional[str] = typer.Option(None, "--weights-dtype", help="bf16, fp16, fp8, int8, int4 (AWQ/GPTQ g128), mxfp4, nvfp4 (default: model dtype)."),
+    gpu_memory_utilization: Optional[float] = typer.Option(None, "--gpu-memory-utilization", help="Memory fraction (vLLM 0.9, SGLang mem_fraction_static 0.88, TRT-LLM free fraction 0.9)."),
+    block_size: Optional[int] = typer.Option(None, "--block-size", help="Tokens per KV block (engine default)."),
+    max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens", help="Tokens per forward step (engine default 8192; llama.cpp n_ubatch 512)."),
+    max_batch_size: Optional[int] = typer.Option(None, "--max-batch-size", help="TRT-LLM max_batch_size (runtime buffers)."),
+    engine: str = typer.Option("vllm", "--engine", "-e", help="Convention: vllm, sglang, trtllm, llamacpp."),
+    activation_gib: Optional[str] = typer.Option(None, "--activation-gib", help="Activation peak per GPU (GiB, or a size with unit)."),
+    overhead_gib: Optional[str] = typer.Option(None, "--overhead-gib", help="Non-torch memory per GPU (GiB, or a size with unit)."),
+    weights_gib: Optional[str] = typer.Option(None, "--weights-gib", help="Weights per GPU (GiB, or a size with unit), instead of param_count."),
+    kv_cache_memory: Optional[str] = typer.Option(None, "--kv-cache-memory", help="KV budget per GPU, bypassing the memory model (bytes, or 16GiB ...), as vLLM's --kv-cache-memory-bytes."),
+    shared_prefix: int = typer.Option(0, "--shared-prefix", help="Prompt tokens shared by every request, cached once per replica (full/MLA layers)."),
+    swa_full: bool = typer.Option(False, "--swa-full", help="llama.cpp: size sliding-window layers at n_ctx too."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """How many requests of --max-model-len fit on one GPU of a replica, as the engine would count them."""
+    from kvplan import fit as fitmod
+    from kvplan import render
+    from kvplan.errors import DoesNotFit
+    from kvplan.gpus import get_gpu
+    from kvplan.specs import load_model
+    from kvplan.units import parse_bytes, parse_size_default_gib, parse_tokens
+
+    spec = load_model(model)
+    opts = fitmod.FitOptions(
+        engine=fitmod.get_engine(engine),
+        tensor_parallel_size=tp,
+        pipeline_parallel_size=pp,
+        max_model_len=None if max_model_len is None else parse_tokens(max_model_len, "--max-model-len"),
+        kv_dtype=kv_dtype,
+        weights_dtype=weights_dtype,
+        gpu_memory_utilization=gpu_memory_utilization,
+        block_size=block_size,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_batch_size=max_batch_size,
+        activation_bytes=None if activation_gib is None else parse_size_default_gib(activation_gib, "--activation-gib"),
+        overhead_bytes=None if overhead_gib is None else parse_size_default_gib(overhead_gib, "--overhead-gib"),
+        weights_bytes=None if weights_gib is None else parse_size_default_gib(weights_gib, "--weights-gib"),
+        kv_cache_memory_bytes=None if kv_cache_memory is None else parse_bytes(kv_cache_memory, "--kv-cache-memory"),
+        shared_prefix_tokens=shared_prefix,
+        swa_full=swa_full,
+    )
+    g = get_gpu(gpu)
+    try:
+        result = fitmod.require_fit(spec, g, opts)
+    except DoesNotFit as e:
+        if json_out:
+            render.print_json(render.fit_json(e.result))
+        raise
+    if result.max_model_len > spec.max_model_len:
+        render.warn(
+            f"--max-model-len {result.max_model_len:,} is beyond {spec.name}'s max context of "
+            f"{spec.max_model_len:,} tokens (computed anyway)"
+        )
+    if json_out:
+        render.print_json(render.fit_json(result))
+    else:
+        render.fit_table(result, render.console())
+
+
 # --- entry point ---------------------------------------------------------------------------------
 
 

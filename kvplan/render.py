@@ -216,3 +216,151 @@ def compare_table(model: str, seq_len: int, kv_dtype: str, rows, con) -> None:
         b, gi, gd = size_cells(r.bytes)
         t.add_row(r.label, str(r.num_kv_heads), str(r.queries_per_kv_head), b, gi, gd, f"{r.ratio_to_mha:.4g}×")
     con.print(t)
+
+
+# --- gpus ----------------------------------------------------------------------------------------
+
+
+def gpu_json(gpu) -> dict[str, Any]:
+    """The JSON object of one :class:`kvplan.gpus.GPU`: catalog fields, bytes as ints, GiB for reading."""
+    return {
+        "id": gpu.id,
+        "name": gpu.name,
+        "vendor": gpu.vendor,
+        "marketed_gb": gpu.marketed_gb,
+        "smi_total_mib": gpu.smi_total_mib,
+        "smi_total_bytes": gpu.smi_total_bytes,
+        "cuda_total_bytes": gpu.cuda_total_bytes,
+        "cuda_total_gib": gpu.cuda_total_bytes / GIB,
+        "cuda_total_observed": gpu.cuda_total_is_observed,
+        "cuda_total_source": gpu.cuda_total_source or None,
+        "reserve_mib": gpu.reserve_mib,
+        "bandwidth_tbs": gpu.bandwidth_tbs,
+        "bf16_dense_tflops": gpu.bf16_dense_tflops,
+        "fp8": gpu.fp8,
+        "price_usd_per_hour": gpu.price_usd_per_hour,
+        "source": gpu.source,
+        "status": gpu.status,
+        "aliases": list(gpu.aliases),
+        "notes": gpu.notes or None,
+    }
+
+
+def _num_cell(x: float | None, fmt: str = "{:,g}") -> str:
+    return "-" if x is None else fmt.format(x)
+
+
+def gpus_table(gpus, con) -> None:
+    """Print the GPU catalog: memory totals, bandwidth, compute, price, aliases.
+
+    The $/h column is left out while no GPU has a price (a caption says to pass ``--price``).
+    """
+    from rich import box
+    from rich.table import Table
+
+    priced = any(g.price_usd_per_hour is not None for g in gpus)
+    t = Table(
+        title="GPU catalog. CUDA GiB: obs = seen in a log, est = nvidia-smi total − reserve; "
+        "* = nvidia-smi total unconfirmed",
+        title_justify="left",
+        caption=None if priced else "No prices bundled: give --price (USD per GPU-hour) for costs.",
+        caption_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        padding=(0, 1),
+        collapse_padding=True,
+        pad_edge=False,
+    )
+    cols = [
+        ("id", "left", True),
+        ("name", "left", False),
+        ("GB", "right", True),
+        ("smi MiB", "right", True),
+        ("CUDA GiB", "right", True),
+        ("TB/s", "right", True),
+        ("BF16 TF/s", "right", True),
+        ("FP8", "left", True),
+        ("$/h", "right", True),
+        ("aliases", "left", False),
+    ]
+    if not priced:
+        cols = [c for c in cols if c[0] != "$/h"]
+    for col, just, no_wrap in cols:
+        t.add_column(col, justify=just, no_wrap=no_wrap)
+    for g in gpus:
+        smi = "-" if g.smi_total_mib is None else f"{g.smi_total_mib:,}"
+        if g.status == "unconfirmed":
+            smi += "*"
+        cuda = f"{g.cuda_total_bytes / GIB:,.2f} {'obs' if g.cuda_total_is_observed else 'est'}"
+        cells = [
+            g.id,
+            g.name,
+            _num_cell(g.marketed_gb),
+            smi,
+            cuda,
+            _num_cell(g.bandwidth_tbs),
+            _num_cell(g.bf16_dense_tflops),
+            "yes" if g.fp8 else "no",
+        ]
+        if priced:
+            cells.append(_num_cell(g.price_usd_per_hour, "{:,.2f}"))
+        cells.append(", ".join(g.aliases))
+        t.add_row(*cells)
+    con.print(t)
+
+
+# --- fit -------------------------------------------------------------------------------------------
+
+
+def fit_json(r) -> dict[str, Any]:
+    """JSON object of a :class:`kvplan.fit.FitResult` (all fields, plus fits and GiB figures)."""
+    d = to_jsonable(r)
+    d["fits"] = r.fits
+    d["kv_budget_gib"] = r.kv_budget_bytes / GIB
+    return d
+
+
+def fit_table(r, con) -> None:
+    """Print a fit plan: memory per GPU, then what fits."""
+    from rich.table import Table
+
+    stage = f", PP={r.pipeline_parallel_size} (worst stage: {r.stage_num_layers} layers)" if r.pipeline_parallel_size > 1 else ""
+    title = (
+        f"{r.model} on {r.gpu_name} ({r.gpu}), TP={r.tensor_parallel_size}{stage}, {r.engine} convention, "
+        f"max_model_len {r.max_model_len:,}, KV {r.kv_dtype}"
+    )
+    t = Table(title=title, title_justify="left")
+    t.add_column("per GPU", no_wrap=True)
+    t.add_column("bytes", justify="right", no_wrap=True)
+    t.add_column("GiB", justify="right", no_wrap=True)
+    t.add_column("GB", justify="right", no_wrap=True)
+    t.add_column("note")
+
+    def row(label: str, n: int, note: str = "") -> None:
+        b, gi, gd = size_cells(n)
+        t.add_row(label, b, gi, gd, note)
+
+    row("GPU memory (CUDA total)", r.gpu_total_bytes)
+    if r.engine == "vllm":
+        row("usable", r.usable_bytes, f"× gpu_memory_utilization {r.gpu_memory_utilization}")
+    elif r.engine == "sglang":
+        row("usable (weights + KV)", r.usable_bytes, f"(total − overhead) × mem_fraction_static {r.gpu_memory_utilization}")
+    elif r.engine == "trtllm":
+        row("free after weights, activation", r.usable_bytes, f"KV gets free_gpu_memory_fraction {r.gpu_memory_utilization}")
+    else:
+        row("usable", r.usable_bytes, f"× {r.gpu_memory_utilization}")
+    row("weights", r.weights_bytes, f"{r.weights_dtype}, / (TP × PP)")
+    row("activation peak", r.activation_bytes, f"at {r.max_num_batched_tokens:,} batched tokens")
+    row("non-torch overhead", r.overhead_bytes)
+    t.add_section()
+    row("KV budget", r.kv_budget_bytes, "given (--kv-cache-memory)" if r.kv_budget_given else "")
+    row("KV per token", r.kv_bytes_per_token, "all token-caching layers")
+    row("KV per block", r.kv_bytes_per_block, f"{r.block_size} tokens")
+    row("KV per request", r.kv_bytes_per_request, f"{r.max_model_len:,} tokens, engine block rules")
+    if r.shared_prefix_tokens:
+        row("shared prefix (once)", r.shared_prefix_bytes, f"{r.shared_prefix_tokens:,} tokens")
+    con.print(t)
+    con.print(f"KV capacity: {r.kv_capacity_tokens:,} tokens in {r.num_blocks:,} blocks of {r.block_size}")
+    con.print(f"Max concurrent requests of {r.max_model_len:,} tokens: {r.max_concurrent_requests:,}")
+    con.print(f"Maximum concurrency (vLLM-style): {r.max_concurrency:.2f}x")
+    con.print(f"Longest single request that fits: {r.max_model_len_fit:,} tokens")

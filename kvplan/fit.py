@@ -1,0 +1,519 @@
+"""Capacity of one GPU (one model replica) under a serving engine's memory conventions. Pure, exact ints.
+
+Memory model per GPU (vLLM's meaning of ``gpu_memory_utilization``)::
+
+    KV budget = total × gpu_memory_utilization − weights/GPU − activation peak − non-torch overhead
+
+with ``total`` the CUDA-visible memory (``torch.cuda.mem_get_info``), weights = param_count × weight
+bytes / (TP × PP). Each engine convention changes where the fraction applies, the block size and how
+sliding layers are counted (``../shared/reference/ENGINES.md`` gathers the engines' rules):
+
+- ``vllm``: ``ceil(total × U)`` minus weights, activation (profiled at max_num_batched_tokens) and
+  non-torch memory; 16-token blocks; ``num_blocks = budget // (block_size × Σ_layers bytes/token)``;
+  "GPU KV cache size" = blocks × block_size tokens; a sliding layer needs
+  ``cdiv(min(window − 1 + max_num_batched_tokens, max_model_len), block) + 1`` blocks per request, a
+  chunked one ``cdiv(min(chunk + max_num_batched_tokens, max_model_len), block)``;
+  "Maximum concurrency" = pool bytes / bytes one request of max_model_len needs
+  [vllm/v1/kv_cache_interface.py, vllm/v1/core/kv_cache_utils.py].
+- ``sglang``: ``mem_fraction_static`` of the memory available at start holds weights and KV:
+  budget = (total − overhead) × U − weights; per-token cells, page size 1 [sglang model_runner].
+- ``trtllm``: ``free_gpu_memory_fraction`` U of the memory still free after weights and activations:
+  budget = U × (total − weights − activation − overhead); 32-token blocks.
+- ``llamacpp``: no fraction: the cache is n_ctx cells (padded to 256) × parallel slots; interleaved-SWA
+  models get a second cache of ``min(n_ctx, pad(n_swa + n_ubatch, 256))`` cells (``--swa-full`` sizes it
+  at n_ctx); budget = total − weights − compute buffer − overhead.
+
+Defaults for activation and overhead are calibrated on the engine logs in
+``tests/fixtures/engine_calibration.yaml`` and each is overridable:
+
+- activation (vLLM): ``1 GiB + max_num_batched_tokens × 14 × hidden_size / TP`` bytes: the MLP's gate and
+  up projections in 16-bit (2 × 3.5 × hidden × 2 B per token) plus ~1 GiB of sampler and workspace
+  buffers. Llama-3.1-8B: 1.44 GiB at 8,192 tokens (printed 1.44), 2.07 GiB at 20,000 (printed
+  17.06 − 14.99 = 2.07).
+- activation (TensorRT-LLM): the same plus 2 MiB per sequence of ``max_batch_size`` (runtime buffers);
+  one log (RTX 5090, max_batch_size 2048).
+- non-torch overhead: 0.3 GiB at TP = 1 (logs: 0.26, 0.35), 2 GiB with TP > 1 (NCCL; logs 1.8–3.6).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from enum import Enum
+
+from kvplan.calc import cdiv, resolve_kv_dtype, state_bytes_per_layer, token_bytes_per_layer
+from kvplan.dtypes import KVDtype, get_weight_dtype
+from kvplan.errors import DoesNotFit, UsageError
+from kvplan.gpus import GPU, load_catalog
+from kvplan.specs import ModelSpec
+from kvplan.units import GIB, MIB, fmt_gib
+
+MAX_SEARCH_TOKENS = 1 << 40  # upper end of the max_model_len search (a cache with no per-token growth)
+
+
+class Engine(str, Enum):
+    """Serving-engine conventions kvplan can apply."""
+
+    vllm = "vllm"
+    sglang = "sglang"
+    trtllm = "trtllm"
+    llamacpp = "llamacpp"
+
+
+@dataclass(frozen=True)
+class EngineConvention:
+    """An engine's defaults: block (page) size, memory fraction, batched tokens, and how it counts.
+
+    Attributes:
+        engine: which engine.
+        block_size: tokens per KV block (vLLM 16, TRT-LLM 32, SGLang page 1, llama.cpp n_ctx pad 256).
+        utilization: default memory fraction (vLLM gpu_memory_utilization 0.9, SGLang
+            mem_fraction_static 0.88, TRT-LLM free_gpu_memory_fraction 0.9, llama.cpp 1.0).
+        max_num_batched_tokens: default tokens per forward step (vLLM 8192, SGLang chunked_prefill_size
+            8192, TRT-LLM max_num_tokens 8192, llama.cpp n_ubatch 512).
+        max_batch_size: TRT-LLM's default max_batch_size (runtime buffers scale with it); 0 elsewhere.
+    """
+
+    engine: Engine
+    block_size: int
+    utilization: float
+    max_num_batched_tokens: int
+    max_batch_size: int = 0
+
+
+CONVENTIONS = {
+    Engine.vllm: EngineConvention(Engine.vllm, 16, 0.90, 8192),
+    Engine.sglang: EngineConvention(Engine.sglang, 1, 0.88, 8192),
+    Engine.trtllm: EngineConvention(Engine.trtllm, 32, 0.90, 8192, max_batch_size=2048),
+    Engine.llamacpp: EngineConvention(Engine.llamacpp, 256, 1.0, 512),
+}
+
+ACTIVATION_BASE_BYTES = 1 * GIB
+ACTIVATION_BYTES_PER_TOKEN_PER_HIDDEN = 14  # 2 projections × 3.5 × hidden × 2 B
+TRTLLM_BYTES_PER_SEQUENCE = 2 * MIB
+LLAMACPP_COMPUTE_BYTES = GIB // 2
+OVERHEAD_TP1_BYTES = 3 * GIB // 10
+OVERHEAD_TP_BYTES = 2 * GIB
+
+
+def get_engine(name: str | Engine) -> Engine:
+    """Look up an engine by name (``vllm``, ``sglang``, ``trtllm``, ``llamacpp``).
+
+    Raises:
+        UsageError: unknown name.
+    """
+    if isinstance(name, Engine):
+        return name
+    key = str(name).strip().lower().replace("-", "").replace(".", "").replace("_", "")
+    aliases = {"tensorrtllm": "trtllm", "trt": "trtllm", "ollama": "llamacpp"}
+    key = aliases.get(key, key)
+    try:
+        return Engine(key)
+    except ValueError:
+        allowed = ", ".join(e.value for e in Engine)
+        raise UsageError(f"--engine: unknown engine {name!r}; allowed: {allowed}") from None
+
+
+def valid_tp_sizes(spec: ModelSpec, limit: int = 64) -> list[int]:
+    """TP degrees the model's heads allow: H_q % TP == 0 and (H_kv % TP == 0 or TP % H_kv == 0).
+
+    Source: vLLM ``ModelConfig.verify_with_parallel_config`` (attention heads divisible by TP) and
+    ``get_num_kv_heads`` (KV heads split, or replicated when TP > H_kv).
+    """
+    out = []
+    for tp in range(1, limit + 1):
+        if spec.num_q_heads % tp:
+            continue
+        if spec.num_kv_heads % tp and tp % spec.num_kv_heads:
+            continue
+        out.append(tp)
+    return out
+
+
+def stage_layers(num_layers: int, pipeline_parallel_size: int) -> list[range]:
+    """Contiguous layer ranges of PP stages, sizes differing by at most one (extra layers to the first)."""
+    base, extra = divmod(num_layers, pipeline_parallel_size)
+    out, start = [], 0
+    for s in range(pipeline_parallel_size):
+        n = base + (1 if s < extra else 0)
+        out.append(range(start, start + n))
+        start += n
+    return out
+
+
+@dataclass(frozen=True)
+class StageCache:
+    """What the layers of one PP stage cost on one GPU: bytes per token per kind, and fixed state.
+
+    Attributes:
+        per_kind: ``{kind: (layers, bytes per token across those layers, window or None)}`` for token kinds.
+        state_bytes: fixed bytes per request (Mamba states) on this GPU.
+    """
+
+    per_kind: dict
+    state_bytes: int
+
+    @property
+    def bytes_per_token(self) -> int:
+        """Bytes one token costs in every token-caching layer of the stage (as a full layer would)."""
+        return sum(b for _, b, _ in self.per_kind.values())
+
+    @property
+    def growing_bytes_per_token(self) -> int:
+        """Bytes per token of the layers whose cache grows with the request (full and MLA)."""
+        return sum(b for k, (_, b, _) in self.per_kind.items() if k in ("full", "mla"))
+
+
+def stage_cache(spec: ModelSpec, kv_dtype: KVDtype, tp: int, layers: range) -> StageCache:
+    """Per-kind bytes per token of one stage's layers on one GPU at tensor parallel ``tp``."""
+    per_kind: dict[str, tuple[int, int, int | None]] = {}
+    state = 0
+    for i in layers:
+        kind = spec.layer_kinds[i]
+        state += state_bytes_per_layer(spec, kind, tp)
+        tb = token_bytes_per_layer(spec, kind, kv_dtype, tp)
+        if tb:
+            n, b, w = per_kind.get(kind, (0, 0, spec.window_of(kind)))
+            per_kind[kind] = (n + 1, b + tb, w)
+    return StageCache(per_kind, state)
+
+
+def request_bytes(
+    cache: StageCache,
+    seq_len: int,
+    engine: Engine,
+    block_size: int,
+    max_num_batched_tokens: int,
+    swa_full: bool = False,
+) -> int:
+    """Bytes one request of ``seq_len`` tokens holds on one GPU under ``engine``'s counting rules.
+
+    full / mla: ``cdiv(S, block) × block`` tokens. sliding: vLLM
+    ``cdiv(min(window − 1 + max_num_batched_tokens, S), block) + 1`` blocks; llama.cpp
+    ``min(n_ctx, pad(window + n_ubatch, 256))`` cells; others ``min(S, window)`` rounded to blocks.
+    chunked: vLLM ``cdiv(min(chunk + max_num_batched_tokens, S), block)`` blocks; others as sliding.
+    Plus the fixed state bytes.
+    """
+    total = cache.state_bytes
+    full_tokens = cdiv(seq_len, block_size) * block_size
+    for kind, (_, per_token, window) in cache.per_kind.items():
+        if kind in ("full", "mla") or window is None or swa_full:
+            tokens = full_tokens
+        elif engine is Engine.vllm and kind == "sliding":
+            tokens = (cdiv(min(window - 1 + max_num_batched_tokens, seq_len), block_size) + 1) * block_size
+        elif engine is Engine.vllm and kind == "chunked":
+            tokens = cdiv(min(window + max_num_batched_tokens, seq_len), block_size) * block_size
+        elif engine is Engine.llamacpp:
+            tokens = min(full_tokens, cdiv(window + max_num_batched_tokens, 256) * 256)
+        else:
+            tokens = cdiv(min(seq_len, window), block_size) * block_size
+        total += per_token * tokens
+    return total
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """One GPU's plan. Bytes are ints, per GPU (the worst pipeline stage when PP > 1).
+
+    Attributes:
+        weights_bytes, activation_bytes, overhead_bytes: memory taken before the KV cache.
+        gpu_total_bytes: CUDA-visible total of the GPU.
+        usable_bytes: what the engine's fraction leaves (see the module docstring).
+        kv_budget_bytes: memory for the KV cache (``--kv-cache-memory`` when given).
+        kv_bytes_per_token: bytes one token costs across all token-caching layers of the stage.
+        kv_bytes_per_block: ``block_size × kv_bytes_per_token``.
+        kv_bytes_per_request: bytes one request of max_model_len holds (engine rules, blocks, state).
+        num_blocks: ``kv_budget_bytes // kv_bytes_per_block``.
+        kv_capacity_tokens: ``num_blocks × block_size`` (vLLM's "GPU KV cache size").
+        max_concurrent_requests: whole requests of max_model_len that fit (floor).
+        max_concurrency: vLLM's "Maximum concurrency": pool bytes / bytes per request (a ratio).
+        max_model_len_fit: the longest single request that fits the budget (tokens).
+        shared_prefix_tokens / shared_prefix_bytes: prompt tokens counted once per replica, and their bytes.
+    """
+
+    model: str
+    gpu: str
+    gpu_name: str
+    engine: str
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    kv_dtype: str
+    weights_dtype: str
+    max_model_len: int
+    block_size: int
+    gpu_memory_utilization: float
+    max_num_batched_tokens: int
+    gpu_total_bytes: int
+    usable_bytes: int
+    weights_bytes: int
+    activation_bytes: int
+    overhead_bytes: int
+    kv_budget_bytes: int
+    kv_budget_given: bool
+    kv_bytes_per_token: int
+    kv_bytes_per_block: int
+    kv_bytes_per_request: int
+    num_blocks: int
+    kv_capacity_tokens: int
+    max_concurrent_requests: int
+    max_concurrency: float
+    max_model_len_fit: int
+    shared_prefix_tokens: int
+    shared_prefix_bytes: int
+    stage_num_layers: int
+
+    @property
+    def fits(self) -> bool:
+        """True when at least one request of max_model_len fits."""
+        return self.max_concurrent_requests >= 1
+
+    @property
+    def gpus_per_replica(self) -> int:
+        """TP × PP."""
+        return self.tensor_parallel_size * self.pipeline_parallel_size
+
+
+@dataclass(frozen=True)
+class FitOptions:
+    """Settings of a fit; None means the engine's default. Sizes in bytes, tokens as ints."""
+
+    engine: Engine = Engine.vllm
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    max_model_len: int | None = None
+    kv_dtype: str | None = None
+    weights_dtype: str | None = None
+    gpu_memory_utilization: float | None = None
+    block_size: int | None = None
+    max_num_batched_tokens: int | None = None
+    max_batch_size: int | None = None
+    activation_bytes: int | None = None
+    overhead_bytes: int | None = None
+    weights_bytes: int | None = None
+    kv_cache_memory_bytes: int | None = None
+    shared_prefix_tokens: int = 0
+    swa_full: bool = False
+
+
+def weights_per_gpu(spec: ModelSpec, weights_dtype: str | None, tp: int, pp: int) -> tuple[int, str]:
+    """(bytes of weights on one GPU, dtype name): ``ceil(param_count × bytes / (TP × PP))``.
+
+    Raises:
+        UsageError: the spec has no param_count (give --weights-gib), or an unknown dtype.
+    """
+    wd = get_weight_dtype(weights_dtype or spec.dtype)
+    if spec.param_count is None:
+        raise UsageError(
+            f"{spec.name}: no param_count in the spec, so weights are unknown; give --weights-gib "
+            "(weights per GPU) or add param_count to the spec"
+        )
+    return cdiv(wd.bytes_for(spec.param_count), tp * pp), wd.name
+
+
+def default_activation_bytes(spec: ModelSpec, conv: EngineConvention, mnbt: int, tp: int, max_batch: int) -> int:
+    """Activation peak per GPU (see the module docstring for the calibration)."""
+    hidden = spec.hidden_size or spec.num_q_heads * spec.head_dim
+    if conv.engine is Engine.llamacpp:
+        return LLAMACPP_COMPUTE_BYTES
+    if conv.engine is Engine.sglang:
+        return 0  # outside mem_fraction_static: the remaining (1 − fraction) is left for activations
+    act = ACTIVATION_BASE_BYTES + cdiv(mnbt * ACTIVATION_BYTES_PER_TOKEN_PER_HIDDEN * hidden, tp)
+    if conv.engine is Engine.trtllm:
+        act += max_batch * TRTLLM_BYTES_PER_SEQUENCE
+    return act
+
+
+def _check(flag: str, value, minimum=1) -> None:
+    if value is not None and (isinstance(value, bool) or value < minimum):
+        raise UsageError(f"{flag}: {value!r} must be >= {minimum}")
+
+
+def plan_fit(spec: ModelSpec, gpu: GPU, opts: FitOptions) -> FitResult:
+    """How many requests of max_model_len fit on one GPU of a replica of ``spec``.
+
+    Args:
+        spec: the model.
+        gpu: the GPU (its CUDA-visible total is used).
+        opts: settings; None fields take the engine's defaults.
+
+    Returns:
+        A :class:`FitResult` (which may not fit: check ``.fits``; :func:`require_fit` raises).
+
+    Raises:
+        UsageError: a TP the heads do not allow, utilization outside (0, 1], values < 1, shared prefix
+            longer than max_model_len, unknown dtypes, no param_count without --weights-gib.
+    """
+    conv = CONVENTIONS[get_engine(opts.engine)]
+    tp, pp = opts.tensor_parallel_size, opts.pipeline_parallel_size
+    _check("--tp", tp)
+    _check("--pp", pp)
+    if tp not in valid_tp_sizes(spec, limit=max(64, tp)):
+        allowed = ", ".join(str(t) for t in valid_tp_sizes(spec))
+        raise UsageError(
+            f"--tp: {tp} does not divide {spec.name}'s heads (H_q={spec.num_q_heads}, H_kv={spec.num_kv_heads}); "
+            f"allowed: {allowed}"
+        )
+    if pp > spec.num_layers:
+        raise UsageError(f"--pp: {pp} is more stages than {spec.name}'s {spec.num_layers} layers")
+    util = conv.utilization if opts.gpu_memory_utilization is None else opts.gpu_memory_utilization
+    if not 0 < util <= 1:
+        raise UsageError(f"--gpu-memory-utilization: {util} must be in (0, 1]")
+    max_len = opts.max_model_len or spec.max_model_len
+    block = opts.block_size or conv.block_size
+    mnbt = opts.max_num_batched_tokens or conv.max_num_batched_tokens
+    max_batch = opts.max_batch_size or conv.max_batch_size
+    for flag, v in (("--max-model-len", max_len), ("--block-size", block), ("--max-num-batched-tokens", mnbt)):
+        _check(flag, v)
+    _check("--shared-prefix", opts.shared_prefix_tokens, 0)
+    if opts.shared_prefix_tokens > max_len:
+        raise UsageError(f"--shared-prefix: {opts.shared_prefix_tokens:,} tokens is longer than max_model_len {max_len:,}")
+    kv_dtype = resolve_kv_dtype(spec, opts.kv_dtype)
+
+    if opts.weights_bytes is not None:
+        weights, wname = opts.weights_bytes, "given"
+    else:
+        weights, wname = weights_per_gpu(spec, opts.weights_dtype, tp, pp)
+    activation = (
+        opts.activation_bytes
+        if opts.activation_bytes is not None
+        else default_activation_bytes(spec, conv, mnbt, tp, max_batch)
+    )
+    overhead = opts.overhead_bytes
+    if overhead is None:
+        overhead = OVERHEAD_TP1_BYTES if tp * pp == 1 else OVERHEAD_TP_BYTES
+    total = gpu.cuda_total_bytes
+    if conv.engine is Engine.vllm:
+        usable = -(-int(total * util * 10**6) // 10**6)  # ceil(total × U), as vLLM's requested_memory
+        budget = usable - weights - activation - overhead
+    elif conv.engine is Engine.sglang:
+        usable = int((total - overhead) * util)
+        budget = usable - weights - activation
+    elif conv.engine is Engine.trtllm:
+        usable = total - weights - activation - overhead
+        budget = int(usable * util)
+    else:
+        usable = int(total * util)
+        budget = usable - weights - activation - overhead
+    given = opts.kv_cache_memory_bytes is not None
+    if given:
+        budget = opts.kv_cache_memory_bytes
+    budget = max(0, budget)
+
+    # The worst stage: most bytes per request of max_model_len.
+    stages = [stage_cache(spec, kv_dtype, tp, r) for r in stage_layers(spec.num_layers, pp)]
+    sizes = [len(r) for r in stage_layers(spec.num_layers, pp)]
+
+    def req(c: StageCache, s: int) -> int:
+        return request_bytes(c, s, conv.engine, block, mnbt, opts.swa_full)
+
+    worst = max(range(pp), key=lambda i: (req(stages[i], max_len), stages[i].bytes_per_token))
+    cache = stages[worst]
+    per_request = req(cache, max_len)
+    per_block = block * cache.bytes_per_token
+    num_blocks = budget // per_block if per_block else 0
+    shared_tokens = (opts.shared_prefix_tokens // block) * block  # only whole blocks are shared
+    shared_bytes = shared_tokens * cache.growing_bytes_per_token
+    unique = per_request - shared_bytes
+    pool = num_blocks * per_block if per_block else budget
+    if unique <= 0:
+        max_requests = 0
+        concurrency = 0.0
+    else:
+        max_requests = max(0, (budget - shared_bytes) // unique) if budget >= per_request else 0
+        concurrency = max(0.0, (pool - shared_bytes) / unique)
+
+    lo, hi = 0, MAX_SEARCH_TOKENS  # largest S with req(S) <= budget (req is non-decreasing in S)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if req(cache, mid) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+
+    return FitResult(
+        model=spec.name,
+        gpu=gpu.id,
+        gpu_name=gpu.name,
+        engine=conv.engine.value,
+        tensor_parallel_size=tp,
+        pipeline_parallel_size=pp,
+        kv_dtype=kv_dtype.name,
+        weights_dtype=wname,
+        max_model_len=max_len,
+        block_size=block,
+        gpu_memory_utilization=util,
+        max_num_batched_tokens=mnbt,
+        gpu_total_bytes=total,
+        usable_bytes=usable,
+        weights_bytes=weights,
+        activation_bytes=activation,
+        overhead_bytes=overhead,
+        kv_budget_bytes=budget,
+        kv_budget_given=given,
+        kv_bytes_per_token=cache.bytes_per_token,
+        kv_bytes_per_block=per_block,
+        kv_bytes_per_request=per_request,
+        num_blocks=num_blocks,
+        kv_capacity_tokens=num_blocks * block,
+        max_concurrent_requests=max_requests,
+        max_concurrency=concurrency,
+        max_model_len_fit=lo,
+        shared_prefix_tokens=shared_tokens,
+        shared_prefix_bytes=shared_bytes,
+        stage_num_layers=sizes[worst],
+    )
+
+
+def suggest(spec: ModelSpec, gpu: GPU, opts: FitOptions) -> list[str]:
+    """What would fit instead: the largest max_model_len, the smallest TP the heads allow, a catalog GPU."""
+    out = []
+    base = plan_fit(spec, gpu, opts)
+    if base.max_model_len_fit >= 1 and base.kv_budget_bytes > 0:
+        out.append(f"--max-model-len {base.max_model_len_fit} (the longest that fits)")
+    for tp in valid_tp_sizes(spec):
+        if tp <= opts.tensor_parallel_size:
+            continue
+        try:
+            if plan_fit(spec, gpu, replace(opts, tensor_parallel_size=tp)).fits:
+                out.append(f"--tp {tp} (the smallest TP that fits)")
+                break
+        except UsageError:
+            continue
+    for g in sorted(load_catalog(), key=lambda g: g.cuda_total_bytes):
+        if g.cuda_total_bytes <= gpu.cuda_total_bytes:
+            continue
+        if plan_fit(spec, g, opts).fits:
+            out.append(f"--gpu {g.aliases[0] if g.aliases else g.id} ({fmt_gib(g.cuda_total_bytes)})")
+            break
+    return out
+
+
+def does_not_fit_message(spec: ModelSpec, r: FitResult, suggestions: list[str]) -> str:
+    """One line: what needs how much against what is available, and what would fit."""
+    where = f"{spec.name} on {r.gpu} (TP={r.tensor_parallel_size}, PP={r.pipeline_parallel_size}, {r.engine})"
+    if r.kv_budget_bytes <= 0:
+        what = (
+            f"weights {fmt_gib(r.weights_bytes)} + activation {fmt_gib(r.activation_bytes)} + overhead "
+            f"{fmt_gib(r.overhead_bytes)} per GPU leave no KV cache memory out of {fmt_gib(r.usable_bytes)} usable"
+        )
+    else:
+        what = (
+            f"one request of max_model_len {r.max_model_len:,} needs {fmt_gib(r.kv_bytes_per_request)} of KV per "
+            f"GPU but the KV budget is {fmt_gib(r.kv_budget_bytes)}"
+        )
+    hint = "; would fit: " + ", or ".join(suggestions) if suggestions else "; nothing in the catalog fits"
+    return f"{where}: {what}{hint}"
+
+
+def require_fit(spec: ModelSpec, gpu: GPU, opts: FitOptions) -> FitResult:
+    """:func:`plan_fit`, raising :class:`DoesNotFit` (exit 1) with suggestions when nothing fits.
+
+    Raises:
+        DoesNotFit: not one request of max_model_len fits; ``.result`` holds the plan.
+        UsageError: as :func:`plan_fit`.
+    """
+    r = plan_fit(spec, gpu, opts)
+    if not r.fits:
+        e = DoesNotFit(does_not_fit_message(spec, r, suggest(spec, gpu, opts)))
+        e.result = r
+        raise e
+    return r
