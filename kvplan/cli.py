@@ -208,6 +208,63 @@ def fit(
         render.fit_table(result, render.console())
 
 
+# --- fleet --------------------------------------------------------------------------------------
+
+
+@app.command()
+def fleet(
+    model: str = typer.Argument(..., help=MODEL_HELP),
+    workload: Optional[str] = typer.Option(None, "--workload", "-w", help="Workload YAML: request classes with concurrency and tokens."),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", help="Requests in flight across the fleet (one class; with --seq)."),
+    seq: Optional[str] = typer.Option(None, "--seq", "-s", help="Tokens per request for --concurrency (32k = 32768)."),
+    gpu: List[str] = typer.Option([], "--gpu", "-g", help="Candidate GPU (repeat); default: every catalog GPU that holds the model at some TP <= 8."),
+    tp: List[int] = typer.Option([], "--tp", help="Candidate TP (repeat); default: every TP <= 8 the heads allow."),
+    pp: int = typer.Option(1, "--pp", help="pipeline_parallel_size."),
+    engine: str = typer.Option("vllm", "--engine", "-e", help="Convention: vllm, sglang, trtllm, llamacpp."),
+    kv_dtype: str = typer.Option("auto", "--kv-dtype", help="KV dtype (auto = model dtype)."),
+    weights_dtype: Optional[str] = typer.Option(None, "--weights-dtype", help="Weights dtype (default: model dtype)."),
+    gpu_memory_utilization: Optional[float] = typer.Option(None, "--gpu-memory-utilization", help="Memory fraction (engine default)."),
+    price: List[str] = typer.Option([], "--price", help="GPU=USD_PER_HOUR per GPU (repeat), e.g. h100=2.49."),
+    sort: str = typer.Option("gpus", "--sort", help="gpus or cost."),
+    show_all: bool = typer.Option(False, "--all", help="Also list layouts that do not fit."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+    csv_out: bool = typer.Option(False, "--csv", help="Print CSV."),
+) -> None:
+    """Replicas and GPUs a workload needs, per GPU type and TP, ranked by GPUs or cost."""
+    from kvplan import fleet as fleetmod
+    from kvplan import render
+    from kvplan.errors import UsageError
+    from kvplan.fit import FitOptions, get_engine
+    from kvplan.gpus import get_gpu, load_catalog
+    from kvplan.specs import load_model
+
+    spec = load_model(model)
+    if workload is not None and (concurrency is not None or seq is not None):
+        raise UsageError("--workload: give either --workload FILE or --concurrency N --seq S, not both")
+    if workload is not None:
+        wl = fleetmod.load_workload(workload)
+    elif concurrency is not None and seq is not None:
+        wl = fleetmod.workload_from_data({"name": "single", "classes": [{"name": "requests", "concurrency": concurrency, "tokens": seq}]}, "--concurrency/--seq")
+    else:
+        raise UsageError("--workload: give --workload FILE, or --concurrency N with --seq S")
+    opts = FitOptions(
+        engine=get_engine(engine),
+        pipeline_parallel_size=pp,
+        kv_dtype=kv_dtype,
+        weights_dtype=weights_dtype,
+        gpu_memory_utilization=gpu_memory_utilization,
+    )
+    gpus = [get_gpu(g) for g in gpu] if gpu else load_catalog()
+    prices = fleetmod.parse_prices(price, get_gpu)
+    rows = fleetmod.plan_fleet(spec, wl, gpus, opts, tps=tp or None, prices=prices, sort=sort)
+    if json_out:
+        render.print_json(render.fleet_json(spec.name, wl, rows))
+    elif csv_out:
+        render.print_csv([render.fleet_row_dict(r) for r in rows])
+    else:
+        render.fleet_table(spec.name, wl, rows, render.console(), show_all=show_all)
+
+
 # --- entry point ---------------------------------------------------------------------------------
 
 

@@ -364,3 +364,85 @@ def fit_table(r, con) -> None:
     con.print(f"Max concurrent requests of {r.max_model_len:,} tokens: {r.max_concurrent_requests:,}")
     con.print(f"Maximum concurrency (vLLM-style): {r.max_concurrency:.2f}x")
     con.print(f"Longest single request that fits: {r.max_model_len_fit:,} tokens")
+
+
+# --- fleet -----------------------------------------------------------------------------------------
+
+
+def fleet_row_dict(r) -> dict[str, Any]:
+    """A fleet row as a flat dict (JSON and CSV)."""
+    d = to_jsonable(r)
+    d["gpus_per_replica"] = r.gpus_per_replica
+    return d
+
+
+def fleet_json(model: str, workload, rows) -> dict[str, Any]:
+    """JSON of a fleet plan: the workload and every layout."""
+    return {
+        "model": model,
+        "workload": to_jsonable(workload),
+        "concurrency_is": "total across the fleet",
+        "layouts": [fleet_row_dict(r) for r in rows],
+    }
+
+
+def fleet_table(model: str, workload, rows, con, show_all: bool = False) -> None:
+    """Print the ranked layouts (the best per GPU marked ★ and bold); say plainly what cannot fit.
+
+    Without ``show_all`` only the best layout of each GPU is listed.
+    """
+    from rich.table import Table
+
+    classes = ", ".join(
+        f"{c.name}: {c.concurrency:,} × {c.tokens:,} tokens"
+        + (f" (shared prefix {c.shared_prefix:,})" if c.shared_prefix else "")
+        for c in workload.classes
+    )
+    con.print(f"{model}, workload {workload.name}: {classes}")
+    con.print("Concurrency is total across the fleet; a replica is TP GPUs serving whole requests.")
+    fits = [r for r in rows if r.fits and (show_all or r.best_for_gpu)]
+    t = Table()
+    for col, just in (
+        ("#", "right"),
+        ("GPU", "left"),
+        ("replicas × GPUs", "right"),
+        ("GPUs", "right"),
+        ("TP", "right"),
+        ("KV GiB/GPU", "right"),
+        ("requests/replica", "right"),
+        ("KV used", "right"),
+        ("$/hour", "right"),
+    ):
+        t.add_column(col, justify=just, no_wrap=True)
+    for i, r in enumerate(fits, 1):
+        cost = "-" if r.cost_usd_per_hour is None else f"{r.cost_usd_per_hour:,.2f}"
+        t.add_row(
+            f"{i}{' ★' if r.best_for_gpu else ''}",
+            r.gpu,
+            f"{r.replicas:,} × {r.gpus_per_replica}",
+            f"{r.gpus:,}",
+            str(r.tensor_parallel_size),
+            f"{r.kv_budget_bytes / GIB:,.2f}",
+            f"{r.requests_per_replica:,}",
+            f"{r.kv_utilization:.0%}",
+            cost,
+            style="bold" if (r.best_for_gpu and show_all) else None,
+        )
+    if fits:
+        con.print(t)
+        if not show_all:
+            con.print("★ the best layout of each GPU (fewest GPUs, then cost); --all lists every TP.")
+    by_gpu: dict[str, list] = {}
+    for r in rows:
+        by_gpu.setdefault(r.gpu, []).append(r)
+    never = [g for g, rs in by_gpu.items() if not any(r.fits for r in rs)]
+    weights_only = [g for g in never if all("no KV memory" in r.reason for r in by_gpu[g])]
+    for g in never:
+        if g in weights_only:
+            continue
+        tps = ", ".join(str(r.tensor_parallel_size) for r in by_gpu[g])
+        con.print(f"{g}: cannot serve this workload at any TP tried ({tps}): {by_gpu[g][-1].reason}")
+    if weights_only:
+        con.print(f"Weights and activations leave no KV memory at any TP tried: {', '.join(weights_only)}")
+    if not any(r.price_usd_per_hour is not None for r in rows):
+        con.print("No prices: give --price GPU=USD_PER_HOUR for costs.")

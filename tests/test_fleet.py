@@ -1,0 +1,102 @@
+"""kvplan fleet: packing whole requests into replicas, workload files, ranking."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kvplan.errors import UsageError
+from kvplan.fit import FitOptions, plan_fit
+from kvplan.fleet import load_workload, pack_replicas, plan_fleet, plan_layout, workload_from_data
+from kvplan.gpus import get_gpu
+from kvplan.specs import load_bundled
+
+from .conftest import ROOT
+
+MIB, GIB = 1 << 20, 1 << 30
+
+
+def test_pack_whole_requests_by_hand():
+    # budget 10, requests of 4: 2 per replica; 5 requests → 3 replicas, most 2 in one
+    assert pack_replicas(10, [(5, 4, 0)]) == (3, 20, 2)
+    # big 6 ×3 and small 2 ×7 in budgets of 10: each big replica takes 2 small in its 4 B left (6 smalls),
+    # the 7th small goes to a new replica → 4 replicas, 3×6 + 7×2 = 32 B used
+    assert pack_replicas(10, [(7, 2, 0), (3, 6, 0)]) == (4, 32, 3)
+    # a shared prefix of 3 is paid once per replica holding the class: (10 − 3) // 2 = 3 per replica
+    assert pack_replicas(10, [(6, 2, 3)]) == (2, 2 * 3 + 6 * 2, 3)
+
+
+def test_single_class_equals_fit():
+    # Independent check: with one class, replicas = ceil(N / max_concurrent_requests of `kvplan fit`).
+    spec, gpu = load_bundled("llama3.1-70b"), get_gpu("h100")
+    wl = workload_from_data({"classes": [{"name": "chat", "concurrency": 1000, "tokens": "8k"}]}, "w.yaml")
+    for tp in (4, 8):
+        fit = plan_fit(spec, gpu, FitOptions(tensor_parallel_size=tp, max_model_len=8192))
+        row = plan_layout(spec, gpu, wl, FitOptions(tensor_parallel_size=tp))
+        assert row.replicas == -(-1000 // fit.max_concurrent_requests)
+        assert row.gpus == row.replicas * tp
+        assert row.requests_per_replica == fit.max_concurrent_requests
+
+
+def test_class_too_big_for_any_replica_is_said_plainly():
+    spec = load_bundled("llama3.1-8b")
+    wl = workload_from_data({"classes": [{"name": "book", "concurrency": 1, "tokens": "1m"}]}, "w.yaml")
+    rows = plan_fleet(spec, wl, [get_gpu("l4")], FitOptions())
+    assert not any(r.fits for r in rows)
+    assert rows[0].reason.startswith("one book request (1,048,576 tokens) needs 128 GiB of KV per GPU, more than the ")
+
+
+def test_best_per_gpu_and_sorting_by_cost():
+    spec = load_bundled("llama3.1-70b")
+    wl = load_workload(ROOT / "examples/chat-and-rag.yaml")
+    rows = plan_fleet(spec, wl, [get_gpu("h100"), get_gpu("h200")], FitOptions(), prices={"h100-sxm-80gb": 2.0, "h200-sxm-141gb": 3.0}, sort="cost")
+    fits = [r for r in rows if r.fits]
+    costs = [r.cost_usd_per_hour for r in fits]
+    assert costs == sorted(costs)
+    assert sum(r.best_for_gpu for r in rows) == 2
+    for r in fits:
+        assert r.cost_usd_per_hour == r.gpus * (2.0 if r.gpu.startswith("h100") else 3.0)
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({"classes": []}, "w.yaml: classes must be a non-empty list of request classes"),
+        ({"classes": [{"name": "a", "concurrency": 0, "tokens": 10}]}, "w.yaml: classes[0].concurrency=0 must be an integer >= 1"),
+        ({"classes": [{"name": "a", "concurrency": 1}]}, "w.yaml: classes[0] is missing tokens"),
+        ({"classes": [{"name": "a", "concurency": 1, "tokens": 5}]}, "w.yaml: unknown key classes[0].'concurency' (did you mean concurrency?)"),
+        ({"classes": [{"name": "a", "concurrency": 1, "tokens": "lots"}]}, "w.yaml: classes[0].tokens: 'lots' is not a token count"),
+        ({"classes": [{"name": "a", "concurrency": 1, "tokens": 5, "shared_prefix": 9}]}, "w.yaml: classes[0].shared_prefix=9 is longer than tokens=5"),
+    ],
+)
+def test_bad_workloads(data, message):
+    with pytest.raises(UsageError) as e:
+        workload_from_data(data, "w.yaml")
+    assert str(e.value).startswith(message)
+
+
+def test_fleet_cli_example(cli):
+    code, out, err = cli("fleet", "llama3.1-70b", "--workload", str(ROOT / "examples/chat-and-rag.yaml"), "--gpu", "h100", "--gpu", "h200", "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["concurrency_is"] == "total across the fleet"
+    best = [r for r in d["layouts"] if r["best_for_gpu"]]
+    assert {r["gpu"] for r in best} == {"h100-sxm-80gb", "h200-sxm-141gb"}
+    for r in d["layouts"]:
+        if r["fits"]:
+            assert r["gpus"] == r["replicas"] * r["tensor_parallel_size"]
+
+
+def test_fleet_cli_single_class_and_errors(cli, tmp_path):
+    code, out, _ = cli("fleet", "llama3-8b", "--concurrency", "64", "--seq", "8k", "--gpu", "h100", "--csv")
+    assert code == 0
+    assert out.splitlines()[0].startswith("gpu,gpu_name,tensor_parallel_size")
+    code, _, err = cli("fleet", "llama3-8b", "--gpu", "h100")
+    assert code == 2 and err == "kvplan: error: --workload: give --workload FILE, or --concurrency N with --seq S\n"
+    code, _, err = cli("fleet", "llama3-8b", "--concurrency", "1", "--seq", "1", "--price", "h100=cheap")
+    assert code == 2 and err == "kvplan: error: --price: 'h100=cheap' must be GPU=USD_PER_HOUR, e.g. h100=2.49\n"
+    bad = tmp_path / "w.yaml"
+    bad.write_text("classes: [{name: a, concurrency: -1, tokens: 5}]\n")
+    code, _, err = cli("fleet", "llama3-8b", "--workload", str(bad))
+    assert code == 2 and err == f"kvplan: error: {bad}: classes[0].concurrency=-1 must be an integer >= 1\n"
