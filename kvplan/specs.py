@@ -41,8 +41,6 @@ Spec YAML format (unknown keys are errors)::
 
 from __future__ import annotations
 
-import difflib
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -227,6 +225,8 @@ def _pos_int(where: str, key: str, value: Any, *, allow_none: bool = False, mini
 
 
 def _check_keys(where: str, data: dict, allowed: set[str], prefix: str = "") -> None:
+    import difflib
+
     unknown = sorted(set(data) - allowed)
     if unknown:
         k = unknown[0]
@@ -459,6 +459,8 @@ def load_bundled(name: str) -> ModelSpec:
     path = bundled_specs_dir() / f"{key}.yaml"
     if key and "/" not in key and path.is_file():
         return load_spec_yaml(path)
+    import difflib
+
     names = bundled_names()
     close = difflib.get_close_matches(key, names, n=3, cutoff=0.6)
     hint = f"; did you mean {' or '.join(close)}?" if close else "; run 'kvplan models' for the list"
@@ -654,6 +656,8 @@ def load_hf_config(path: str | os.PathLike, name: str | None = None) -> ModelSpe
     Raises:
         SpecError: missing file, malformed JSON, or missing/inconsistent keys.
     """
+    import json
+
     p = Path(path)
     if p.is_dir():
         p = p / "config.json"
