@@ -262,7 +262,7 @@ def fleet(
     elif csv_out:
         render.print_csv([render.fleet_row_dict(r) for r in rows])
     else:
-        render.fleet_table(spec.name, wl, rows, render.console(), show_all=show_all)
+        render.fleet_table(spec.name, wl, rows, render.console(), show_all=show_all, sort=sort)
 
 
 # --- entry point ---------------------------------------------------------------------------------

@@ -386,7 +386,7 @@ def fleet_json(model: str, workload, rows) -> dict[str, Any]:
     }
 
 
-def fleet_table(model: str, workload, rows, con, show_all: bool = False) -> None:
+def fleet_table(model: str, workload, rows, con, show_all: bool = False, sort: str = "gpus") -> None:
     """Print the ranked layouts (the best per GPU marked ★ and bold); say plainly what cannot fit.
 
     Without ``show_all`` only the best layout of each GPU is listed.
@@ -431,7 +431,8 @@ def fleet_table(model: str, workload, rows, con, show_all: bool = False) -> None
     if fits:
         con.print(t)
         if not show_all:
-            con.print("★ the best layout of each GPU (fewest GPUs, then cost); --all lists every TP.")
+            order = "lowest cost, then fewest GPUs" if sort == "cost" else "fewest GPUs, then cost"
+            con.print(f"★ the best layout of each GPU ({order}); --all lists every TP.")
     by_gpu: dict[str, list] = {}
     for r in rows:
         by_gpu.setdefault(r.gpu, []).append(r)

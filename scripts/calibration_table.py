@@ -1,0 +1,66 @@
+"""Print the engine-calibration table: printed vs kvplan tokens and KV budget, with % differences.
+
+Usage: python scripts/calibration_table.py   (reads tests/fixtures/engine_calibration.yaml)
+
+For each log with a printed KV budget: tokens kvplan derives from that printed budget (as
+``--kv-cache-memory``) vs the printed token count, and the budget kvplan predicts from the GPU and the
+settings alone vs the printed budget.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import yaml
+
+from kvplan.fit import Engine, FitOptions, plan_fit
+from kvplan.gpus import get_gpu
+from kvplan.specs import load_bundled
+
+GIB = 1 << 30
+ROOT = Path(__file__).resolve().parent.parent
+PRINTED_TOKENS = {"vllm-01": 1952 * 16, "vllm-06": 460_496, "sglang-04": 444_500, "trtllm-02": 263_008}
+
+
+def options(case: dict) -> FitOptions:
+    s = case["settings"]
+    return FitOptions(
+        engine=Engine(case["engine"]),
+        gpu_memory_utilization=s.get("gpu_memory_utilization") or s.get("mem_fraction_static") or s.get("free_gpu_memory_fraction"),
+        max_model_len=s["max_model_len"],
+        max_num_batched_tokens=s.get("max_num_batched_tokens") or s.get("max_num_tokens"),
+        max_batch_size=s.get("max_batch_size"),
+        kv_dtype=s.get("kv_dtype"),
+        weights_dtype=s.get("weights_dtype"),
+    )
+
+
+def main() -> None:
+    cases = yaml.safe_load((ROOT / "tests/fixtures/engine_calibration.yaml").read_text())
+    print("| case | engine | GPU | printed tokens | kvplan tokens (from printed budget) | diff | printed KV GiB | kvplan KV GiB (from GPU + settings) | diff |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|")
+    for case in cases:
+        if case["id"] not in PRINTED_TOKENS:
+            continue
+        spec, gpu, opts = load_bundled(case["model"]), get_gpu(case["gpu"]), options(case)
+        printed_gib = case["printed"]["kv_printed_gib"]
+        given = plan_fit(spec, gpu, replace(opts, kv_cache_memory_bytes=int(printed_gib * GIB)))
+        predicted = plan_fit(spec, gpu, opts)
+        tokens = PRINTED_TOKENS[case["id"]]
+        pred_gib = predicted.kv_budget_bytes / GIB
+        print(
+            f"| {case['id']} | {case['engine']} | {gpu.id} | {tokens:,} | {given.kv_capacity_tokens:,} | "
+            f"{100 * (given.kv_capacity_tokens - tokens) / tokens:+.3f} % | {printed_gib:.2f} | {pred_gib:.2f} | "
+            f"{100 * (pred_gib - printed_gib) / printed_gib:+.2f} % |"
+        )
+    spec = load_bundled("llama3.1-70b")
+    r = plan_fit(spec, get_gpu("h200"), FitOptions(engine=Engine.llamacpp, max_model_len=4096, kv_cache_memory_bytes=GIB))
+    print(f"| llamacpp-05 | llamacpp | (RPC CPU) | 1280.00 MiB for 4096 cells | {r.kv_bytes_per_request / 2**20:.2f} MiB | exact | - | - | - |")
+    spec = load_bundled("gpt-oss-120b")
+    r = plan_fit(spec, get_gpu("h200"), FitOptions(engine=Engine.llamacpp, max_model_len=4096, kv_cache_memory_bytes=GIB, swa_full=True))
+    print(f"| llamacpp-08 | llamacpp | (Apple M4 Max) | 288.00 MiB (2 × 144, --swa-full) | {r.kv_bytes_per_request / 2**20:.2f} MiB | exact | - | - | - |")
+
+
+if __name__ == "__main__":
+    main()
