@@ -44,6 +44,32 @@ def kv_heads_per_rank(num_kv_heads: int, tensor_parallel_size: int = 1) -> int:
     return max(1, num_kv_heads // tensor_parallel_size)
 
 
+def valid_tp_sizes(spec: ModelSpec, limit: int = 64) -> list[int]:
+    """TP degrees the model's heads allow: H_q % TP == 0 and (H_kv % TP == 0 or TP % H_kv == 0).
+
+    Source: vLLM ``ModelConfig.verify_with_parallel_config`` (attention heads divisible by TP) and
+    ``get_num_kv_heads`` (KV heads split, or replicated when TP > H_kv).
+    """
+    out = []
+    for tp in range(1, limit + 1):
+        if spec.num_q_heads % tp:
+            continue
+        if spec.num_kv_heads % tp and tp % spec.num_kv_heads:
+            continue
+        out.append(tp)
+    return out
+
+
+def check_tp(spec: ModelSpec, tensor_parallel_size: int, flag: str = "--tp") -> None:
+    """Raise UsageError unless the model's heads allow this TP (see :func:`valid_tp_sizes`)."""
+    if tensor_parallel_size not in valid_tp_sizes(spec, limit=max(64, tensor_parallel_size)):
+        allowed = ", ".join(str(t) for t in valid_tp_sizes(spec))
+        raise UsageError(
+            f"{flag}: {tensor_parallel_size} does not divide {spec.name}'s heads (H_q={spec.num_q_heads}, "
+            f"H_kv={spec.num_kv_heads}); allowed: {allowed}"
+        )
+
+
 def resolve_kv_dtype(spec: ModelSpec, kv_dtype: str | KVDtype | None) -> KVDtype:
     """The KV dtype to use: the given one, or the model's dtype when None / ``auto``.
 
@@ -204,6 +230,7 @@ def estimate(
             raise UsageError(f"{flag}: {value!r} must be an integer >= 1")
     if block_size is not None and (not isinstance(block_size, int) or block_size < 1):
         raise UsageError(f"--block-size: {block_size!r} must be an integer >= 1")
+    check_tp(spec, tensor_parallel_size)
     dtype = resolve_kv_dtype(spec, kv_dtype)
     groups = layer_groups(spec, seq_len, dtype, block_size, tensor_parallel_size)
     per_request = sum(g.bytes for g in groups)

@@ -40,7 +40,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import Enum
 
-from kvplan.calc import cdiv, resolve_kv_dtype, state_bytes_per_layer, token_bytes_per_layer
+from kvplan.calc import cdiv, check_tp, resolve_kv_dtype, state_bytes_per_layer, token_bytes_per_layer, valid_tp_sizes
 from kvplan.dtypes import KVDtype, get_weight_dtype
 from kvplan.errors import DoesNotFit, UsageError
 from kvplan.gpus import GPU, load_catalog
@@ -111,22 +111,6 @@ def get_engine(name: str | Engine) -> Engine:
     except ValueError:
         allowed = ", ".join(e.value for e in Engine)
         raise UsageError(f"--engine: unknown engine {name!r}; allowed: {allowed}") from None
-
-
-def valid_tp_sizes(spec: ModelSpec, limit: int = 64) -> list[int]:
-    """TP degrees the model's heads allow: H_q % TP == 0 and (H_kv % TP == 0 or TP % H_kv == 0).
-
-    Source: vLLM ``ModelConfig.verify_with_parallel_config`` (attention heads divisible by TP) and
-    ``get_num_kv_heads`` (KV heads split, or replicated when TP > H_kv).
-    """
-    out = []
-    for tp in range(1, limit + 1):
-        if spec.num_q_heads % tp:
-            continue
-        if spec.num_kv_heads % tp and tp % spec.num_kv_heads:
-            continue
-        out.append(tp)
-    return out
 
 
 def stage_layers(num_layers: int, pipeline_parallel_size: int) -> list[range]:
@@ -346,12 +330,7 @@ def plan_fit(spec: ModelSpec, gpu: GPU, opts: FitOptions) -> FitResult:
     tp, pp = opts.tensor_parallel_size, opts.pipeline_parallel_size
     _check("--tp", tp)
     _check("--pp", pp)
-    if tp not in valid_tp_sizes(spec, limit=max(64, tp)):
-        allowed = ", ".join(str(t) for t in valid_tp_sizes(spec))
-        raise UsageError(
-            f"--tp: {tp} does not divide {spec.name}'s heads (H_q={spec.num_q_heads}, H_kv={spec.num_kv_heads}); "
-            f"allowed: {allowed}"
-        )
+    check_tp(spec, tp)
     if pp > spec.num_layers:
         raise UsageError(f"--pp: {pp} is more stages than {spec.name}'s {spec.num_layers} layers")
     util = conv.utilization if opts.gpu_memory_utilization is None else opts.gpu_memory_utilization
@@ -365,7 +344,9 @@ def plan_fit(spec: ModelSpec, gpu: GPU, opts: FitOptions) -> FitResult:
         _check(flag, v)
     _check("--shared-prefix", opts.shared_prefix_tokens, 0)
     if opts.shared_prefix_tokens > max_len:
-        raise UsageError(f"--shared-prefix: {opts.shared_prefix_tokens:,} tokens is longer than max_model_len {max_len:,}")
+        raise UsageError(
+            f"--shared-prefix: {opts.shared_prefix_tokens:,} tokens is longer than max_model_len {max_len:,}"
+        )
     kv_dtype = resolve_kv_dtype(spec, opts.kv_dtype)
 
     if opts.weights_bytes is not None:

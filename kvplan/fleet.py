@@ -16,9 +16,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from kvplan.calc import check_tp, resolve_kv_dtype, valid_tp_sizes
 from kvplan.errors import UsageError
-from kvplan.fit import FitOptions, FitResult, plan_fit, request_bytes, stage_cache, stage_layers, valid_tp_sizes
-from kvplan.calc import resolve_kv_dtype
+from kvplan.fit import CONVENTIONS, FitOptions, FitResult, plan_fit, request_bytes, stage_cache, stage_layers
 from kvplan.gpus import GPU
 from kvplan.specs import ModelSpec
 from kvplan.units import fmt_gib, parse_tokens
@@ -231,14 +231,21 @@ def plan_layout(
     )
 
     def no(reason: str) -> FleetRow:
-        return FleetRow(fits=False, reason=reason, replicas=0, gpus=0, kv_bytes_needed=0, kv_utilization=0.0,
-                        requests_per_replica=0, cost_usd_per_hour=None, **base)
+        return FleetRow(
+            fits=False,
+            reason=reason,
+            replicas=0,
+            gpus=0,
+            kv_bytes_needed=0,
+            kv_utilization=0.0,
+            requests_per_replica=0,
+            cost_usd_per_hour=None,
+            **base,
+        )
 
     if fit.kv_budget_bytes <= 0:
         return no("weights and activations leave no KV memory")
     kv_dtype = resolve_kv_dtype(spec, opts.kv_dtype)
-    from kvplan.fit import CONVENTIONS
-
     conv = CONVENTIONS[opts.engine]
     # the same worst stage as plan_fit
     stages = stage_layers(spec.num_layers, pp)
@@ -247,7 +254,9 @@ def plan_layout(
     for c in workload.classes:
         per_stage = []
         for cache in caches:
-            size = request_bytes(cache, c.tokens, conv.engine, fit.block_size, fit.max_num_batched_tokens, opts.swa_full)
+            size = request_bytes(
+                cache, c.tokens, conv.engine, fit.block_size, fit.max_num_batched_tokens, opts.swa_full
+            )
             shared = (c.shared_prefix // fit.block_size) * fit.block_size * cache.growing_bytes_per_token
             per_stage.append((size - shared, shared))
         unique, prefix = max(per_stage)
@@ -295,21 +304,14 @@ def plan_fleet(
     if sort not in ("gpus", "cost"):
         raise UsageError(f"--sort: {sort!r}; allowed: gpus, cost")
     allowed = valid_tp_sizes(spec)
-    if tps:
-        for tp in tps:
-            if tp not in allowed:
-                raise UsageError(
-                    f"--tp: {tp} does not divide {spec.name}'s heads (H_q={spec.num_q_heads}, "
-                    f"H_kv={spec.num_kv_heads}); allowed: {', '.join(map(str, allowed))}"
-                )
+    for tp in tps or []:
+        check_tp(spec, tp)
     candidates = tps or [t for t in allowed if t <= max_default_tp]
     prices = prices or {}
     rows = []
     for g in gpus:
         price = prices.get(g.id, g.price_usd_per_hour)
-        rows.extend(
-            plan_layout(spec, g, workload, replace(opts, tensor_parallel_size=tp), price) for tp in candidates
-        )
+        rows.extend(plan_layout(spec, g, workload, replace(opts, tensor_parallel_size=tp), price) for tp in candidates)
     best: dict[str, FleetRow] = {}
 
     def key(r: FleetRow):

@@ -232,9 +232,7 @@ def _check_keys(where: str, data: dict, allowed: set[str], prefix: str = "") -> 
         k = unknown[0]
         close = difflib.get_close_matches(str(k), sorted(allowed), n=1)
         hint = f" (did you mean {prefix}{close[0]}?)" if close else ""
-        raise SpecError(
-            f"{where}: unknown key {prefix}{k!r}{hint}; allowed: {', '.join(sorted(allowed))}"
-        )
+        raise SpecError(f"{where}: unknown key {prefix}{k!r}{hint}; allowed: {', '.join(sorted(allowed))}")
 
 
 def _resolve_layers(where: str, layers: Any, num_layers: int, default_kind: str) -> tuple[str, ...]:

@@ -27,7 +27,9 @@ def options(case: dict) -> FitOptions:
     s = case["settings"]
     return FitOptions(
         engine=Engine(case["engine"]),
-        gpu_memory_utilization=s.get("gpu_memory_utilization") or s.get("mem_fraction_static") or s.get("free_gpu_memory_fraction"),
+        gpu_memory_utilization=s.get("gpu_memory_utilization")
+        or s.get("mem_fraction_static")
+        or s.get("free_gpu_memory_fraction"),
         max_model_len=s["max_model_len"],
         max_num_batched_tokens=s.get("max_num_batched_tokens") or s.get("max_num_tokens"),
         max_batch_size=s.get("max_batch_size"),
@@ -38,7 +40,9 @@ def options(case: dict) -> FitOptions:
 
 def main() -> None:
     cases = yaml.safe_load((ROOT / "tests/fixtures/engine_calibration.yaml").read_text())
-    print("| case | engine | GPU | printed tokens | kvplan tokens (from printed budget) | diff | printed KV GiB | kvplan KV GiB (from GPU + settings) | diff |")
+    print(
+        "| case | engine | GPU | printed tokens | kvplan tokens (from printed budget) | diff | printed KV GiB | kvplan KV GiB (from GPU + settings) | diff |"
+    )
     print("|---|---|---|---:|---:|---:|---:|---:|---:|")
     for case in cases:
         if case["id"] not in PRINTED_TOKENS:
@@ -55,11 +59,21 @@ def main() -> None:
             f"{100 * (pred_gib - printed_gib) / printed_gib:+.2f} % |"
         )
     spec = load_bundled("llama3.1-70b")
-    r = plan_fit(spec, get_gpu("h200"), FitOptions(engine=Engine.llamacpp, max_model_len=4096, kv_cache_memory_bytes=GIB))
-    print(f"| llamacpp-05 | llamacpp | (RPC CPU) | 1280.00 MiB for 4096 cells | {r.kv_bytes_per_request / 2**20:.2f} MiB | exact | - | - | - |")
+    r = plan_fit(
+        spec, get_gpu("h200"), FitOptions(engine=Engine.llamacpp, max_model_len=4096, kv_cache_memory_bytes=GIB)
+    )
+    print(
+        f"| llamacpp-05 | llamacpp | (RPC CPU) | 1280.00 MiB for 4096 cells | {r.kv_bytes_per_request / 2**20:.2f} MiB | exact | - | - | - |"
+    )
     spec = load_bundled("gpt-oss-120b")
-    r = plan_fit(spec, get_gpu("h200"), FitOptions(engine=Engine.llamacpp, max_model_len=4096, kv_cache_memory_bytes=GIB, swa_full=True))
-    print(f"| llamacpp-08 | llamacpp | (Apple M4 Max) | 288.00 MiB (2 × 144, --swa-full) | {r.kv_bytes_per_request / 2**20:.2f} MiB | exact | - | - | - |")
+    r = plan_fit(
+        spec,
+        get_gpu("h200"),
+        FitOptions(engine=Engine.llamacpp, max_model_len=4096, kv_cache_memory_bytes=GIB, swa_full=True),
+    )
+    print(
+        f"| llamacpp-08 | llamacpp | (Apple M4 Max) | 288.00 MiB (2 × 144, --swa-full) | {r.kv_bytes_per_request / 2**20:.2f} MiB | exact | - | - | - |"
+    )
 
 
 if __name__ == "__main__":

@@ -23,7 +23,17 @@ def test_estimate_prints_exact_bytes(cli):
 def test_estimate_json_one_object(cli):
     code, out, _ = cli("estimate", "llama3-8b", "--seq", "4096", "--json")
     obj = json.loads(out)
-    for key in ("model", "seq_len", "batch_size", "kv_dtype", "bytes_per_request", "total_bytes", "total_gib", "total_gb", "groups"):
+    for key in (
+        "model",
+        "seq_len",
+        "batch_size",
+        "kv_dtype",
+        "bytes_per_request",
+        "total_bytes",
+        "total_gib",
+        "total_gb",
+        "groups",
+    ):
         assert key in obj
     assert obj["total_bytes"] == 536_870_912
     assert obj["total_gib"] == 0.5
@@ -185,11 +195,29 @@ def test_fuzz_seq_flag(capsys, text):
 @given(
     st.dictionaries(
         st.sampled_from(
-            ["name", "source", "num_layers", "num_q_heads", "num_kv_heads", "head_dim", "dtype", "max_model_len",
-             "layers", "sliding_window", "mla", "mamba", "bogus"]
+            [
+                "name",
+                "source",
+                "num_layers",
+                "num_q_heads",
+                "num_kv_heads",
+                "head_dim",
+                "dtype",
+                "max_model_len",
+                "layers",
+                "sliding_window",
+                "mla",
+                "mamba",
+                "bogus",
+            ]
         ),
-        st.one_of(st.integers(-3, 70), st.text(max_size=5), st.none(), st.lists(st.integers(-1, 5), max_size=3),
-                  st.dictionaries(st.text(max_size=4), st.integers(-1, 9), max_size=2)),
+        st.one_of(
+            st.integers(-3, 70),
+            st.text(max_size=5),
+            st.none(),
+            st.lists(st.integers(-1, 5), max_size=3),
+            st.dictionaries(st.text(max_size=4), st.integers(-1, 9), max_size=2),
+        ),
     )
 )
 def test_fuzz_spec_files(tmp_path_factory, capsys, data):

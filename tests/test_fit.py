@@ -16,7 +16,9 @@ from kvplan.gpus import get_gpu
 from kvplan.specs import load_bundled, load_spec_yaml
 
 MIB, GIB = 1 << 20, 1 << 30
-CALIBRATION = {c["id"]: c for c in yaml.safe_load((Path(__file__).parent / "fixtures/engine_calibration.yaml").read_text())}
+CALIBRATION = {
+    c["id"]: c for c in yaml.safe_load((Path(__file__).parent / "fixtures/engine_calibration.yaml").read_text())
+}
 LLAMA31_8B = load_bundled("llama3.1-8b")
 
 
@@ -69,7 +71,11 @@ def test_tp_beyond_kv_heads_replicates():
 def test_mla_latent_on_every_rank():
     # deepseek-v3 at TP = 8: the 576-element latent is not split: 61 × 576 × 2 B = 70,272 B per token per GPU;
     # weights 671e9 × 1 B (fp8) / 8 = 83,875,000,000 B per GPU
-    r = plan_fit(load_bundled("deepseek-v3"), get_gpu("h200"), FitOptions(tensor_parallel_size=8, weights_dtype="fp8", max_model_len=32768))
+    r = plan_fit(
+        load_bundled("deepseek-v3"),
+        get_gpu("h200"),
+        FitOptions(tensor_parallel_size=8, weights_dtype="fp8", max_model_len=32768),
+    )
     assert r.kv_bytes_per_token == 70_272
     assert r.weights_bytes == 83_875_000_000
     assert r.fits
@@ -116,7 +122,9 @@ def _opts(case) -> FitOptions:
     engine = Engine(case["engine"] if case["engine"] != "llamacpp" else "llamacpp")
     return FitOptions(
         engine=engine,
-        gpu_memory_utilization=s.get("gpu_memory_utilization") or s.get("mem_fraction_static") or s.get("free_gpu_memory_fraction"),
+        gpu_memory_utilization=s.get("gpu_memory_utilization")
+        or s.get("mem_fraction_static")
+        or s.get("free_gpu_memory_fraction"),
         max_model_len=s["max_model_len"],
         max_num_batched_tokens=s.get("max_num_batched_tokens") or s.get("max_num_tokens"),
         max_batch_size=s.get("max_batch_size"),
@@ -214,8 +222,18 @@ def test_fit_cli_json_keys(cli):
     code, out, err = cli("fit", "llama3.1-70b", "--gpu", "h100", "--tp", "4", "--max-model-len", "32768", "--json")
     assert code == 0, err
     d = json.loads(out)
-    for key in ("weights_bytes", "activation_bytes", "overhead_bytes", "kv_budget_bytes", "kv_bytes_per_token",
-                "kv_capacity_tokens", "num_blocks", "max_concurrent_requests", "max_concurrency", "max_model_len_fit"):
+    for key in (
+        "weights_bytes",
+        "activation_bytes",
+        "overhead_bytes",
+        "kv_budget_bytes",
+        "kv_bytes_per_token",
+        "kv_capacity_tokens",
+        "num_blocks",
+        "max_concurrent_requests",
+        "max_concurrency",
+        "max_model_len_fit",
+    ):
         assert key in d
     # 2 × 80 × (8 / 4 = 2 heads) × 128 × 2 B = 81,920 B per token per GPU; weights 70.6e9 × 2 / 4
     assert d["kv_bytes_per_token"] == 81_920
@@ -250,10 +268,16 @@ def test_weights_do_not_fit(cli):
 @pytest.mark.parametrize(
     "args, line",
     [
-        (["--tp", "3"], "kvplan: error: --tp: 3 does not divide llama3-8b's heads (H_q=32, H_kv=8); allowed: 1, 2, 4, 8, 16, 32"),
+        (
+            ["--tp", "3"],
+            "kvplan: error: --tp: 3 does not divide llama3-8b's heads (H_q=32, H_kv=8); allowed: 1, 2, 4, 8, 16, 32",
+        ),
         (["--engine", "tgi"], "kvplan: error: --engine: unknown engine 'tgi'; allowed: vllm, sglang, trtllm, llamacpp"),
         (["--gpu-memory-utilization", "1.5"], "kvplan: error: --gpu-memory-utilization: 1.5 must be in (0, 1]"),
-        (["--kv-cache-memory", "lots"], "kvplan: error: --kv-cache-memory: 'lots' is not a size; use bytes or a unit: GB (10^9), GiB (2^30), MB, MiB, TB, TiB"),
+        (
+            ["--kv-cache-memory", "lots"],
+            "kvplan: error: --kv-cache-memory: 'lots' is not a size; use bytes or a unit: GB (10^9), GiB (2^30), MB, MiB, TB, TiB",
+        ),
     ],
 )
 def test_fit_bad_flags(cli, args, line):

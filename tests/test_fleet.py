@@ -50,7 +50,14 @@ def test_class_too_big_for_any_replica_is_said_plainly():
 def test_best_per_gpu_and_sorting_by_cost():
     spec = load_bundled("llama3.1-70b")
     wl = load_workload(ROOT / "examples/chat-and-rag.yaml")
-    rows = plan_fleet(spec, wl, [get_gpu("h100"), get_gpu("h200")], FitOptions(), prices={"h100-sxm-80gb": 2.0, "h200-sxm-141gb": 3.0}, sort="cost")
+    rows = plan_fleet(
+        spec,
+        wl,
+        [get_gpu("h100"), get_gpu("h200")],
+        FitOptions(),
+        prices={"h100-sxm-80gb": 2.0, "h200-sxm-141gb": 3.0},
+        sort="cost",
+    )
     fits = [r for r in rows if r.fits]
     costs = [r.cost_usd_per_hour for r in fits]
     assert costs == sorted(costs)
@@ -63,11 +70,23 @@ def test_best_per_gpu_and_sorting_by_cost():
     "data, message",
     [
         ({"classes": []}, "w.yaml: classes must be a non-empty list of request classes"),
-        ({"classes": [{"name": "a", "concurrency": 0, "tokens": 10}]}, "w.yaml: classes[0].concurrency=0 must be an integer >= 1"),
+        (
+            {"classes": [{"name": "a", "concurrency": 0, "tokens": 10}]},
+            "w.yaml: classes[0].concurrency=0 must be an integer >= 1",
+        ),
         ({"classes": [{"name": "a", "concurrency": 1}]}, "w.yaml: classes[0] is missing tokens"),
-        ({"classes": [{"name": "a", "concurency": 1, "tokens": 5}]}, "w.yaml: unknown key classes[0].'concurency' (did you mean concurrency?)"),
-        ({"classes": [{"name": "a", "concurrency": 1, "tokens": "lots"}]}, "w.yaml: classes[0].tokens: 'lots' is not a token count"),
-        ({"classes": [{"name": "a", "concurrency": 1, "tokens": 5, "shared_prefix": 9}]}, "w.yaml: classes[0].shared_prefix=9 is longer than tokens=5"),
+        (
+            {"classes": [{"name": "a", "concurency": 1, "tokens": 5}]},
+            "w.yaml: unknown key classes[0].'concurency' (did you mean concurrency?)",
+        ),
+        (
+            {"classes": [{"name": "a", "concurrency": 1, "tokens": "lots"}]},
+            "w.yaml: classes[0].tokens: 'lots' is not a token count",
+        ),
+        (
+            {"classes": [{"name": "a", "concurrency": 1, "tokens": 5, "shared_prefix": 9}]},
+            "w.yaml: classes[0].shared_prefix=9 is longer than tokens=5",
+        ),
     ],
 )
 def test_bad_workloads(data, message):
@@ -77,7 +96,17 @@ def test_bad_workloads(data, message):
 
 
 def test_fleet_cli_example(cli):
-    code, out, err = cli("fleet", "llama3.1-70b", "--workload", str(ROOT / "examples/chat-and-rag.yaml"), "--gpu", "h100", "--gpu", "h200", "--json")
+    code, out, err = cli(
+        "fleet",
+        "llama3.1-70b",
+        "--workload",
+        str(ROOT / "examples/chat-and-rag.yaml"),
+        "--gpu",
+        "h100",
+        "--gpu",
+        "h200",
+        "--json",
+    )
     assert code == 0, err
     d = json.loads(out)
     assert d["concurrency_is"] == "total across the fleet"

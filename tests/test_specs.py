@@ -140,7 +140,10 @@ def test_malformed_yaml_and_missing_file(tmp_path):
 
 
 def test_layer_rules_and_shared_layers(tmp_path):
-    text = GOOD + "sliding_window: 4\nlayers:\n  default: sliding\n  rules:\n    - {kind: full, period: 2, offset: 1}\n    - {kind: shared, indices: [3]}\n"
+    text = (
+        GOOD
+        + "sliding_window: 4\nlayers:\n  default: sliding\n  rules:\n    - {kind: full, period: 2, offset: 1}\n    - {kind: shared, indices: [3]}\n"
+    )
     s = load_spec_yaml(write(tmp_path, text))
     assert s.layer_kinds == ("sliding", "full", "sliding", "shared")
     # 512 B/token per... per layer: 2 × 2 × 16 × 2 = 128 B; S = 10: full 1 × 128 × 10 + sliding 2 × 128 × 4
