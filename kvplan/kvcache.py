@@ -1,0 +1,303 @@
+"""A real, preallocated (static) KV cache for a :class:`~kvplan.specs.ModelSpec`, in torch.
+
+One :class:`LayerCache` per layer, allocated once at construction; prefill and decode write into it in
+place (``copy_`` / ``index_copy_``), never growing it or concatenating. Per layer kind, for a batch of B
+requests of at most S tokens (``h = H_kv``, ``d = head_dim``, ``d_v = v_head_dim``):
+
+=========  ================================================================================================
+kind       tensors (``# shape``, dtype)
+=========  ================================================================================================
+full       ``k`` [B, h, S, d], ``v`` [B, h, S, d_v] in the KV dtype
+sliding    ``k`` [B, h, W, d], ``v`` [B, h, W, d_v], W = min(S, sliding_window): a ring, token p in slot p % W
+chunked    the same ring with W = min(S, attention_chunk_size)
+mla        ``latent`` [B, S, kv_lora_rank + qk_rope_head_dim] (one latent, no V; DeepSeek-V2 §2.1)
+mamba      ``conv`` [B, d_inner, d_conv − 1], ``ssm`` [B, d_inner, d_state] in the state dtype
+shared     nothing
+=========  ================================================================================================
+
+KV dtypes torch has no type for (``q8_0``, ``q4_0``, ``nvfp4``, ``int8``/``fp8_per_token_head`` with their
+fp32 scales, see :attr:`kvplan.dtypes.KVDtype.torch_name`) are stored as ``uint8`` rows of exactly
+:meth:`~kvplan.dtypes.KVDtype.row_bytes` bytes per token: ``k`` [B, S, row(h·d, h)] and ``v`` [B, S, row(h·d_v, h)]
+(``latent`` [B, S, row(576)]); a packed Mamba state is one ``state`` [B, bytes_for(d_inner·(d_conv−1+d_state))].
+
+The bytes allocated equal :func:`kvplan.calc.estimate` ``(spec, S, B, kv_dtype).total_bytes`` exactly (for
+the same layers): each tensor above is one row of that formula times B (and tokens).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from kvplan.calc import layer_groups, resolve_kv_dtype
+from kvplan.dtypes import KVDtype, get_kv_dtype
+from kvplan.errors import UsageError
+from kvplan.specs import ModelSpec
+
+RING_KINDS = ("sliding", "chunked")
+KV_KINDS = ("full", "sliding", "chunked")
+
+
+def torch_dtype_of(dtype: KVDtype) -> torch.dtype | None:
+    """The torch dtype a KV dtype is stored in, or None when it is stored as packed ``uint8`` rows."""
+    if dtype.torch_name is None:
+        return None
+    return getattr(torch, dtype.torch_name, None)
+
+
+def ring_positions(end: int, capacity: int, device: torch.device | str | None = None) -> torch.Tensor:
+    """Absolute position held by each slot of a ring of ``capacity`` slots after tokens 0..end−1 were written.
+
+    Slot ``s`` holds the latest position ``p < end`` with ``p % capacity == s``, i.e.
+    ``(end − 1) − ((end − 1 − s) mod capacity)``, or −1 when no such token was written yet.
+
+    Returns:
+        int64 tensor [capacity].
+    """
+    last = end - 1
+    s = torch.arange(capacity, device=device)
+    pos = last - torch.remainder(last - s, capacity)
+    return torch.where(pos >= 0, pos, torch.full_like(pos, -1))
+
+
+@dataclass
+class LayerCache:
+    """The cache of one layer.
+
+    Attributes:
+        index: layer index in the model.
+        kind: layer kind (see :data:`kvplan.specs.LAYER_KINDS`).
+        capacity: token slots per request (S, or min(S, window) for a ring); 0 for mamba and shared.
+        window: the sliding window or attention chunk (tokens) of a ring layer, else None.
+        packed: True when stored as uint8 rows (no torch dtype for the KV dtype).
+        tensors: name → tensor (``k``/``v``, ``latent``, ``conv``/``ssm``/``state``), shapes in the module doc.
+    """
+
+    index: int
+    kind: str
+    capacity: int
+    window: int | None
+    packed: bool
+    tensors: dict[str, torch.Tensor]
+
+    @property
+    def ring(self) -> bool:
+        """True for sliding/chunked layers: token p lives in slot p % capacity."""
+        return self.kind in RING_KINDS
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes this layer's tensors hold (Python int)."""
+        return sum(t.numel() * t.element_size() for t in self.tensors.values())
+
+
+class StaticKVCache:
+    """A preallocated KV cache for ``batch_size`` requests of up to ``seq_len`` tokens of ``spec``.
+
+    Args:
+        spec: the model.
+        seq_len: S_max, tokens per request (>= 1).
+        batch_size: B, requests (>= 1).
+        kv_dtype: KV dtype name or object; None / ``auto`` = the model dtype.
+        device: torch device (``cpu``, ``cuda``, ``cuda:1`` ...).
+        layers: allocate only the first N layers (N in 1..num_layers); None = all.
+        fill: when not None, write this byte value into every byte after allocating, so every page is
+            resident (``torch.empty`` pages are not, on CPU, until written).
+
+    Attributes:
+        layers: one :class:`LayerCache` per allocated layer (shared layers included, with no tensors).
+        kv_dtype, state_dtype: the :class:`~kvplan.dtypes.KVDtype` of attention caches and Mamba states.
+
+    Raises:
+        UsageError: seq_len/batch_size < 1, layers out of range, unknown dtype.
+        torch.OutOfMemoryError / RuntimeError: the device cannot hold it (check free memory first:
+            :mod:`kvplan.verify` does).
+    """
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        seq_len: int,
+        batch_size: int = 1,
+        kv_dtype: str | KVDtype | None = None,
+        *,
+        device: torch.device | str = "cpu",
+        layers: int | None = None,
+        fill: int | None = None,
+    ) -> None:
+        for flag, value in (("--seq", seq_len), ("--batch", batch_size)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise UsageError(f"{flag}: {value!r} must be an integer >= 1")
+        n = spec.num_layers if layers is None else layers
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= spec.num_layers:
+            raise UsageError(f"--layers: {layers!r} must be an integer in 1..{spec.num_layers} ({spec.name})")
+        self.spec = spec
+        self.seq_len = seq_len
+        self.batch_size = batch_size
+        self.num_layers = n
+        self.device = torch.device(device)
+        self.kv_dtype = resolve_kv_dtype(spec, kv_dtype)
+        self.state_dtype = get_kv_dtype(spec.mamba.state_dtype or spec.dtype) if spec.mamba else None
+        self.layers: list[LayerCache] = [self._allocate(i) for i in range(n)]
+        if fill is not None:
+            self.fill_(fill)
+
+    # --- allocation ----------------------------------------------------------------------------------
+
+    def _empty(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        return torch.empty(shape, dtype=dtype, device=self.device)
+
+    def _allocate(self, i: int) -> LayerCache:
+        spec, B, S = self.spec, self.batch_size, self.seq_len
+        kind = spec.layer_kinds[i]
+        tdt = torch_dtype_of(self.kv_dtype)
+        packed = tdt is None
+        if kind in KV_KINDS:
+            window = spec.window_of(kind)
+            cap = S if window is None else min(S, window)
+            h = spec.num_kv_heads
+            if packed:
+                tensors = {
+                    "k": self._empty((B, cap, self.kv_dtype.row_bytes(h * spec.head_dim, h)), torch.uint8),
+                    "v": self._empty((B, cap, self.kv_dtype.row_bytes(h * spec.v_dim, h)), torch.uint8),
+                }
+            else:
+                tensors = {
+                    "k": self._empty((B, h, cap, spec.head_dim), tdt),  # (B, H_kv, S|W, d)
+                    "v": self._empty((B, h, cap, spec.v_dim), tdt),  # (B, H_kv, S|W, d_v)
+                }
+            return LayerCache(i, kind, cap, window, packed, tensors)
+        if kind == "mla":
+            assert spec.mla is not None  # guaranteed by build_spec
+            width = spec.mla.latent_dim
+            if packed:
+                latent = self._empty((B, S, self.kv_dtype.row_bytes(width, 1)), torch.uint8)
+            else:
+                latent = self._empty((B, S, width), tdt)  # (B, S, kv_lora_rank + qk_rope_head_dim)
+            return LayerCache(i, kind, S, None, packed, {"latent": latent})
+        if kind == "mamba":
+            assert spec.mamba is not None and self.state_dtype is not None  # guaranteed by build_spec
+            m = spec.mamba
+            sdt = torch_dtype_of(self.state_dtype)
+            if sdt is None:
+                nbytes = self.state_dtype.bytes_for(m.state_elements())
+                return LayerCache(i, kind, 0, None, True, {"state": self._empty((B, nbytes), torch.uint8)})
+            tensors = {
+                "conv": self._empty((B, m.d_inner, m.d_conv - 1), sdt),  # (B, d_inner, d_conv − 1)
+                "ssm": self._empty((B, m.d_inner, m.d_state), sdt),  # (B, d_inner, d_state)
+            }
+            return LayerCache(i, kind, 0, None, False, tensors)
+        return LayerCache(i, kind, 0, None, False, {})  # shared: reads another layer's cache
+
+    # --- accounting -------------------------------------------------------------------------------------
+
+    def tensors(self) -> list[torch.Tensor]:
+        """Every allocated tensor, layer by layer."""
+        return [t for layer in self.layers for t in layer.tensors.values()]
+
+    @property
+    def num_tensors(self) -> int:
+        """Number of allocated tensors (the allocator rounds each one separately)."""
+        return len(self.tensors())
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes allocated for the cache: sum of ``numel × element_size`` over every tensor (int)."""
+        return sum(layer.nbytes for layer in self.layers)
+
+    def formula_bytes(self) -> int:
+        """:func:`kvplan.calc` bytes for the same layers, S, B and dtype (what :attr:`nbytes` must equal)."""
+        groups = layer_groups(self.spec, self.seq_len, self.kv_dtype, layers=range(self.num_layers))
+        return sum(g.bytes for g in groups) * self.batch_size
+
+    def data_ptrs(self) -> tuple[int, ...]:
+        """Addresses of every tensor's storage (unchanged by writes when the cache does not grow)."""
+        return tuple(t.data_ptr() for t in self.tensors())
+
+    def fill_(self, value: int = 0) -> StaticKVCache:
+        """Write byte ``value`` (0..255) into every byte of every tensor (makes the pages resident)."""
+        for t in self.tensors():
+            t.view(torch.uint8).fill_(value)
+        return self
+
+    # --- writes and reads ---------------------------------------------------------------------------
+
+    def _slots(self, layer: LayerCache, start: int, T: int) -> tuple[int, int, torch.Tensor | None]:
+        """(first token kept, tokens kept, ring slot indices or None) for writing positions start..start+T−1."""
+        if start < 0 or T < 1:
+            raise ValueError(f"layer {layer.index}: write of {T} tokens at position {start}")
+        if start + T > self.seq_len:
+            raise ValueError(
+                f"layer {layer.index}: writing positions {start}..{start + T - 1} exceeds the cache's "
+                f"{self.seq_len} tokens (a static cache does not grow)"
+            )
+        if not layer.ring:
+            return 0, T, None
+        skip = max(0, T - layer.capacity)  # only the last `capacity` tokens survive in a ring
+        idx = torch.arange(start + skip, start + T, device=self.device) % layer.capacity
+        return skip, T - skip, idx
+
+    def write(
+        self, index: int, start: int, k: torch.Tensor, v: torch.Tensor | None = None, *, batch_start: int = 0
+    ) -> None:
+        """Store tokens ``start .. start+T−1`` of layer ``index`` in place (casting to the cache dtype).
+
+        Shapes: full/sliding/chunked: k [b, H_kv, T, d], v [b, H_kv, T, d_v] (packed: uint8 rows
+        k [b, T, row_k], v [b, T, row_v]); mla: k = latent [b, T, kv_lora_rank + qk_rope_head_dim]
+        (packed: [b, T, row]), v None. The b rows are requests ``batch_start .. batch_start+b−1``.
+        Ring layers keep the last ``capacity`` tokens, token p in slot p % capacity.
+
+        Raises:
+            ValueError: a mamba/shared layer, a write past seq_len or the batch, or a shape mismatch.
+        """
+        layer = self.layers[index]
+        if layer.kind not in KV_KINDS and layer.kind != "mla":
+            raise ValueError(f"layer {index} is {layer.kind}: it has no token cache to write")
+        names = ("latent",) if layer.kind == "mla" else ("k", "v")
+        values = (k,) if layer.kind == "mla" else (k, v)
+        token_dim = 1 if (layer.packed or layer.kind == "mla") else 2
+        T = k.shape[token_dim]
+        b = k.shape[0]
+        if batch_start < 0 or batch_start + b > self.batch_size:
+            raise ValueError(
+                f"layer {index}: requests {batch_start}..{batch_start + b - 1} outside the batch of {self.batch_size}"
+            )
+        skip, kept, idx = self._slots(layer, start, T)
+        for name, src in zip(names, values, strict=True):
+            dst = layer.tensors[name].narrow(0, batch_start, b)
+            if src is None or src.dim() != dst.dim() or src.shape[token_dim] != T:
+                raise ValueError(f"layer {index}: {name} must be {dst.dim()}-D with {T} tokens on dim {token_dim}")
+            src = src.narrow(token_dim, skip, kept)
+            if idx is None:
+                dst.narrow(token_dim, start, kept).copy_(src)
+            else:
+                dst.index_copy_(token_dim, idx, src.to(dst.dtype))
+
+    def read(self, index: int, end: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Views of what attention reads after tokens 0..end−1 of layer ``index`` were written (no copy).
+
+        Returns:
+            (k, v, positions): full: k [B, H_kv, end, d], v [B, H_kv, end, d_v], positions [end] = 0..end−1;
+            ring: the whole ring k [B, H_kv, W, d], v [B, H_kv, W, d_v], positions [W] from
+            :func:`ring_positions` (−1 for an empty slot; mask those); mla: k = latent viewed as
+            [B, 1, end, kv_lora_rank + qk_rope_head_dim] and v = its first kv_lora_rank columns
+            [B, 1, end, kv_lora_rank] (absorbed MLA is MQA over the latent).
+
+        Raises:
+            ValueError: a packed, mamba or shared layer, or end out of 1..seq_len.
+        """
+        layer = self.layers[index]
+        if layer.packed or layer.kind not in (*KV_KINDS, "mla"):
+            raise ValueError(f"layer {index} ({layer.kind}, packed={layer.packed}) cannot be read for attention")
+        if not 1 <= end <= self.seq_len:
+            raise ValueError(f"layer {index}: end={end} must be in 1..{self.seq_len}")
+        if layer.kind == "mla":
+            assert self.spec.mla is not None
+            lat = layer.tensors["latent"][:, :end].unsqueeze(1)  # (B, 1, end, 576)
+            pos = torch.arange(end, device=self.device)
+            return lat, lat[..., : self.spec.mla.kv_lora_rank], pos
+        k, v = layer.tensors["k"], layer.tensors["v"]
+        if layer.ring:
+            return k, v, ring_positions(end, layer.capacity, self.device)
+        return k[:, :, :end], v[:, :, :end], torch.arange(end, device=self.device)

@@ -1,0 +1,167 @@
+"""kvplan.kvcache: a real cache's bytes equal the formula; writes stay in place; rings keep the window."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from kvplan.calc import estimate  # noqa: E402
+from kvplan.errors import UsageError  # noqa: E402
+from kvplan.kvcache import StaticKVCache, ring_positions  # noqa: E402
+from kvplan.specs import load_bundled  # noqa: E402
+
+# CPU tensors from torch.empty are virtual until written, so these allocations cost no time.
+
+
+@pytest.mark.parametrize(
+    "model,seq,batch,expected",
+    [
+        # 2 × 32 layers × 8 heads × 128 × 2 B = 131,072 B/token; × 16 tokens × 2 requests = 4,194,304 B
+        ("llama3-8b", 16, 2, 4_194_304),
+        # MQA: 2 × 32 layers × 1 head × 64 × 2 B = 8,192 B/token; × 100 × 3 = 2,457,600 B
+        ("falcon-7b", 100, 3, 2_457_600),
+        # MLA: 61 layers × (512 + 64) × 2 B = 70,272 B/token, no factor 2; × 33 × 1 = 2,318,976 B
+        ("deepseek-v3", 33, 1, 2_318_976),
+        # Jamba: 4 attention layers × 2 × 8 × 128 × 2 B = 16,384 B/token × 64 = 1,048,576 B, plus
+        # 28 Mamba layers × 8192 × (3 + 16) × 2 B = 8,716,288 B of state; × 2 requests = 19,529,728 B
+        ("jamba-v0.1", 64, 2, 19_529_728),
+        # Gemma 3 27B: 2 × 16 heads × 128 × 2 B = 8,192 B per token per layer; 10 full + 52 sliding
+        # (window 1024 > 40 tokens, so all 62 layers keep 40): 62 × 8,192 × 40 = 20,316,160 B
+        ("gemma3-27b", 40, 1, 20_316_160),
+    ],
+)
+def test_bytes_equal_formula(model, seq, batch, expected):
+    spec = load_bundled(model)
+    cache = StaticKVCache(spec, seq, batch, device="cpu")
+    assert cache.nbytes == expected
+    assert estimate(spec, seq, batch).total_bytes == expected
+    assert cache.formula_bytes() == expected
+
+
+def test_sliding_window_both_sides_of_the_limit():
+    spec = load_bundled("gemma3-27b")
+    per = 8_192  # bytes per token per layer: 2 × 16 × 128 × 2 B
+    # exactly the window: every layer keeps 1024 tokens: 62 × 1024 × 8192 = 520,093,696 B
+    at = StaticKVCache(spec, 1024, device="cpu")
+    assert at.nbytes == 62 * 1024 * per == 520_093_696 == estimate(spec, 1024).total_bytes
+    # one token over: full layers keep 1025, sliding ones stay at 1024: 10 × 1025 × 8192 + 52 × 1024 × 8192
+    over = StaticKVCache(spec, 1025, device="cpu")
+    assert over.nbytes == 10 * 1025 * per + 52 * 1024 * per == 520_175_616 == estimate(spec, 1025).total_bytes
+    sliding = [layer for layer in over.layers if layer.kind == "sliding"]
+    assert len(sliding) == 52 and all(layer.tensors["k"].shape == (1, 16, 1024, 128) for layer in sliding)
+    assert over.layers[5].kind == "full" and over.layers[5].tensors["k"].shape == (1, 16, 1025, 128)
+
+
+@pytest.mark.parametrize(
+    "model",
+    ["llama3-8b", "gemma3-27b", "deepseek-v3", "jamba-v0.1", "falcon-7b", "llama4-scout", "gpt-oss-20b", "llama2-7b"],
+)
+@pytest.mark.parametrize("kv_dtype", ["auto", "fp8", "q8_0", "q4_0", "nvfp4", "int8", "fp32"])
+def test_every_dtype_matches_formula_on_meta(model, kv_dtype):
+    # meta tensors carry shape and dtype without memory: real sizes (128k tokens) checked instantly
+    spec = load_bundled(model)
+    for seq in (1, 1000, 131_072):
+        cache = StaticKVCache(spec, seq, 3, kv_dtype, device="meta")
+        assert cache.nbytes == estimate(spec, seq, 3, kv_dtype).total_bytes
+
+
+def test_packed_dtypes_are_uint8_rows_of_exact_bytes():
+    spec = load_bundled("llama3-8b")
+    # q8_0: H_kv × d = 1024 elements = 32 blocks × 34 B = 1,088 B per K row (vs 1,024 at 1 B/elem)
+    c = StaticKVCache(spec, 10, 2, "q8_0", device="cpu")
+    k = c.layers[0].tensors["k"]
+    assert k.dtype == torch.uint8 and k.shape == (2, 10, 1088)
+    # 2 × 1,088 B × 32 layers = 69,632 B/token; × 10 × 2 = 1,392,640 B
+    assert c.nbytes == 1_392_640 == estimate(spec, 10, 2, "q8_0").total_bytes
+    # nvfp4: ceil(1024/2) + ceil(1024/16) = 576 B per row
+    assert StaticKVCache(spec, 1, 1, "nvfp4", device="meta").layers[0].tensors["v"].shape == (1, 1, 576)
+    # int8 with fp32 scales per token-head: 1024 + 8 × 4 = 1,056 B per row
+    assert StaticKVCache(spec, 1, 1, "int8", device="meta").layers[0].tensors["k"].shape == (1, 1, 1056)
+    # fp8 has a torch type: float8_e4m3fn [B, H_kv, S, d]
+    assert StaticKVCache(spec, 1, 1, "fp8", device="meta").layers[0].tensors["k"].dtype == torch.float8_e4m3fn
+
+
+def test_layer_shapes_per_kind():
+    ds = StaticKVCache(load_bundled("deepseek-v3"), 7, 2, device="meta", layers=2)
+    assert list(ds.layers[0].tensors) == ["latent"] and ds.layers[0].tensors["latent"].shape == (2, 7, 576)
+    jamba = StaticKVCache(load_bundled("jamba-v0.1"), 7, 2, device="meta", layers=5)
+    assert jamba.layers[0].kind == "mamba"
+    assert jamba.layers[0].tensors["conv"].shape == (2, 8192, 3)  # (B, d_inner, d_conv − 1)
+    assert jamba.layers[0].tensors["ssm"].shape == (2, 8192, 16)  # (B, d_inner, d_state)
+    assert jamba.layers[4].kind == "full" and jamba.layers[4].tensors["v"].shape == (2, 8, 7, 128)
+    scout = StaticKVCache(load_bundled("llama4-scout"), 10_000, 1, device="meta", layers=4)
+    assert scout.layers[0].kind == "chunked" and scout.layers[0].tensors["k"].shape == (1, 8, 8192, 128)
+    assert scout.layers[3].kind == "full" and scout.layers[3].tensors["k"].shape == (1, 8, 10_000, 128)
+
+
+def test_first_n_layers():
+    spec = load_bundled("gemma3-27b")
+    # layers 0..5: 5 sliding + layer 5 full; S = 2000: 5 × 1024 × 8192 + 2000 × 8192 = 58,327,040 B
+    c = StaticKVCache(spec, 2000, 1, device="meta", layers=6)
+    assert [layer.kind for layer in c.layers] == ["sliding"] * 5 + ["full"]
+    assert c.nbytes == c.formula_bytes() == 58_327_040
+    with pytest.raises(UsageError, match="--layers: 63 must be an integer in 1..62"):
+        StaticKVCache(spec, 10, layers=63)
+    with pytest.raises(UsageError, match="--seq"):
+        StaticKVCache(spec, 0)
+
+
+def test_full_layer_prefill_and_decode_write_in_place():
+    spec = load_bundled("llama3-8b")
+    c = StaticKVCache(spec, 12, 2, device="cpu", layers=2, fill=0)
+    ptrs, nbytes = c.data_ptrs(), c.nbytes
+    k = torch.randn(2, 8, 12, 128).bfloat16()
+    v = torch.randn(2, 8, 12, 128).bfloat16()
+    c.write(0, 0, k[:, :, :9], v[:, :, :9])  # prefill 9 tokens
+    for t in range(9, 12):  # decode 3
+        c.write(0, t, k[:, :, t : t + 1], v[:, :, t : t + 1])
+    assert c.data_ptrs() == ptrs and c.nbytes == nbytes  # no growth, no new storage
+    rk, rv, pos = c.read(0, 12)
+    assert torch.equal(rk, k) and torch.equal(rv, v) and pos.tolist() == list(range(12))
+    assert rk.data_ptr() == c.layers[0].tensors["k"].data_ptr()  # a view, not a copy
+    assert torch.count_nonzero(c.layers[1].tensors["k"]) == 0  # layer 1 untouched
+    with pytest.raises(ValueError, match="does not grow"):
+        c.write(0, 12, k[:, :, :1], v[:, :, :1])
+
+
+def test_ring_keeps_the_last_window_tokens():
+    spec = load_bundled("gpt-oss-20b")  # layer 0 sliding, window 128
+    c = StaticKVCache(spec, 300, 1, device="cpu", layers=1)
+    layer = c.layers[0]
+    assert layer.kind == "sliding" and layer.capacity == 128
+    k = torch.randn(1, 8, 300, 64).bfloat16()
+    v = torch.randn(1, 8, 300, 64).bfloat16()
+    c.write(0, 0, k[:, :, :200], v[:, :, :200])  # more than the ring: only 72..199 survive
+    for t in range(200, 203):
+        c.write(0, t, k[:, :, t : t + 1], v[:, :, t : t + 1])
+    rk, rv, pos = c.read(0, 203)
+    # slot s holds the latest position p < 203 with p % 128 == s
+    assert pos.tolist() == [p if p % 128 == s else None for s, p in enumerate(pos.tolist())]
+    assert sorted(pos.tolist()) == list(range(75, 203))
+    for s, p in enumerate(pos.tolist()):
+        assert torch.equal(rk[:, :, s], k[:, :, p]) and torch.equal(rv[:, :, s], v[:, :, p])
+
+
+def test_ring_positions():
+    assert ring_positions(3, 4).tolist() == [0, 1, 2, -1]  # slot 3 not written yet
+    assert ring_positions(6, 4).tolist() == [4, 5, 2, 3]
+    assert ring_positions(8, 4).tolist() == [4, 5, 6, 7]
+
+
+def test_mla_latent_read_is_mqa_view():
+    spec = load_bundled("deepseek-v3")
+    c = StaticKVCache(spec, 5, 2, device="cpu", layers=1)
+    lat = torch.randn(2, 5, 576).bfloat16()
+    c.write(0, 0, lat)
+    k, v, pos = c.read(0, 5)
+    assert k.shape == (2, 1, 5, 576) and v.shape == (2, 1, 5, 512)
+    assert v.data_ptr() == k.data_ptr() == c.layers[0].tensors["latent"].data_ptr()  # no copy
+    assert torch.equal(v[:, 0], lat[..., :512])
+
+
+def test_fill_writes_every_byte():
+    c = StaticKVCache(load_bundled("jamba-v0.1"), 3, 1, device="cpu", layers=5, fill=7)
+    for t in c.tensors():
+        assert torch.all(t.view(torch.uint8) == 7)
+    assert c.num_tensors == 4 * 2 + 1 * 2  # 4 Mamba layers (conv, ssm) + 1 attention layer (k, v)
