@@ -1,0 +1,471 @@
+"""``kvplan sweep``: :func:`kvplan.fit.plan_fit` over a cross product of settings, vectorized with numpy.
+
+The cross product is models × sequence lengths (as ``max_model_len``) × GPUs × KV dtypes × TP degrees,
+with every other setting (engine, memory fraction, block size, ...) shared. Each row equals, field by
+field, ``plan_fit(spec, gpu, FitOptions(..., tensor_parallel_size=tp, max_model_len=seq,
+kv_dtype=dtype))`` (tests/test_sweep.py checks a random sample against the scalar function).
+
+How it is vectorized (shapes with axes ``(M, S, G, D, T)``: models, seqs, GPUs, dtypes, TPs):
+
+- per configuration ``(M, 1, 1, D, T)``, built by a small Python loop over models × dtypes × TPs with
+  the scalar helpers of :mod:`kvplan.calc` and :mod:`kvplan.fit`: bytes per token of the layers whose
+  cache grows with the request (full, MLA), of the sliding and chunked layers (and their windows), the
+  fixed Mamba state, weights, activation and overhead per GPU;
+- per configuration and GPU ``(M, 1, G, D, T)``: the KV budget (the engine's formula, float64 exactly as
+  the scalar code evaluates it), blocks, capacity, and ``max_model_len_fit`` by a binary search run on
+  all elements at once (≤ 41 rounds of array operations);
+- per configuration and sequence ``(M, S, 1, D, T)``: bytes per request (the engine's block rules);
+- per row ``(M, S, G, D, T)``: whole requests that fit and vLLM's "Maximum concurrency".
+
+Every byte count is int64, kept below 2^53 (checked; beyond, a :class:`UsageError`) so that the float
+division of "Maximum concurrency" rounds as Python's ``int / int`` does. Rows whose TP the model's
+heads do not allow (:func:`kvplan.fit.valid_tp_sizes`) are left out and counted in
+:attr:`SweepResult.skipped_rows`.
+
+numpy is imported inside the functions: ``kvplan estimate`` and ``kvplan fit`` never import this module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
+
+from kvplan.calc import resolve_kv_dtype, state_bytes_per_layer, token_bytes_per_layer, valid_tp_sizes
+from kvplan.errors import UsageError
+from kvplan.fit import (
+    CONVENTIONS,
+    MAX_SEARCH_TOKENS,
+    OVERHEAD_TP1_BYTES,
+    OVERHEAD_TP_BYTES,
+    Engine,
+    FitOptions,
+    _check,
+    default_activation_bytes,
+    get_engine,
+    weights_per_gpu,
+)
+from kvplan.gpus import GPU
+from kvplan.specs import ModelSpec
+
+EXACT_LIMIT = 1 << 53  # byte counts stay below this: exact in float64, so ratios round as Python's
+LLAMACPP_PAD = 256  # llama.cpp pads cell counts to 256 (kvplan.fit.request_bytes)
+
+# The columns of a sweep's output (table, CSV, JSON), in order.
+OUTPUT_COLUMNS = (
+    "model",
+    "seq",
+    "gpu",
+    "kv_dtype",
+    "tp",
+    "kv_budget_bytes",
+    "kv_bytes_per_request",
+    "max_concurrent_requests",
+    "max_concurrency",
+    "kv_capacity_tokens",
+    "fits",
+)
+# The table's columns: as OUTPUT_COLUMNS, with the GPU's short name (first alias) for people.
+TABLE_COLUMNS = tuple("gpu_short" if c == "gpu" else c for c in OUTPUT_COLUMNS)
+
+# FitResult fields held as one array each (int64, except max_concurrency float64 and fits bool).
+VALUE_COLUMNS = (
+    "usable_bytes",
+    "weights_bytes",
+    "activation_bytes",
+    "overhead_bytes",
+    "kv_budget_bytes",
+    "kv_bytes_per_token",
+    "kv_bytes_per_block",
+    "kv_bytes_per_request",
+    "num_blocks",
+    "kv_capacity_tokens",
+    "max_concurrent_requests",
+    "max_concurrency",
+    "max_model_len_fit",
+    "fits",
+)
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """The rows of a sweep, as numpy columns of length ``num_rows`` (row order: model, seq, GPU, dtype, TP).
+
+    Attributes:
+        model_names: the models, in the order given; ``model_index`` points into it.
+        gpu_labels: the GPUs (catalog id, or ``custom 80GiB`` for a size); ``gpu_index`` points into it.
+        gpu_short_labels: the same GPUs by their first alias (``h100``), for tables.
+        kv_dtype_names: resolved KV dtype names (``auto`` resolved per model); ``kv_dtype_index`` points in.
+        engine: the engine convention applied.
+        block_size: tokens per KV block.
+        model_index, gpu_index, kv_dtype_index: int64 arrays, shape (N,).
+        seq: max_model_len of each row, tokens, int64 (N,).
+        tp: tensor-parallel size of each row, int64 (N,).
+        columns: :data:`VALUE_COLUMNS` → array (N,); bytes and tokens are int64, exact.
+        skipped_rows: rows left out because TP does not divide the model's heads.
+        skipped_tp: ``(model name, tp)`` pairs that were left out.
+        beyond_max_context_rows: rows whose seq exceeds the model's max context (computed anyway).
+    """
+
+    model_names: tuple[str, ...]
+    gpu_labels: tuple[str, ...]
+    gpu_short_labels: tuple[str, ...]
+    kv_dtype_names: tuple[str, ...]
+    engine: str
+    block_size: int
+    model_index: Any
+    gpu_index: Any
+    kv_dtype_index: Any
+    seq: Any
+    tp: Any
+    columns: dict[str, Any] = field(repr=False)
+    skipped_rows: int = 0
+    skipped_tp: tuple[tuple[str, int], ...] = ()
+    beyond_max_context_rows: int = 0
+
+    @property
+    def num_rows(self) -> int:
+        """Rows computed (skipped ones excluded)."""
+        return int(self.seq.shape[0])
+
+    def _lists(self, start: int, stop: int, fields: Sequence[str]) -> dict[str, list]:
+        """Rows ``start:stop`` as one Python list per field (ints, floats, bools, strings)."""
+        cols: dict[str, list] = {}
+        for f in fields:
+            if f == "model":
+                cols[f] = [self.model_names[i] for i in self.model_index[start:stop].tolist()]
+            elif f in ("gpu", "gpu_short"):
+                labels = self.gpu_labels if f == "gpu" else self.gpu_short_labels
+                cols[f] = [labels[i] for i in self.gpu_index[start:stop].tolist()]
+            elif f == "kv_dtype":
+                cols[f] = [self.kv_dtype_names[i] for i in self.kv_dtype_index[start:stop].tolist()]
+            elif f in ("seq", "tp"):
+                cols[f] = getattr(self, f)[start:stop].tolist()
+            else:
+                cols[f] = self.columns[f][start:stop].tolist()
+        return cols
+
+    def rows(self, limit: int | None = None, fields: Sequence[str] = OUTPUT_COLUMNS) -> list[dict[str, Any]]:
+        """The first ``limit`` rows (all when None) as dicts of Python ints, floats, bools and strings.
+
+        Args:
+            limit: how many rows, from the first.
+            fields: which keys, among :data:`OUTPUT_COLUMNS`, ``gpu_short`` and :data:`VALUE_COLUMNS`.
+        """
+        n = self.num_rows if limit is None else max(0, min(limit, self.num_rows))
+        cols = self._lists(0, n, fields)
+        return [dict(zip(cols, vals, strict=True)) for vals in zip(*cols.values(), strict=True)]
+
+    def iter_rows(self, fields: Sequence[str] = OUTPUT_COLUMNS, chunk: int = 1 << 16) -> Iterator[dict[str, Any]]:
+        """Every row as a dict (as :meth:`rows`), converted ``chunk`` rows at a time to bound memory."""
+        for start in range(0, self.num_rows, chunk):
+            cols = self._lists(start, min(start + chunk, self.num_rows), fields)
+            for vals in zip(*cols.values(), strict=True):
+                yield dict(zip(cols, vals, strict=True))
+
+
+def gpu_label(gpu: GPU, short: bool = False) -> str:
+    """How a GPU is named in sweep rows: its catalog id (``short``: its first alias, when it has one), or
+    ``custom 80GiB`` for one given by size."""
+    if gpu.is_custom:
+        return gpu.name
+    return gpu.aliases[0] if short and gpu.aliases else gpu.id
+
+
+@dataclass
+class _Configs:
+    """Per (model, dtype, TP) scalars as int64 arrays of shape (M, 1, 1, D, T)."""
+
+    growing: Any  # bytes per token of the layers cached for every token (full, MLA; sliding when swa_full)
+    sliding: Any  # bytes per token of the sliding layers (0: none)
+    sliding_window: Any  # their window, tokens (1 when none)
+    chunked: Any  # bytes per token of the chunked layers (0: none)
+    chunk: Any  # their chunk, tokens (1 when none)
+    state: Any  # fixed bytes per request (Mamba)
+    per_token: Any  # bytes per token of all token-caching layers (FitResult.kv_bytes_per_token)
+    weights: Any
+    activation: Any
+    overhead: Any
+    valid: Any  # bool: the model's heads allow this TP
+
+
+def _cdiv(np, a, b):
+    """Ceiling division of non-negative int64 arrays (as :func:`kvplan.calc.cdiv`)."""
+    return -np.floor_divide(-a, b)
+
+
+def _request_bytes(np, cfg: _Configs, seq, engine: Engine, block: int, mnbt: int):
+    """Bytes one request of ``seq`` tokens holds, vectorized :func:`kvplan.fit.request_bytes` (PP = 1).
+
+    Args:
+        np: the numpy module.
+        cfg: configuration arrays; ``seq`` is an int64 array broadcastable against them.
+
+    Returns:
+        int64 array of the broadcast shape.
+    """
+    full_tokens = _cdiv(np, seq, block) * block
+    total = cfg.state + cfg.growing * full_tokens
+    for per_token, window, kind in ((cfg.sliding, cfg.sliding_window, "sliding"), (cfg.chunked, cfg.chunk, "chunked")):
+        if not per_token.any():
+            continue
+        if engine is Engine.vllm and kind == "sliding":
+            tokens = (_cdiv(np, np.minimum(window - 1 + mnbt, seq), block) + 1) * block
+        elif engine is Engine.vllm:
+            tokens = _cdiv(np, np.minimum(window + mnbt, seq), block) * block
+        elif engine is Engine.llamacpp:
+            tokens = np.minimum(full_tokens, _cdiv(np, window + mnbt, LLAMACPP_PAD) * LLAMACPP_PAD)
+        else:
+            tokens = _cdiv(np, np.minimum(seq, window), block) * block
+        total = total + per_token * tokens
+    return total
+
+
+def _configs(np, specs, kv_dtypes, tps, conv, opts: FitOptions, mnbt: int, max_batch: int, swa_full: bool):
+    """Build the per-configuration arrays (a loop over models × dtypes × TPs, scalar helpers of fit/calc)."""
+    shape = (len(specs), 1, 1, len(kv_dtypes), len(tps))
+    arrays = {k: np.zeros(shape, dtype=np.int64) for k in _Configs.__dataclass_fields__ if k != "valid"}
+    arrays["sliding_window"][...] = 1
+    arrays["chunk"][...] = 1
+    valid = np.zeros(shape, dtype=bool)
+    names = np.zeros((len(specs), len(kv_dtypes)), dtype=np.int64)
+    dtype_names: list[str] = []
+    for m, spec in enumerate(specs):
+        allowed = set(valid_tp_sizes(spec, limit=max(64, *tps)))
+        counts = spec.kind_counts()
+        for t, tp in enumerate(tps):
+            if opts.weights_bytes is not None:
+                weights = opts.weights_bytes
+            else:
+                weights, _ = weights_per_gpu(spec, opts.weights_dtype, tp, 1)
+            activation = (
+                opts.activation_bytes
+                if opts.activation_bytes is not None
+                else default_activation_bytes(spec, conv, mnbt, tp, max_batch)
+            )
+            overhead = opts.overhead_bytes
+            if overhead is None:
+                overhead = OVERHEAD_TP1_BYTES if tp == 1 else OVERHEAD_TP_BYTES
+            for d, name in enumerate(kv_dtypes):
+                kv_dtype = resolve_kv_dtype(spec, name)
+                if kv_dtype.name not in dtype_names:
+                    dtype_names.append(kv_dtype.name)
+                names[m, d] = dtype_names.index(kv_dtype.name)
+                at = (m, 0, 0, d, t)
+                valid[at] = tp in allowed
+                arrays["weights"][at] = weights
+                arrays["activation"][at] = activation
+                arrays["overhead"][at] = overhead
+                for kind, n in counts.items():
+                    arrays["state"][at] += n * state_bytes_per_layer(spec, kind, tp)
+                    per_token = n * token_bytes_per_layer(spec, kind, kv_dtype, tp)
+                    if not per_token:
+                        continue
+                    arrays["per_token"][at] += per_token
+                    window = spec.window_of(kind)
+                    if kind in ("full", "mla") or window is None or swa_full:
+                        arrays["growing"][at] += per_token
+                    elif kind == "sliding":
+                        arrays["sliding"][at] += per_token
+                        arrays["sliding_window"][at] = window
+                    else:
+                        arrays["chunked"][at] += per_token
+                        arrays["chunk"][at] = window
+    return _Configs(valid=valid, **arrays), names, tuple(dtype_names)
+
+
+def _budget(np, cfg: _Configs, totals, engine: Engine, util: float, given: int | None):
+    """(usable, budget) per configuration and GPU, int64 (M, 1, G, D, T): the formulas of plan_fit.
+
+    The float steps are float64 as in the scalar code (``int(x)`` truncates toward zero, as ``astype``):
+    vLLM ``ceil(total × U)`` is ``-(-int(total × U × 10^6) // 10^6)``.
+    """
+    total = totals + np.zeros_like(cfg.weights)  # broadcast to (M, 1, G, D, T)
+    if engine is Engine.vllm:
+        scaled = (total.astype(np.float64) * util * 10**6).astype(np.int64)
+        usable = -np.floor_divide(-scaled, 10**6)
+        budget = usable - cfg.weights - cfg.activation - cfg.overhead
+    elif engine is Engine.sglang:
+        usable = ((total - cfg.overhead).astype(np.float64) * util).astype(np.int64)
+        budget = usable - cfg.weights - cfg.activation
+    elif engine is Engine.trtllm:
+        usable = total - cfg.weights - cfg.activation - cfg.overhead
+        budget = (usable.astype(np.float64) * util).astype(np.int64)
+    else:
+        usable = (total.astype(np.float64) * util).astype(np.int64)
+        budget = usable - cfg.weights - cfg.activation - cfg.overhead
+    if given is not None:
+        budget = np.full_like(budget, given)
+    return usable, np.maximum(budget, 0)
+
+
+def _max_model_len_fit(np, cfg: _Configs, budget, engine: Engine, block: int, mnbt: int):
+    """Largest S in [0, 2^40] with request_bytes(S) ≤ budget, per element: plan_fit's binary search, vectorized.
+
+    The predicate is monotone in S, so the answer is the same whatever the search path. Probes are
+    clamped to ``budget // growing + 2 × block + 1`` tokens, beyond which a request surely exceeds the
+    budget, so int64 never overflows.
+    """
+    shape = budget.shape
+    growing = np.broadcast_to(cfg.growing, shape)
+    cap = np.where(growing > 0, budget // np.maximum(growing, 1) + 2 * block + 1, MAX_SEARCH_TOKENS)
+    lo = np.zeros(shape, dtype=np.int64)
+    hi = np.full(shape, MAX_SEARCH_TOKENS, dtype=np.int64)
+    while True:
+        active = lo < hi
+        if not active.any():
+            return lo
+        mid = (lo + hi + 1) // 2
+        ok = _request_bytes(np, cfg, np.minimum(mid, cap), engine, block, mnbt) <= budget
+        lo = np.where(active & ok, mid, lo)
+        hi = np.where(active & ~ok, mid - 1, hi)
+
+
+def sweep(
+    specs: Sequence[ModelSpec],
+    seqs: Sequence[int],
+    gpus: Sequence[GPU],
+    kv_dtypes: Sequence[str] = ("auto",),
+    tps: Sequence[int] = (1,),
+    opts: FitOptions | None = None,
+) -> SweepResult:
+    """:func:`kvplan.fit.plan_fit` for every (model, seq, GPU, KV dtype, TP), vectorized.
+
+    Args:
+        specs: models (M).
+        seqs: max_model_len values, tokens (S).
+        gpus: GPUs (G); each one's CUDA-visible total is used.
+        kv_dtypes: KV dtype names (D); ``auto`` is each model's dtype.
+        tps: tensor-parallel sizes (T); those a model's heads do not allow are skipped for that model.
+        opts: every other setting (engine, utilization, block size, ...); its TP, max_model_len and
+            kv_dtype are replaced by the axes. PP must be 1 and no shared prefix.
+
+    Returns:
+        A :class:`SweepResult` of ``M × S × G × D × T`` rows less the skipped ones.
+
+    Raises:
+        UsageError: an empty axis, a value < 1, a utilization outside (0, 1], an unknown dtype, a model
+            without param_count (and no weights_bytes), every row skipped, or byte counts beyond 2^53.
+    """
+    import numpy as np
+
+    opts = opts or FitOptions()
+    for flag, axis in (("MODEL", specs), ("--seq", seqs), ("--gpu", gpus), ("--kv-dtype", kv_dtypes), ("--tp", tps)):
+        if not len(axis):
+            raise UsageError(f"{flag}: give at least one value")
+    for tp in tps:
+        _check("--tp", tp)
+    for s in seqs:
+        _check("--seq", s)
+    if opts.pipeline_parallel_size != 1:
+        raise UsageError(f"--pp: {opts.pipeline_parallel_size}: sweep handles PP = 1 only (use 'kvplan fit --pp')")
+    if opts.shared_prefix_tokens:
+        raise UsageError("--shared-prefix: sweep does not take a shared prefix (use 'kvplan fit --shared-prefix')")
+    conv = CONVENTIONS[get_engine(opts.engine)]
+    engine = conv.engine
+    util = conv.utilization if opts.gpu_memory_utilization is None else opts.gpu_memory_utilization
+    if not 0 < util <= 1:
+        raise UsageError(f"--gpu-memory-utilization: {util} must be in (0, 1]")
+    block = opts.block_size or conv.block_size
+    mnbt = opts.max_num_batched_tokens or conv.max_num_batched_tokens
+    max_batch = opts.max_batch_size or conv.max_batch_size
+    _check("--block-size", block)
+    _check("--max-num-batched-tokens", mnbt)
+
+    cfg, dtype_code, dtype_names = _configs(np, specs, kv_dtypes, tps, conv, opts, mnbt, max_batch, opts.swa_full)
+    if opts.kv_cache_memory_bytes is not None and opts.kv_cache_memory_bytes >= EXACT_LIMIT:
+        raise UsageError(f"--kv-cache-memory: {opts.kv_cache_memory_bytes:,} B is beyond 2^53 B")
+    # Bounds, per model, in Python ints: a request of max(seqs) holds at most max_seq + 3 blocks (+ the
+    # batched tokens and llama.cpp's pad for windowed layers) per layer; it must stay below 2^53 B (exact
+    # in float64). The max_model_len_fit probes add at most the budget and a window: below 2^62 (int64).
+    max_seq, extra = max(seqs), 3 * block + mnbt + LLAMACPP_PAD + 1
+    budget_bound = max(g.cuda_total_bytes for g in gpus) + (opts.kv_cache_memory_bytes or 0)
+    for m, spec in enumerate(specs):
+        state, per_token = int(cfg.state[m].max()), int(cfg.per_token[m].max())
+        worst = state + per_token * (max_seq + extra)
+        if worst >= EXACT_LIMIT:
+            raise UsageError(
+                f"--seq: {max_seq:,} tokens of {spec.name} would need about {worst:,} B per request, beyond "
+                "the exact range of the vectorized sweep (2^53 B); use 'kvplan fit'"
+            )
+        window = max(int(cfg.sliding_window[m].max()), int(cfg.chunk[m].max()))
+        if state + budget_bound + per_token * (min(window, MAX_SEARCH_TOKENS) + extra) >= 1 << 62:
+            raise UsageError(f"{spec.name}: a window of {window:,} tokens is beyond the range of the vectorized sweep")
+
+    M, S, G, D, T = len(specs), len(seqs), len(gpus), len(kv_dtypes), len(tps)
+    full = (M, S, G, D, T)
+    seq_axis = np.asarray(seqs, dtype=np.int64).reshape(1, S, 1, 1, 1)
+    totals = np.asarray([g.cuda_total_bytes for g in gpus], dtype=np.int64).reshape(1, 1, G, 1, 1)
+
+    # per configuration × GPU (M, 1, G, D, T)
+    usable, budget = _budget(np, cfg, totals, engine, util, opts.kv_cache_memory_bytes)
+    per_block = block * cfg.per_token
+    num_blocks = np.where(per_block > 0, budget // np.maximum(per_block, 1), 0)
+    pool = np.where(per_block > 0, num_blocks * per_block, budget)
+    fit_len = _max_model_len_fit(np, cfg, budget, engine, block, mnbt)
+    # per configuration × seq (M, S, 1, D, T)
+    per_request = _request_bytes(np, cfg, seq_axis, engine, block, mnbt)
+    # per row (M, S, G, D, T); shared prefix is 0, so unique bytes = per_request
+    positive = per_request > 0
+    max_requests = np.where(positive & (budget >= per_request), budget // np.maximum(per_request, 1), 0)
+    concurrency = np.where(positive, pool / np.where(positive, per_request, 1), 0.0)
+
+    valid = np.broadcast_to(cfg.valid, full)
+    all_valid = bool(valid.all())
+
+    def rows_of(arr):
+        """(N,) rows of an array broadcastable to (M, S, G, D, T), skipped rows left out."""
+        a = np.broadcast_to(arr, full)
+        return a.reshape(-1) if all_valid else a[valid]
+
+    columns = {
+        "usable_bytes": rows_of(usable),
+        "weights_bytes": rows_of(cfg.weights),
+        "activation_bytes": rows_of(cfg.activation),
+        "overhead_bytes": rows_of(cfg.overhead),
+        "kv_budget_bytes": rows_of(budget),
+        "kv_bytes_per_token": rows_of(cfg.per_token),
+        "kv_bytes_per_block": rows_of(per_block),
+        "kv_bytes_per_request": rows_of(per_request),
+        "num_blocks": rows_of(num_blocks),
+        "kv_capacity_tokens": rows_of(num_blocks * block),
+        "max_concurrent_requests": rows_of(max_requests),
+        "max_concurrency": rows_of(concurrency),
+        "max_model_len_fit": rows_of(fit_len),
+    }
+    columns["fits"] = columns["max_concurrent_requests"] >= 1
+    index = np.indices((M, S, G, D, T), sparse=True)
+    dtype_index = dtype_code[:, None, None, :, None]  # (M, 1, 1, D, 1)
+    spec_max = np.asarray([s.max_model_len for s in specs], dtype=np.int64).reshape(M, 1, 1, 1, 1)
+    beyond = np.broadcast_to(seq_axis > spec_max, full)
+    skipped_tp = tuple((specs[m].name, int(tps[t])) for m in range(M) for t in range(T) if not cfg.valid[m, 0, 0, 0, t])
+    result = SweepResult(
+        model_names=tuple(s.name for s in specs),
+        gpu_labels=tuple(gpu_label(g) for g in gpus),
+        gpu_short_labels=tuple(gpu_label(g, short=True) for g in gpus),
+        kv_dtype_names=dtype_names,
+        engine=engine.value,
+        block_size=block,
+        model_index=rows_of(index[0]),
+        gpu_index=rows_of(index[2]),
+        kv_dtype_index=rows_of(dtype_index),
+        seq=rows_of(seq_axis),
+        tp=rows_of(np.asarray(tps, dtype=np.int64).reshape(1, 1, 1, 1, T)),
+        columns=columns,
+        skipped_rows=int(valid.size - np.count_nonzero(valid)),
+        skipped_tp=tuple(dict.fromkeys(skipped_tp)),
+        beyond_max_context_rows=int(np.count_nonzero(beyond & valid)),
+    )
+    if result.num_rows == 0:
+        pairs = ", ".join(f"{m} TP={t}" for m, t in result.skipped_tp)
+        raise UsageError(f"--tp: no row left: the heads of every model refuse every --tp given ({pairs})")
+    return result
+
+
+def skipped_message(result: SweepResult) -> str:
+    """One line naming the rows skipped for TP, e.g. ``skipped 7,920 rows: --tp does not divide the heads of
+    falcon-7b (TP 2, 4), phi3-medium (TP 4)``."""
+    by_model: dict[str, list[int]] = {}
+    for name, tp in result.skipped_tp:
+        by_model.setdefault(name, []).append(tp)
+    what = ", ".join(f"{name} (TP {', '.join(str(t) for t in tps)})" for name, tps in by_model.items())
+    return f"skipped {result.skipped_rows:,} rows: --tp does not divide the heads of {what}"

@@ -1,0 +1,118 @@
+"""kvplan plot: exact data behind the figure, PNG/SVG files written atomically, no overwrite without --force."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from kvplan.calc import estimate
+from kvplan.gpus import get_gpu
+from kvplan.plot import plot_data, sample_points
+from kvplan.specs import load_bundled
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def test_sample_points_cover_every_power_of_two_and_both_ends():
+    pts = sample_points(131072)
+    assert pts[0] == 512 and pts[-1] == 131072
+    assert all(1 << k in pts for k in range(9, 18))
+    assert pts == sorted(set(pts))
+    assert len(pts) == 8 * 8 + 1  # 8 doublings from 512 to 128k, 8 points each, plus the end
+    assert sample_points(100) == [100]  # shorter than the 512-token start: one point
+    assert sample_points(1000)[:2] == [512, 558]  # 512 × 2^(1/8) = 558.3
+
+
+def test_plot_data_is_exact_bytes_and_vllm_budgets():
+    llama, gemma = load_bundled("llama3-8b"), load_bundled("gemma3-27b")
+    data = plot_data([llama, gemma], [get_gpu("h100"), get_gpu("l4")], max_seq=131072)
+    at = dict(zip(data.points, data.curves[0].bytes, strict=True))
+    assert at[4096] == 536_870_912  # 4096 × 131,072 B (README)
+    gemma_at = dict(zip(data.points, data.curves[1].bytes, strict=True))
+    assert gemma_at[131072] == 11_173_625_856  # gemma3-27b at 128k (README)
+    for s, b in zip(data.points, data.curves[1].bytes, strict=True):
+        assert b == estimate(gemma, s).bytes_per_request
+    assert [c.label for c in data.curves] == ["llama3-8b (GQA, KV bf16)", "gemma3-27b (GQA, KV bf16)"]
+    # H100 budget for the first model, vLLM, TP=1: 58,629,753,908 B (by hand in tests/test_fit.py)
+    assert [(b.gpu, b.budget_bytes) for b in data.budgets][0] == ("h100-sxm-80gb", 58_629_753_908)
+    assert len(data.budgets) == 2 and data.notes == ()
+
+
+def test_topologies_and_gpus_without_budget_give_notes():
+    data = plot_data([load_bundled("llama3-8b")], [get_gpu("l4")], max_seq=8192, topologies=True, kv_dtype="fp8")
+    labels = [c.label for c in data.curves]
+    assert labels == ["llama3-8b (GQA, KV fp8_e4m3)", "llama3-8b as MHA (32 KV heads)", "llama3-8b as MQA (1 KV heads)"]
+    own, mha, mqa = (dict(zip(data.points, c.bytes, strict=True))[4096] for c in data.curves)
+    # fp8: 1 B per element; 2 × 32 layers × H_kv × 128 × 4096 tokens
+    assert (own, mha, mqa) == (2 * 32 * 8 * 128 * 4096, 2 * 32 * 32 * 128 * 4096, 2 * 32 * 1 * 128 * 4096)
+    data = plot_data([load_bundled("deepseek-v3")], [get_gpu("l4")], max_seq=4096, topologies=True)
+    assert len(data.curves) == 1  # MLA layers cache one latent whatever H_kv is
+    assert data.notes == (
+        "--topologies: deepseek-v3 as MQA caches the same bytes (MLA layers do not depend on KV heads); not drawn",
+        "--gpu l4-24gb: no KV budget line: deepseek-v3's weights, activation and overhead leave no KV memory "
+        "(vLLM, TP=1)",
+    )
+
+
+def test_png_written_refused_without_force_then_forced(cli, tmp_path):
+    out = tmp_path / "kv.png"
+    code, stdout, err = cli("plot", "llama3-8b", "gemma3-27b", "--gpu", "h100", "--max-seq", "32k", "--out", out)
+    assert (code, stdout, err) == (0, f"wrote {out}\n", "")
+    first = out.read_bytes()
+    assert first.startswith(PNG_SIGNATURE) and len(first) > 20_000
+
+    code, stdout, err = cli("plot", "llama3-8b", "--out", out)
+    assert (code, stdout) == (2, "")
+    assert err == f"kvplan: error: --out: '{out}' exists; add --force to overwrite it\n"
+    assert out.read_bytes() == first
+
+    code, stdout, err = cli("plot", "deepseek-v3", "--topologies", "--gpu", "l4", "--out", out, "--force")
+    assert code == 0
+    assert err == (
+        "kvplan: warning: --topologies: deepseek-v3 as MQA caches the same bytes (MLA layers do not depend on KV "
+        "heads); not drawn\n"
+        "kvplan: warning: --gpu l4-24gb: no KV budget line: deepseek-v3's weights, activation and overhead leave "
+        "no KV memory (vLLM, TP=1)\n"
+    )
+    second = out.read_bytes()
+    assert second.startswith(PNG_SIGNATURE) and second != first
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kv.png"]  # no temporary file left
+
+
+def test_svg(cli, tmp_path):
+    out = tmp_path / "kv.svg"
+    code, _, err = cli("plot", "gpt-oss-20b", "--topologies", "--gpu", "h200", "--max-seq", "128k", "--out", out)
+    assert code == 0, err
+    text = out.read_text()
+    assert text.startswith("<?xml") and "<svg" in text and text.rstrip().endswith("</svg>")
+
+
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        (["--out", "plot.pdf"], "kvplan: error: --out: 'plot.pdf' must end in .png or .svg"),
+        (["--out", "no/such/folder/p.png"], "kvplan: error: --out: folder 'no/such/folder' does not exist"),
+        (
+            ["--max-seq", "lots"],
+            "kvplan: error: --max-seq: 'lots' is not a token count; use e.g. 4096, 32k or 128k (k = 1024)",
+        ),
+        (
+            ["--gpu", "h1000"],
+            "kvplan: error: --gpu: unknown GPU 'h1000'; did you mean h100, h200, h100-nvl? "
+            "(or give a size like 80GB, 80GiB, 81559MiB)",
+        ),
+    ],
+)
+def test_bad_flags_one_line_exit_2(cli, tmp_path, monkeypatch, args, line):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = cli("plot", "llama3-8b", *args)
+    assert (code, out, err) == (2, "", line + "\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_without_matplotlib_one_line(cli, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    code, out, err = cli("plot", "llama3-8b", "--out", tmp_path / "p.png")
+    assert (code, out, err) == (2, "", "kvplan: error: kvplan plot needs matplotlib: pip install 'kvplan[plot]'\n")
+    assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,295 @@
+"""kvplan sweep: every row equals the scalar plan_fit, field by field; hand-checked rows; the CLI's outputs."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import random
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+
+from kvplan.errors import UsageError
+from kvplan.fit import MAX_SEARCH_TOKENS, Engine, FitOptions, plan_fit
+from kvplan.gpus import get_gpu
+from kvplan.specs import load_bundled
+from kvplan.sweep import OUTPUT_COLUMNS, VALUE_COLUMNS, sweep
+
+from .conftest import ROOT
+
+MIB, GIB = 1 << 20, 1 << 30
+
+# Sliding windows (gemma3-27b 5 of 6, gpt-oss-20b 1 of 2 with window 128, mistral-7b-v0.1 all), chunked
+# (llama4-scout), MLA (deepseek-v3), Mamba state (jamba-v0.1), MQA (falcon-7b: only TP 1), TP > H_kv
+# (llama3.1-70b, gpt-oss-20b, jamba: H_kv 8 at TP 16; qwen2.5-7b: H_kv 4 at TP 4 ok, TP 8 refused).
+MODELS = [
+    "gemma3-27b",
+    "gpt-oss-20b",
+    "mistral-7b-v0.1",
+    "llama4-scout",
+    "deepseek-v3",
+    "jamba-v0.1",
+    "falcon-7b",
+    "llama3.1-70b",
+    "qwen2.5-7b",
+    "gemma2-9b",
+    "llama3-8b",
+]
+SEQS = [1, 15, 16, 17, 128, 129, 1000, 4096, 4097, 8192, 32768, 131072, 1 << 20]
+GPUS = ["h100", "h200", "l4", "mi300x", "a100-80gb", "16GiB"]
+DTYPES = ["auto", "fp8", "int8", "q4_0", "nvfp4", "fp32"]
+TPS = [1, 2, 4, 8, 16]
+SPECS = [load_bundled(m) for m in MODELS]
+GPU_OBJS = [get_gpu(g) for g in GPUS]
+
+
+def scalar(result, i: int, opts: FitOptions):
+    """plan_fit for row i of a sweep: the independent reference."""
+    return plan_fit(
+        SPECS[int(result.model_index[i])],
+        GPU_OBJS[int(result.gpu_index[i])],
+        replace(
+            opts,
+            tensor_parallel_size=int(result.tp[i]),
+            max_model_len=int(result.seq[i]),
+            kv_dtype=result.kv_dtype_names[int(result.kv_dtype_index[i])],
+        ),
+    )
+
+
+def assert_rows_equal(result, rows, opts: FitOptions) -> None:
+    for i in rows:
+        ref = scalar(result, i, opts)
+        for col in VALUE_COLUMNS:
+            got, want = result.columns[col][i].item(), getattr(ref, col)
+            assert type(got) is type(want) and got == want, (col, got, want, ref)
+        assert (result.seq[i], result.tp[i]) == (ref.max_model_len, ref.tensor_parallel_size)
+        assert result.kv_dtype_names[int(result.kv_dtype_index[i])] == ref.kv_dtype
+
+
+def stratified_sample(result, per_pair: int, seed: int) -> list[int]:
+    """``per_pair`` random rows of every (model, TP) pair present: every model and TP > H_kv are covered."""
+    rnd = random.Random(seed)
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, key in enumerate(zip(result.model_index.tolist(), result.tp.tolist(), strict=True)):
+        groups.setdefault(key, []).append(i)
+    return sorted(i for rows in groups.values() for i in rnd.sample(rows, min(per_pair, len(rows))))
+
+
+@pytest.mark.parametrize("engine", list(Engine))
+def test_sweep_equals_plan_fit_on_a_random_sample(engine):
+    opts = FitOptions(engine=engine)
+    result = sweep(SPECS, SEQS, GPU_OBJS, DTYPES, TPS, opts)
+    sample = stratified_sample(result, per_pair=6, seed=list(Engine).index(engine))
+    assert len(sample) >= 200
+    assert_rows_equal(result, sample, opts)
+
+
+@pytest.mark.parametrize(
+    "opts",
+    [
+        FitOptions(engine=Engine.vllm, block_size=32, max_num_batched_tokens=2048, gpu_memory_utilization=0.5),
+        FitOptions(engine=Engine.vllm, weights_dtype="fp8", kv_cache_memory_bytes=3 * GIB + 12345),
+        FitOptions(engine=Engine.llamacpp, swa_full=True, max_num_batched_tokens=1024),
+        FitOptions(engine=Engine.trtllm, max_batch_size=64, activation_bytes=GIB, overhead_bytes=0),
+        FitOptions(engine=Engine.sglang, gpu_memory_utilization=0.7, weights_bytes=10 * GIB),
+    ],
+    ids=["vllm-block32-util0.5", "vllm-given-budget", "llamacpp-swa-full", "trtllm-overrides", "sglang-weights"],
+)
+def test_sweep_equals_plan_fit_with_other_settings(opts):
+    result = sweep(SPECS, SEQS, GPU_OBJS, DTYPES, TPS, opts)
+    assert_rows_equal(result, stratified_sample(result, per_pair=4, seed=7), opts)
+
+
+def test_skipped_tp_rows_are_counted_not_errors():
+    result = sweep(SPECS, SEQS, GPU_OBJS, DTYPES, TPS)
+    # falcon-7b (H_q 71, H_kv 1) allows TP 1 only: 4 TPs refused; qwen2.5-7b (H_q 28) refuses 8 and 16;
+    # llama4-scout (H_q 40) refuses 16
+    assert result.skipped_tp == (
+        ("llama4-scout", 16),
+        ("falcon-7b", 2),
+        ("falcon-7b", 4),
+        ("falcon-7b", 8),
+        ("falcon-7b", 16),
+        ("qwen2.5-7b", 8),
+        ("qwen2.5-7b", 16),
+    )
+    per_pair = len(SEQS) * len(GPUS) * len(DTYPES)  # 13 × 6 × 6 = 468 rows per (model, TP)
+    assert result.skipped_rows == 7 * per_pair
+    assert result.num_rows == len(MODELS) * len(TPS) * per_pair - 7 * per_pair
+    for name, tp in result.skipped_tp:  # the scalar code refuses exactly those
+        with pytest.raises(UsageError):
+            plan_fit(load_bundled(name), GPU_OBJS[0], FitOptions(tensor_parallel_size=tp))
+
+
+def test_row_order_is_model_seq_gpu_dtype_tp():
+    result = sweep(SPECS[-1:], [4096, 8192], GPU_OBJS[:2], ["auto", "fp8"], [1, 2])
+    rows = result.rows(fields=("seq", "gpu", "kv_dtype", "tp"))
+    assert [tuple(r.values()) for r in rows[:5]] == [
+        (4096, "h100-sxm-80gb", "bf16", 1),
+        (4096, "h100-sxm-80gb", "bf16", 2),
+        (4096, "h100-sxm-80gb", "fp8_e4m3", 1),
+        (4096, "h100-sxm-80gb", "fp8_e4m3", 2),
+        (4096, "h200-sxm-141gb", "bf16", 1),
+    ]
+    assert len(rows) == 16
+
+
+def test_hand_checked_row_llama3_8b_h100():
+    # budget = ceil(0.9 × 85,061,533,696) − 16,060,000,000 − 1,543,503,872 − 322,122,547 = 58,629,753,908
+    # (tests/test_fit.py); a request of 8192 tokens: 8192 × 131,072 B = 1 GiB; blocks of 16 × 131,072 = 2 MiB
+    r = sweep([load_bundled("llama3-8b")], [8192], [get_gpu("h100")]).rows()[0]
+    assert r == {
+        "model": "llama3-8b",
+        "seq": 8192,
+        "gpu": "h100-sxm-80gb",
+        "kv_dtype": "bf16",
+        "tp": 1,
+        "kv_budget_bytes": 58_629_753_908,
+        "kv_bytes_per_request": 1_073_741_824,
+        "max_concurrent_requests": 54,  # 58,629,753,908 // 1,073,741,824
+        "max_concurrency": 54.6015625,  # 27,956 blocks × 2 MiB / 1 GiB = 27,956 / 512
+        "kv_capacity_tokens": 447_296,  # 27,956 × 16
+        "fits": True,
+    }
+    assert all(type(v) in (int, float, bool, str) for v in r.values())
+
+
+def test_both_sides_of_the_limit():
+    # 4 × 512 MiB given: 4096 tokens = 256 blocks of 2 MiB = 512 MiB → 4 requests; 4097 tokens need 257 → 3
+    spec, gpu = load_bundled("llama3-8b"), get_gpu("h100")
+    res = sweep([spec], [4096, 4097], [gpu], opts=FitOptions(kv_cache_memory_bytes=4 * 512 * MIB))
+    assert res.columns["max_concurrent_requests"].tolist() == [4, 3]
+    assert res.columns["kv_bytes_per_request"].tolist() == [512 * MIB, 257 * 2 * MIB]
+    # the longest single request: 512 MiB holds 4096 tokens; 1 B less holds 255 blocks = 4080 tokens
+    for budget, longest in ((512 * MIB, 4096), (512 * MIB - 1, 4080)):
+        res = sweep([spec], [4096], [gpu], opts=FitOptions(kv_cache_memory_bytes=budget))
+        assert res.columns["max_model_len_fit"].tolist() == [longest]
+
+
+def test_sliding_only_model_fits_any_length_and_no_budget_fits_nothing():
+    # mistral-7b-v0.1 is sliding in every layer: vLLM holds cdiv(min(4095 + 8192, S), 16) + 1 blocks at most,
+    # so every length up to the search limit fits
+    res = sweep([load_bundled("mistral-7b-v0.1")], [1 << 20], [get_gpu("h100")])
+    assert res.columns["max_model_len_fit"].tolist() == [MAX_SEARCH_TOKENS]
+    # deepseek-v3 (671e9 × 2 B of weights) on an L4: no KV memory at all
+    res = sweep([load_bundled("deepseek-v3")], [4096], [get_gpu("l4")])
+    row = res.rows(fields=("kv_budget_bytes", "num_blocks", "max_concurrent_requests", "max_model_len_fit", "fits"))
+    assert row == [
+        {"kv_budget_bytes": 0, "num_blocks": 0, "max_concurrent_requests": 0, "max_model_len_fit": 0, "fits": False}
+    ]
+
+
+def test_bad_input_is_a_usage_error():
+    spec, gpu = load_bundled("llama3-8b"), get_gpu("h100")
+    with pytest.raises(UsageError, match=r"^--tp: 0 must be >= 1$"):
+        sweep([spec], [4096], [gpu], tps=[0])
+    with pytest.raises(UsageError, match=r"^--pp: 2: sweep handles PP = 1 only"):
+        sweep([spec], [4096], [gpu], opts=FitOptions(pipeline_parallel_size=2))
+    with pytest.raises(UsageError, match=r"^--kv-dtype: unknown dtype 'fp7'"):
+        sweep([spec], [4096], [gpu], ["fp7"])
+    # 2^40 tokens × 131,072 B = 2^57 B: beyond the exact float range, refused rather than rounded
+    with pytest.raises(UsageError, match=r"^--seq: 1,099,511,627,776 tokens of llama3-8b would need about"):
+        sweep([spec], [1 << 40], [gpu])
+    with pytest.raises(UsageError, match=r"^--tp: no row left"):
+        sweep([load_bundled("falcon-7b")], [4096], [gpu], tps=[2])
+
+
+# --- CLI --------------------------------------------------------------------------------------------
+
+
+def test_cli_csv_all_rows_and_skip_note(cli):
+    code, out, err = cli(
+        "sweep",
+        "llama3-8b",
+        "falcon-7b",
+        "--seq",
+        "8192",
+        "--seq",
+        "128k",
+        "--gpu",
+        "h100",
+        "--tp",
+        "1",
+        "--tp",
+        "2",
+        "--csv",
+    )
+    assert code == 0, err
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert list(rows[0]) == list(OUTPUT_COLUMNS)
+    assert len(rows) == 6  # 2 models × 2 seqs × 2 TPs, less falcon-7b's two TP=2 rows
+    assert rows[0]["kv_budget_bytes"] == "58629753908" and rows[0]["max_concurrency"] == "54.6015625"
+    assert err == (
+        "kvplan: warning: skipped 2 rows: --tp does not divide the heads of falcon-7b (TP 2)\n"
+        # beyond: llama3-8b (8,192 max) at 128k × 2 TPs, falcon-7b (2,048 max) at 8192 and 128k, TP 1
+        "kvplan: warning: 4 rows have --seq beyond the model's max context (computed anyway)\n"
+    )
+
+
+def test_cli_json_rows_are_objects_with_int_bytes(cli):
+    code, out, err = cli(
+        "sweep", "gemma3-27b", "--seq", "128k", "--gpu", "h200", "--kv-dtype", "fp8", "--tp", "2", "--json"
+    )
+    assert code == 0, err
+    (row,) = json.loads(out)
+    ref = plan_fit(
+        load_bundled("gemma3-27b"),
+        get_gpu("h200"),
+        FitOptions(tensor_parallel_size=2, max_model_len=131072, kv_dtype="fp8"),
+    )
+    assert row == {
+        "model": "gemma3-27b",
+        "seq": 131072,
+        "gpu": "h200-sxm-141gb",
+        "kv_dtype": "fp8_e4m3",
+        "tp": 2,
+        "kv_budget_bytes": ref.kv_budget_bytes,
+        "kv_bytes_per_request": ref.kv_bytes_per_request,
+        "max_concurrent_requests": ref.max_concurrent_requests,
+        "max_concurrency": ref.max_concurrency,
+        "kv_capacity_tokens": ref.kv_capacity_tokens,
+        "fits": True,
+    }
+
+
+def test_cli_table_caps_rows_unless_all(cli):
+    args = ["sweep", "llama3-8b", "--gpu", "h100", "--gpu", "l4"] + [
+        a for s in range(1, 102) for a in ("--seq", str(s * 64))
+    ]
+    code, out, err = cli(*args)  # 101 seqs × 2 GPUs = 202 rows
+    assert code == 0
+    assert "sweep: 202 configurations, vllm convention, blocks of 16, first 200 shown" in out
+    assert err == "kvplan: warning: showing the first 200 of 202 rows; --all for every row, --csv or --json for data\n"
+    code, out, err = cli(*args, "--all")
+    assert code == 0 and err == ""
+    assert "sweep: 202 configurations, vllm convention, blocks of 16 " in out and "shown" not in out
+    assert out.count(" llama3-8b ") == 202
+
+
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        (["--csv", "--json"], "kvplan: error: --csv, --json: choose one output format"),
+        (["--tp", "0"], "kvplan: error: --tp: 0 must be >= 1"),
+        (["--engine", "tgi"], "kvplan: error: --engine: unknown engine 'tgi'; allowed: vllm, sglang, trtllm, llamacpp"),
+    ],
+)
+def test_cli_bad_flags_one_line_exit_2(cli, args, line):
+    code, out, err = cli("sweep", "llama3-8b", "--seq", "4096", "--gpu", "h100", *args)
+    assert (code, out, err) == (2, "", line + "\n")
+
+
+def test_fit_and_estimate_never_import_sweep_numpy_or_matplotlib():
+    code = (
+        "import sys; from kvplan.cli import run;"
+        "rc = run(['fit', 'llama3-8b', '--gpu', 'h100']) or run(['estimate', 'llama3-8b', '--seq', '4096']);"
+        "bad = sorted(m for m in ('numpy', 'matplotlib', 'kvplan.sweep', 'kvplan.plot') if m in sys.modules);"
+        "print('HEAVY', bad, file=sys.stderr); sys.exit(rc)"
+    )
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "HEAVY []" in r.stderr
