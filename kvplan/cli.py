@@ -48,8 +48,12 @@ def estimate(
     model: str = typer.Argument(..., help=MODEL_HELP),
     seq: List[str] = typer.Option(..., "--seq", "-s", help="Tokens per request; repeat for several. 128k = 131072."),
     batch: int = typer.Option(1, "--batch", "-b", min=1, help="Concurrent requests."),
-    kv_dtype: str = typer.Option("auto", "--kv-dtype", help="KV dtype: auto (model dtype), fp16, bf16, fp8, int8, q8_0, q4_0, nvfp4, ..."),
-    block_size: Optional[int] = typer.Option(None, "--block-size", min=1, help="Round each request up to whole blocks of N tokens (paged engines)."),
+    kv_dtype: str = typer.Option(
+        "auto", "--kv-dtype", help="KV dtype: auto (model dtype), fp16, bf16, fp8, int8, q8_0, q4_0, nvfp4, ..."
+    ),
+    block_size: Optional[int] = typer.Option(
+        None, "--block-size", min=1, help="Round each request up to whole blocks of N tokens (paged engines)."
+    ),
     tp: int = typer.Option(1, "--tp", min=1, help="Tensor-parallel size: report bytes per GPU."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON: one object per --seq value (a list for several)."),
 ) -> None:
@@ -144,22 +148,53 @@ def gpus(
 @app.command()
 def fit(
     model: str = typer.Argument(..., help=MODEL_HELP),
-    gpu: str = typer.Option(..., "--gpu", "-g", help="Catalog GPU (h100, h200, a100-80gb, l4, mi300x, ...) or a size: 80GB, 80GiB, 81559MiB."),
+    gpu: str = typer.Option(
+        ...,
+        "--gpu",
+        "-g",
+        help="Catalog GPU (h100, h200, a100-80gb, l4, mi300x, ...) or a size: 80GB, 80GiB, 81559MiB.",
+    ),
     tp: int = typer.Option(1, "--tp", help="tensor_parallel_size."),
     pp: int = typer.Option(1, "--pp", help="pipeline_parallel_size (layers split into stages)."),
-    max_model_len: Optional[str] = typer.Option(None, "--max-model-len", help="Tokens per request (default: the model's max context). 32k = 32768."),
+    max_model_len: Optional[str] = typer.Option(
+        None, "--max-model-len", help="Tokens per request (default: the model's max context). 32k = 32768."
+    ),
     kv_dtype: str = typer.Option("auto", "--kv-dtype", help="KV dtype (auto = model dtype)."),
-    weights_dtype: Optional[str] = typer.Option(None, "--weights-dtype", help="bf16, fp16, fp8, int8, int4 (AWQ/GPTQ g128), mxfp4, nvfp4 (default: model dtype)."),
-    gpu_memory_utilization: Optional[float] = typer.Option(None, "--gpu-memory-utilization", help="Memory fraction (vLLM 0.9, SGLang mem_fraction_static 0.88, TRT-LLM free fraction 0.9)."),
+    weights_dtype: Optional[str] = typer.Option(
+        None,
+        "--weights-dtype",
+        help="bf16, fp16, fp8, int8, int4 (AWQ/GPTQ g128), mxfp4, nvfp4 (default: model dtype).",
+    ),
+    gpu_memory_utilization: Optional[float] = typer.Option(
+        None,
+        "--gpu-memory-utilization",
+        help="Memory fraction (vLLM 0.9, SGLang mem_fraction_static 0.88, TRT-LLM free fraction 0.9).",
+    ),
     block_size: Optional[int] = typer.Option(None, "--block-size", help="Tokens per KV block (engine default)."),
-    max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens", help="Tokens per forward step (engine default 8192; llama.cpp n_ubatch 512)."),
-    max_batch_size: Optional[int] = typer.Option(None, "--max-batch-size", help="TRT-LLM max_batch_size (runtime buffers)."),
+    max_num_batched_tokens: Optional[int] = typer.Option(
+        None, "--max-num-batched-tokens", help="Tokens per forward step (engine default 8192; llama.cpp n_ubatch 512)."
+    ),
+    max_batch_size: Optional[int] = typer.Option(
+        None, "--max-batch-size", help="TRT-LLM max_batch_size (runtime buffers)."
+    ),
     engine: str = typer.Option("vllm", "--engine", "-e", help="Convention: vllm, sglang, trtllm, llamacpp."),
-    activation_gib: Optional[str] = typer.Option(None, "--activation-gib", help="Activation peak per GPU (GiB, or a size with unit)."),
-    overhead_gib: Optional[str] = typer.Option(None, "--overhead-gib", help="Non-torch memory per GPU (GiB, or a size with unit)."),
-    weights_gib: Optional[str] = typer.Option(None, "--weights-gib", help="Weights per GPU (GiB, or a size with unit), instead of param_count."),
-    kv_cache_memory: Optional[str] = typer.Option(None, "--kv-cache-memory", help="KV budget per GPU, bypassing the memory model (bytes, or 16GiB ...), as vLLM's --kv-cache-memory-bytes."),
-    shared_prefix: int = typer.Option(0, "--shared-prefix", help="Prompt tokens shared by every request, cached once per replica (full/MLA layers)."),
+    activation_gib: Optional[str] = typer.Option(
+        None, "--activation-gib", help="Activation peak per GPU (GiB, or a size with unit)."
+    ),
+    overhead_gib: Optional[str] = typer.Option(
+        None, "--overhead-gib", help="Non-torch memory per GPU (GiB, or a size with unit)."
+    ),
+    weights_gib: Optional[str] = typer.Option(
+        None, "--weights-gib", help="Weights per GPU (GiB, or a size with unit), instead of param_count."
+    ),
+    kv_cache_memory: Optional[str] = typer.Option(
+        None,
+        "--kv-cache-memory",
+        help="KV budget per GPU, bypassing the memory model (bytes, or 16GiB ...), as vLLM's --kv-cache-memory-bytes.",
+    ),
+    shared_prefix: int = typer.Option(
+        0, "--shared-prefix", help="Prompt tokens shared by every request, cached once per replica (full/MLA layers)."
+    ),
     swa_full: bool = typer.Option(False, "--swa-full", help="llama.cpp: size sliding-window layers at n_ctx too."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
@@ -214,16 +249,27 @@ def fit(
 @app.command()
 def fleet(
     model: str = typer.Argument(..., help=MODEL_HELP),
-    workload: Optional[str] = typer.Option(None, "--workload", "-w", help="Workload YAML: request classes with concurrency and tokens."),
-    concurrency: Optional[int] = typer.Option(None, "--concurrency", help="Requests in flight across the fleet (one class; with --seq)."),
+    workload: Optional[str] = typer.Option(
+        None, "--workload", "-w", help="Workload YAML: request classes with concurrency and tokens."
+    ),
+    concurrency: Optional[int] = typer.Option(
+        None, "--concurrency", help="Requests in flight across the fleet (one class; with --seq)."
+    ),
     seq: Optional[str] = typer.Option(None, "--seq", "-s", help="Tokens per request for --concurrency (32k = 32768)."),
-    gpu: List[str] = typer.Option([], "--gpu", "-g", help="Candidate GPU (repeat); default: every catalog GPU that holds the model at some TP <= 8."),
+    gpu: List[str] = typer.Option(
+        [],
+        "--gpu",
+        "-g",
+        help="Candidate GPU (repeat); default: every catalog GPU that holds the model at some TP <= 8.",
+    ),
     tp: List[int] = typer.Option([], "--tp", help="Candidate TP (repeat); default: every TP <= 8 the heads allow."),
     pp: int = typer.Option(1, "--pp", help="pipeline_parallel_size."),
     engine: str = typer.Option("vllm", "--engine", "-e", help="Convention: vllm, sglang, trtllm, llamacpp."),
     kv_dtype: str = typer.Option("auto", "--kv-dtype", help="KV dtype (auto = model dtype)."),
     weights_dtype: Optional[str] = typer.Option(None, "--weights-dtype", help="Weights dtype (default: model dtype)."),
-    gpu_memory_utilization: Optional[float] = typer.Option(None, "--gpu-memory-utilization", help="Memory fraction (engine default)."),
+    gpu_memory_utilization: Optional[float] = typer.Option(
+        None, "--gpu-memory-utilization", help="Memory fraction (engine default)."
+    ),
     price: List[str] = typer.Option([], "--price", help="GPU=USD_PER_HOUR per GPU (repeat), e.g. h100=2.49."),
     sort: str = typer.Option("gpus", "--sort", help="gpus or cost."),
     show_all: bool = typer.Option(False, "--all", help="Also list layouts that do not fit."),
@@ -244,7 +290,10 @@ def fleet(
     if workload is not None:
         wl = fleetmod.load_workload(workload)
     elif concurrency is not None and seq is not None:
-        wl = fleetmod.workload_from_data({"name": "single", "classes": [{"name": "requests", "concurrency": concurrency, "tokens": seq}]}, "--concurrency/--seq")
+        wl = fleetmod.workload_from_data(
+            {"name": "single", "classes": [{"name": "requests", "concurrency": concurrency, "tokens": seq}]},
+            "--concurrency/--seq",
+        )
     else:
         raise UsageError("--workload: give --workload FILE, or --concurrency N with --seq S")
     opts = FitOptions(
@@ -265,6 +314,292 @@ def fleet(
         render.fleet_table(spec.name, wl, rows, render.console(), show_all=show_all, sort=sort)
 
 
+# --- verify --------------------------------------------------------------------------------------
+
+
+def _verify_progress():
+    """A rich progress display on stderr and its ``callback(stage, done, total)`` for kvplan.verify."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+        auto_refresh=False,  # redraw only in the callback: no thread allocating while memory is measured
+    )
+    tasks: dict = {}
+
+    def callback(stage: str, done: int, total: int) -> None:
+        if not bar.console.is_terminal:  # nothing to animate in a pipe or a file
+            return
+        if not bar.live.is_started:  # started on first use: flag errors leave the terminal untouched
+            bar.start()
+        if stage not in tasks:
+            tasks[stage] = bar.add_task(stage, total=total)
+        bar.update(tasks[stage], completed=done, total=total)
+        bar.refresh()
+
+    return bar, callback
+
+
+def _verify_table(r, con) -> None:
+    """Print a verify result: formula vs measured bytes, then the attention and decode checks."""
+    from rich.table import Table
+
+    from kvplan.render import size_cells
+
+    title = (
+        f"{r.model}: KV cache of {r.seq_len:,} tokens × {r.batch_size} request(s), {r.kv_dtype}, "
+        f"{r.layers} layer(s), on {r.device_name}"
+    )
+    t = Table(title=title, title_justify="left")
+    for col, just in (("", "left"), ("bytes", "right"), ("GiB", "right"), ("GB", "right"), ("note", "left")):
+        t.add_column(col, justify=just, no_wrap=col != "note")
+
+    def row(label: str, n: int, note: str = "") -> None:
+        b, gi, gd = size_cells(n)
+        t.add_row(label, b, gi, gd, note)
+
+    row("formula (kvplan.calc)", r.formula_bytes, f"{r.num_tensors} tensors")
+    row("measured", r.measured_bytes, r.measure)
+    if r.reserved_bytes is not None:
+        row("reserved (caching allocator)", r.reserved_bytes, "torch.cuda.memory_reserved delta")
+    if r.driver_bytes is not None:
+        row("used, as the driver sees it", r.driver_bytes, "torch.cuda.mem_get_info delta")
+    t.add_section()
+    t.add_row("difference", f"{r.diff_bytes:+,}", "", "", f"{r.diff_pct:+.4f} % of the formula")
+    per = r.tolerance_bytes // r.num_tensors if r.num_tensors else 0
+    t.add_row("tolerance", f"{r.tolerance_bytes:,}", "", "", f"allocator rounding: {per:,} B × {r.num_tensors} tensors")
+    if r.fit_requests is not None:
+        t.add_section()
+        row("fit: KV budget", r.fit_kv_budget_bytes, f"{r.fit_engine} plan on {r.fit_gpu}: {r.fit_requests} request(s)")
+        row("fit: requests, every layer", r.fit_formula_bytes, "must be within the budget")
+    con.print(t)
+    if r.attention_ok is None:
+        con.print("attention vs SDPA: not run (packed storage or no attention layer)")
+    else:
+        verdict = "ok" if r.attention_ok else "MISMATCH"
+        con.print(
+            f"attention vs fp32 SDPA: max |err| {r.attention_max_abs_err:.3e} over {len(r.attention_checks)} "
+            f"layer check(s): {verdict}"
+        )
+    for note in r.attention_checks:
+        con.print(f"  {note}")
+    con.print(
+        f"decode: {r.decode_alloc_bytes:,} B of new cache memory (storage addresses and bytes unchanged)"
+        if r.decode_alloc_bytes == 0
+        else f"decode: allocated {r.decode_alloc_bytes:,} B of cache memory: MISMATCH"
+    )
+    con.print(f"attention transient peak: {r.transient_peak_bytes:,} B ({r.transient_peak_bytes / (1 << 20):.2f} MiB)")
+    con.print(f"verify: {'OK' if r.ok else 'MISMATCH'} ({r.seconds:.1f} s)")
+
+
+@app.command()
+def verify(
+    model: str = typer.Argument(..., help=MODEL_HELP),
+    seq: str = typer.Option(
+        "4096",
+        "--seq",
+        "-s",
+        help="Tokens per request (the cache's S_max); 32k = 32768. With --fit: the plan's max_model_len.",
+    ),
+    batch: Optional[int] = typer.Option(
+        None, "--batch", "-b", min=1, help="Requests (default 1; with --fit the plan decides)."
+    ),
+    kv_dtype: str = typer.Option(
+        "auto",
+        "--kv-dtype",
+        help="KV dtype: auto (model dtype), fp16, bf16, fp8, q8_0, nvfp4, ... (packed ones skip the attention check).",
+    ),
+    device: str = typer.Option("auto", "--device", help="auto (cuda when torch sees a GPU), cuda or cpu."),
+    layers: Optional[int] = typer.Option(
+        None, "--layers", min=1, help="Allocate only the first N layers (the formula counts the same layers)."
+    ),
+    fit_plan: bool = typer.Option(
+        False, "--fit", help="Allocate as many requests of --seq as 'kvplan fit' says fit on --gpu (TP 1)."
+    ),
+    gpu: Optional[str] = typer.Option(
+        None, "--gpu", "-g", help="With --fit: catalog GPU or a size (default on cuda: this GPU's total)."
+    ),
+    engine: str = typer.Option("vllm", "--engine", "-e", help="With --fit: vllm, sglang, trtllm, llamacpp."),
+    kv_cache_memory: Optional[str] = typer.Option(
+        None,
+        "--kv-cache-memory",
+        help="With --fit: KV budget per GPU (bytes, or 16GiB ...), bypassing the memory model.",
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> int:
+    """Allocate MODEL's cache with torch, measure it against the formula, check attention on it.
+
+    Exit 0 when the measured bytes agree with the formula within the allocator's rounding and the
+    attention and decode checks pass, 1 otherwise (or when the cache would not fit: nothing is
+    allocated then), 2 on bad input or when torch is missing.
+    """
+    from kvplan import render
+    from kvplan.errors import MissingExtra, UsageError
+    from kvplan.specs import load_model
+    from kvplan.units import parse_bytes, parse_tokens
+
+    spec = load_model(model)
+    s = parse_tokens(seq)
+    if not fit_plan:
+        for flag, given in (
+            ("--gpu", gpu is not None),
+            ("--engine", engine != "vllm"),
+            ("--kv-cache-memory", kv_cache_memory is not None),
+        ):
+            if given:
+                raise UsageError(f"{flag}: only with --fit")
+    elif batch is not None:
+        raise UsageError("--batch: not with --fit (the plan decides how many requests fit)")
+    budget = None if kv_cache_memory is None else parse_bytes(kv_cache_memory, "--kv-cache-memory")
+    try:
+        import torch  # noqa: F401  (the verify extra; kvplan estimate never imports it)
+    except ImportError:
+        raise MissingExtra("kvplan verify needs torch: pip install 'kvplan[verify]'") from None
+    from kvplan import verify as verifymod
+
+    if s > spec.max_model_len:
+        render.warn(
+            f"--seq {s:,} is beyond {spec.name}'s max context of {spec.max_model_len:,} tokens (allocated anyway)"
+        )
+    bar, progress = _verify_progress()
+    try:
+        if fit_plan:
+            result = verifymod.verify_fit(
+                spec,
+                s,
+                kv_dtype,
+                device=device,
+                layers=layers,
+                gpu=gpu,
+                engine=engine,
+                kv_cache_memory_bytes=budget,
+                progress=progress,
+            )
+        else:
+            result = verifymod.verify(spec, s, batch or 1, kv_dtype, device=device, layers=layers, progress=progress)
+    finally:
+        if bar.live.is_started:
+            bar.stop()
+    if json_out:
+        render.print_json(result.to_json())
+    else:
+        _verify_table(result, render.console())
+    return 0 if result.ok else 1
+
+
+# --- sweep ----------------------------------------------------------------------------------------
+
+
+@app.command()
+def sweep(
+    model: List[str] = typer.Argument(..., help="Models: bundled names, spec YAMLs or config.json files."),
+    seq: List[str] = typer.Option(..., "--seq", "-s", help="max_model_len values; repeat for several. 128k = 131072."),
+    gpu: List[str] = typer.Option(
+        ..., "--gpu", "-g", help="GPUs (catalog names or sizes like 80GiB); repeat for several."
+    ),
+    kv_dtype: List[str] = typer.Option(
+        ["auto"], "--kv-dtype", help="KV dtypes; repeat for several (auto = model dtype)."
+    ),
+    tp: List[int] = typer.Option(
+        [1], "--tp", help="Tensor-parallel sizes; repeat for several. Sizes a model's heads refuse are skipped."
+    ),
+    engine: str = typer.Option("vllm", "--engine", "-e", help="Convention: vllm, sglang, trtllm, llamacpp."),
+    gpu_memory_utilization: Optional[float] = typer.Option(
+        None, "--gpu-memory-utilization", help="Memory fraction (engine default)."
+    ),
+    block_size: Optional[int] = typer.Option(None, "--block-size", help="Tokens per KV block (engine default)."),
+    max_num_batched_tokens: Optional[int] = typer.Option(
+        None, "--max-num-batched-tokens", help="Tokens per forward step (engine default)."
+    ),
+    weights_dtype: Optional[str] = typer.Option(None, "--weights-dtype", help="Weights dtype (default: model dtype)."),
+    all_rows: bool = typer.Option(False, "--all", help="Table: print every row (default: the first 200)."),
+    csv_out: bool = typer.Option(False, "--csv", help="Print every row as CSV."),
+    json_out: bool = typer.Option(False, "--json", help="Print every row as a JSON list of objects."),
+) -> None:
+    """'kvplan fit' for every MODEL × --seq × --gpu × --kv-dtype × --tp, computed at once (numpy)."""
+    from kvplan import render
+    from kvplan import sweep as sweepmod
+    from kvplan.errors import UsageError
+    from kvplan.fit import FitOptions, get_engine
+    from kvplan.gpus import get_gpu
+    from kvplan.specs import load_model
+    from kvplan.units import parse_tokens
+
+    if csv_out and json_out:
+        raise UsageError("--csv, --json: choose one output format")
+    opts = FitOptions(
+        engine=get_engine(engine),
+        gpu_memory_utilization=gpu_memory_utilization,
+        block_size=block_size,
+        max_num_batched_tokens=max_num_batched_tokens,
+        weights_dtype=weights_dtype,
+    )
+    specs = [load_model(m) for m in model]
+    seqs = [parse_tokens(s) for s in seq]
+    gpus_ = [get_gpu(g) for g in gpu]
+    result = sweepmod.sweep(specs, seqs, gpus_, kv_dtype, tp, opts)
+    if result.skipped_rows:
+        render.warn(sweepmod.skipped_message(result))
+    if result.beyond_max_context_rows:
+        render.warn(
+            f"{result.beyond_max_context_rows:,} rows have --seq beyond the model's max context (computed anyway)"
+        )
+    if csv_out or json_out:
+        (render.sweep_csv if csv_out else render.sweep_json)(result.iter_rows())
+        return
+    limit = None if all_rows else render.SWEEP_TABLE_ROWS
+    rows = result.rows(limit, sweepmod.TABLE_COLUMNS)
+    render.sweep_table(rows, result.num_rows, result.engine, result.block_size, render.console())
+    if len(rows) < result.num_rows:
+        render.warn(
+            f"showing the first {len(rows):,} of {result.num_rows:,} rows; "
+            "--all for every row, --csv or --json for data"
+        )
+
+
+# --- plot -----------------------------------------------------------------------------------------
+
+
+@app.command()
+def plot(
+    model: List[str] = typer.Argument(
+        ..., help="Models to draw (the first one sets the GPU budget lines and --topologies)."
+    ),
+    max_seq: str = typer.Option(
+        "128k", "--max-seq", help="Longest context on the x axis (from 512 tokens). 128k = 131072."
+    ),
+    gpu: List[str] = typer.Option(
+        [], "--gpu", "-g", help="Draw this GPU's KV budget (vLLM, TP=1, first model); repeat for several."
+    ),
+    topologies: bool = typer.Option(False, "--topologies", help="Also draw the first model as MHA and MQA (dashed)."),
+    kv_dtype: str = typer.Option("auto", "--kv-dtype", help="KV dtype (auto = each model's dtype)."),
+    out: str = typer.Option("kvplan-plot.png", "--out", "-o", help="Output file, .png or .svg."),
+    force: bool = typer.Option(False, "--force", help="Overwrite --out if it exists."),
+) -> None:
+    """Draw KV cache per request against context length (log2 axis), with GPU KV budgets; needs kvplan[plot]."""
+    from kvplan import plot as plotmod
+    from kvplan import render
+    from kvplan.gpus import get_gpu
+    from kvplan.specs import load_model
+    from kvplan.units import parse_tokens
+
+    path = plotmod.check_out(out, force)
+    specs = [load_model(m) for m in model]
+    gpus_ = [get_gpu(g) for g in gpu]
+    written, data = plotmod.plot_kv_vs_context(
+        specs, gpus_, parse_tokens(max_seq, "--max-seq"), kv_dtype, topologies, path, force
+    )
+    for note in data.notes:
+        render.warn(note)
+    typer.echo(f"wrote {written}")
+
+
 # --- entry point ---------------------------------------------------------------------------------
 
 
@@ -274,10 +609,26 @@ def _click_errors() -> tuple[type, type]:
     return mro["UsageError"], mro["ClickException"]
 
 
+def _command_for(argv: list[str]):
+    """The click command to run: only the subcommand ``argv`` names (building all of them costs start-up
+    time that grows with every command), or the whole app for --help, --version and unknown names."""
+    name = argv[0] if argv else None
+    for info in app.registered_commands:
+        cmd_name = info.name or (info.callback.__name__.replace("_", "-") if info.callback else None)
+        if name is not None and cmd_name == name:
+            single = typer.Typer(add_completion=False, rich_markup_mode=None, pretty_exceptions_enable=False)
+            single.info = app.info
+            single.registered_callback = app.registered_callback
+            single.registered_commands = [info]
+            return typer.main.get_command(single)
+    return typer.main.get_command(app)
+
+
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI on ``argv``; return the exit code. Errors print one line on stderr, never a traceback."""
     usage_error, click_exception = _click_errors()
-    command = typer.main.get_command(app)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = _command_for(argv)
     try:
         rv = command.main(args=argv, prog_name="kvplan", standalone_mode=False)
     except KvplanError as e:

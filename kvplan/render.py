@@ -5,7 +5,6 @@ Data goes to stdout; warnings and chatter go to stderr.
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import asdict, is_dataclass
 from enum import Enum
@@ -29,7 +28,7 @@ def console(file: TextIO | None = None, width: int | None = None):
     out = file or sys.stdout
     if width is None and not out.isatty():
         width = 120  # pipes and files: wide enough for every table, no terminal to measure
-    return Console(file=out, width=width, highlight=False, soft_wrap=False)
+    return Console(file=out, width=width, highlight=False, soft_wrap=False, emoji=False)
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -47,6 +46,8 @@ def to_jsonable(obj: Any) -> Any:
 
 def print_json(obj: Any, file: TextIO | None = None) -> None:
     """One JSON document on stdout."""
+    import json
+
     out = file or sys.stdout
     out.write(json.dumps(to_jsonable(obj), indent=2) + "\n")
 
@@ -324,7 +325,11 @@ def fit_table(r, con) -> None:
     """Print a fit plan: memory per GPU, then what fits."""
     from rich.table import Table
 
-    stage = f", PP={r.pipeline_parallel_size} (worst stage: {r.stage_num_layers} layers)" if r.pipeline_parallel_size > 1 else ""
+    stage = (
+        f", PP={r.pipeline_parallel_size} (worst stage: {r.stage_num_layers} layers)"
+        if r.pipeline_parallel_size > 1
+        else ""
+    )
     title = (
         f"{r.model} on {r.gpu_name} ({r.gpu}), TP={r.tensor_parallel_size}{stage}, {r.engine} convention, "
         f"max_model_len {r.max_model_len:,}, KV {r.kv_dtype}"
@@ -344,9 +349,17 @@ def fit_table(r, con) -> None:
     if r.engine == "vllm":
         row("usable", r.usable_bytes, f"× gpu_memory_utilization {r.gpu_memory_utilization}")
     elif r.engine == "sglang":
-        row("usable (weights + KV)", r.usable_bytes, f"(total − overhead) × mem_fraction_static {r.gpu_memory_utilization}")
+        row(
+            "usable (weights + KV)",
+            r.usable_bytes,
+            f"(total − overhead) × mem_fraction_static {r.gpu_memory_utilization}",
+        )
     elif r.engine == "trtllm":
-        row("free after weights, activation", r.usable_bytes, f"KV gets free_gpu_memory_fraction {r.gpu_memory_utilization}")
+        row(
+            "free after weights, activation",
+            r.usable_bytes,
+            f"KV gets free_gpu_memory_fraction {r.gpu_memory_utilization}",
+        )
     else:
         row("usable", r.usable_bytes, f"× {r.gpu_memory_utilization}")
     row("weights", r.weights_bytes, f"{r.weights_dtype}, / (TP × PP)")
@@ -447,3 +460,74 @@ def fleet_table(model: str, workload, rows, con, show_all: bool = False, sort: s
         con.print(f"Weights and activations leave no KV memory at any TP tried: {', '.join(weights_only)}")
     if not any(r.price_usd_per_hour is not None for r in rows):
         con.print("No prices: give --price GPU=USD_PER_HOUR for costs.")
+
+
+# --- sweep -----------------------------------------------------------------------------------------
+
+SWEEP_TABLE_ROWS = 200  # rows a sweep table prints unless --all
+
+
+def sweep_csv(rows: Any, file: TextIO | None = None) -> None:
+    """Sweep rows (an iterable of dicts) as CSV, streamed; header = the keys of the first row."""
+    import csv
+
+    out = file or sys.stdout
+    w = csv.writer(out, lineterminator="\n")
+    for i, r in enumerate(rows):
+        if i == 0:
+            w.writerow(list(r))
+        w.writerow(r.values())
+
+
+def sweep_json(rows: Any, file: TextIO | None = None) -> None:
+    """Sweep rows (an iterable of dicts) as one JSON list, one object per line, streamed (bytes as integers)."""
+    import json
+
+    out = file or sys.stdout
+    out.write("[")
+    sep = "\n  "
+    for r in rows:
+        out.write(sep + json.dumps(r))
+        sep = ",\n  "
+    out.write("\n]\n")
+
+
+def sweep_table(rows: list[dict[str, Any]], total_rows: int, engine: str, block_size: int, con) -> None:
+    """Print sweep rows (already limited by the caller; keys of ``kvplan.sweep.TABLE_COLUMNS``); the title
+    says how many rows the sweep has. GiB = 2^30 B, three decimals; CSV and JSON carry the exact bytes."""
+    from rich.table import Table
+
+    shown = f", first {len(rows):,} shown" if len(rows) < total_rows else ""
+    title = f"sweep: {total_rows:,} configurations, {engine} convention, blocks of {block_size}{shown}"
+    from rich import box
+
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=0, pad_edge=False)
+    for col, just in (
+        ("model", "left"),
+        ("seq", "right"),
+        ("gpu", "left"),
+        ("KV\ndtype", "left"),
+        ("TP", "right"),
+        ("KV budget\nGiB", "right"),
+        ("KV/request\nGiB", "right"),
+        ("whole\nrequests", "right"),
+        ("vLLM\nconcurrency", "right"),
+        ("capacity\ntokens", "right"),
+        ("fits", "left"),
+    ):
+        t.add_column(col, justify=just, no_wrap=True)
+    for r in rows:
+        t.add_row(
+            r["model"],
+            f"{r['seq']:,}",
+            r["gpu_short"],
+            r["kv_dtype"],
+            str(r["tp"]),
+            f"{r['kv_budget_bytes'] / GIB:,.3f}",
+            f"{r['kv_bytes_per_request'] / GIB:,.3f}",
+            f"{r['max_concurrent_requests']:,}",
+            f"{r['max_concurrency']:,.2f}",
+            f"{r['kv_capacity_tokens']:,}",
+            "yes" if r["fits"] else "no",
+        )
+    con.print(t)
