@@ -306,6 +306,29 @@ def default_activation_bytes(spec: ModelSpec, conv: EngineConvention, mnbt: int,
     return act
 
 
+def fixed_memory(
+    spec: ModelSpec, conv: EngineConvention, opts: FitOptions, tp: int, pp: int, mnbt: int, max_batch: int
+) -> tuple[int, str, int, int]:
+    """(weights bytes, weights dtype name, activation bytes, overhead bytes) per GPU: the overrides in
+    ``opts`` where given, else :func:`weights_per_gpu`, :func:`default_activation_bytes` and the
+    overhead defaults (0.3 GiB on one GPU, 2 GiB when TP × PP > 1).
+
+    Raises:
+        UsageError: as :func:`weights_per_gpu`.
+    """
+    if opts.weights_bytes is not None:
+        weights, wname = opts.weights_bytes, "given"
+    else:
+        weights, wname = weights_per_gpu(spec, opts.weights_dtype, tp, pp)
+    activation = opts.activation_bytes
+    if activation is None:
+        activation = default_activation_bytes(spec, conv, mnbt, tp, max_batch)
+    overhead = opts.overhead_bytes
+    if overhead is None:
+        overhead = OVERHEAD_TP1_BYTES if tp * pp == 1 else OVERHEAD_TP_BYTES
+    return weights, wname, activation, overhead
+
+
 def _check(flag: str, value, minimum=1) -> None:
     if value is not None and (isinstance(value, bool) or value < minimum):
         raise UsageError(f"{flag}: {value!r} must be >= {minimum}")
@@ -349,18 +372,7 @@ def plan_fit(spec: ModelSpec, gpu: GPU, opts: FitOptions) -> FitResult:
         )
     kv_dtype = resolve_kv_dtype(spec, opts.kv_dtype)
 
-    if opts.weights_bytes is not None:
-        weights, wname = opts.weights_bytes, "given"
-    else:
-        weights, wname = weights_per_gpu(spec, opts.weights_dtype, tp, pp)
-    activation = (
-        opts.activation_bytes
-        if opts.activation_bytes is not None
-        else default_activation_bytes(spec, conv, mnbt, tp, max_batch)
-    )
-    overhead = opts.overhead_bytes
-    if overhead is None:
-        overhead = OVERHEAD_TP1_BYTES if tp * pp == 1 else OVERHEAD_TP_BYTES
+    weights, wname, activation, overhead = fixed_memory(spec, conv, opts, tp, pp, mnbt, max_batch)
     total = gpu.cuda_total_bytes
     if conv.engine is Engine.vllm:
         usable = -(-int(total * util * 10**6) // 10**6)  # ceil(total × U), as vLLM's requested_memory

@@ -35,14 +35,11 @@ from kvplan.errors import UsageError
 from kvplan.fit import (
     CONVENTIONS,
     MAX_SEARCH_TOKENS,
-    OVERHEAD_TP1_BYTES,
-    OVERHEAD_TP_BYTES,
     Engine,
     FitOptions,
     _check,
-    default_activation_bytes,
+    fixed_memory,
     get_engine,
-    weights_per_gpu,
 )
 from kvplan.gpus import GPU
 from kvplan.specs import ModelSpec
@@ -233,18 +230,7 @@ def _configs(np, specs, kv_dtypes, tps, conv, opts: FitOptions, mnbt: int, max_b
         allowed = set(valid_tp_sizes(spec, limit=max(64, *tps)))
         counts = spec.kind_counts()
         for t, tp in enumerate(tps):
-            if opts.weights_bytes is not None:
-                weights = opts.weights_bytes
-            else:
-                weights, _ = weights_per_gpu(spec, opts.weights_dtype, tp, 1)
-            activation = (
-                opts.activation_bytes
-                if opts.activation_bytes is not None
-                else default_activation_bytes(spec, conv, mnbt, tp, max_batch)
-            )
-            overhead = opts.overhead_bytes
-            if overhead is None:
-                overhead = OVERHEAD_TP1_BYTES if tp == 1 else OVERHEAD_TP_BYTES
+            weights, _, activation, overhead = fixed_memory(spec, conv, opts, tp, 1, mnbt, max_batch)
             for d, name in enumerate(kv_dtypes):
                 kv_dtype = resolve_kv_dtype(spec, name)
                 if kv_dtype.name not in dtype_names:
