@@ -265,26 +265,42 @@ class TopologyRow:
         return self.ratio_to_mha_num / self.ratio_to_mha_den
 
 
+def per_head_variant(spec: ModelSpec, num_kv_heads: int) -> ModelSpec:
+    """The model with ``num_kv_heads`` per-head K/V caches; MLA layers become plain attention layers
+    caching ``H_kv × (head_dim + v_head_dim)`` per token (the uncompressed cache MLA replaces)."""
+    from dataclasses import replace
+
+    if spec.mla is not None:
+        kinds = tuple("full" if k == "mla" else k for k in spec.layer_kinds)
+        spec = replace(spec, layer_kinds=kinds, mla=None)
+    return spec.with_kv_heads(num_kv_heads)
+
+
 def compare_topologies(
     spec: ModelSpec, seq_len: int, batch_size: int = 1, kv_dtype: str | None = None
 ) -> list[TopologyRow]:
-    """The same geometry with H_kv = H_q (MHA), the model's own H_kv, and H_kv = 1 (MQA).
+    """The same geometry with H_kv = H_q (MHA), the model as it is, and H_kv = 1 (MQA).
 
-    Layer kinds, windows and MLA layers are kept as the model has them; only H_kv changes. A model
-    that is itself MHA or MQA gives two rows, the matching one labelled with the model's name.
+    Windows and layer kinds are kept; only the per-head cache changes. For an MLA model the MHA and MQA
+    rows cache per-head K and V of ``head_dim`` and ``v_head_dim`` (DeepSeek-V3: 128 heads × (192 + 128)),
+    and the model row its latent. A model that is itself MHA or MQA gives two rows, the matching one
+    labelled with the model's name. Ratios are to the MHA row.
 
     Raises:
         UsageError: as :func:`estimate`.
     """
-    mha_bytes = estimate(spec.with_kv_heads(spec.num_q_heads), seq_len, batch_size, kv_dtype).total_bytes
+    variants = [("MHA", per_head_variant(spec, spec.num_q_heads))]
+    variants.append((f"{spec.name} ({spec.topology})", spec))
+    variants.append(("MQA", per_head_variant(spec, 1)))
+    mha_bytes = estimate(variants[0][1], seq_len, batch_size, kv_dtype).total_bytes
     rows: list[TopologyRow] = []
-    for label, h in (("MHA", spec.num_q_heads), ("model", spec.num_kv_heads), ("MQA", 1)):
-        if h == spec.num_kv_heads:
-            label = f"{spec.name} ({spec.topology})"
-        if any(r.num_kv_heads == h for r in rows):
-            continue
-        b = estimate(spec.with_kv_heads(h), seq_len, batch_size, kv_dtype).total_bytes
-        rows.append(TopologyRow(label, h, spec.num_q_heads // h, b, b, mha_bytes))
+    for label, variant in variants:
+        same = variant.num_kv_heads == spec.num_kv_heads and variant.mla is None and spec.mla is None
+        if same and variant is not spec:
+            continue  # the model itself is MHA or MQA: its own row stands for it
+        b = estimate(variant, seq_len, batch_size, kv_dtype).total_bytes
+        heads = 1 if variant.mla is not None else variant.num_kv_heads  # one latent serves every query head
+        rows.append(TopologyRow(label, heads, spec.num_q_heads // heads, b, b, mha_bytes))
     return rows
 
 

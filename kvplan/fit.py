@@ -279,18 +279,27 @@ class FitOptions:
 
 
 def weights_per_gpu(spec: ModelSpec, weights_dtype: str | None, tp: int, pp: int) -> tuple[int, str]:
-    """(bytes of weights on one GPU, dtype name): ``ceil(param_count × bytes / (TP × PP))``.
+    """(bytes of weights on one GPU, dtype name): ``ceil(weight bytes / (TP × PP))``.
+
+    Weight bytes = ``(param_count − param_count_unquantized) × weights dtype`` +
+    ``param_count_unquantized × model dtype`` when the weights dtype differs from the model's (checkpoints
+    keep embeddings, and for MXFP4 MoE models attention and router, in 16 bit); else
+    ``param_count × weights dtype``. The weights dtype is ``weights_dtype`` if given, else the spec's
+    ``weights_dtype`` (how the checkpoint ships), else the model dtype.
 
     Raises:
         UsageError: the spec has no param_count (give --weights-gib), or an unknown dtype.
     """
-    wd = get_weight_dtype(weights_dtype or spec.dtype)
+    model_wd = get_weight_dtype(spec.dtype)
+    wd = get_weight_dtype(weights_dtype or spec.weights_dtype or spec.dtype)
     if spec.param_count is None:
         raise UsageError(
             f"{spec.name}: no param_count in the spec, so weights are unknown; give --weights-gib "
             "(weights per GPU) or add param_count to the spec"
         )
-    return cdiv(wd.bytes_for(spec.param_count), tp * pp), wd.name
+    kept = spec.param_count_unquantized if wd.bits != model_wd.bits else 0
+    total = wd.bytes_for(spec.param_count - kept) + model_wd.bytes_for(kept)
+    return cdiv(total, tp * pp), wd.name
 
 
 def default_activation_bytes(spec: ModelSpec, conv: EngineConvention, mnbt: int, tp: int, max_batch: int) -> int:

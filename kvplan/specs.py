@@ -26,6 +26,8 @@ Spec YAML format (unknown keys are errors)::
     hidden_size: 5376        # optional; sizes the activation estimate in `fit`
     dtype: bf16
     param_count: 27400000000 # optional; needed by `fit` for weights
+    weights_dtype: bf16      # optional: how the checkpoint ships (fp8, mxfp4 ...); default: dtype
+    param_count_unquantized: 0  # optional: parameters kept in dtype when weights_dtype is quantized
     max_model_len: 131072
     sliding_window: 1024     # needed when a layer is sliding
     layers:                  # optional; default: every layer full (mla when an mla: block is given)
@@ -111,6 +113,8 @@ class ModelSpec:
         hidden_size: model width, or None (only the activation estimate of ``fit`` uses it).
         dtype: model activation dtype, the default KV dtype (canonical name, e.g. ``bf16``).
         param_count: total parameters (MoE: all experts), or None when unknown.
+        weights_dtype: the dtype the checkpoint's weights ship in (``fp8``, ``mxfp4``), or None: ``dtype``.
+        param_count_unquantized: parameters a quantized checkpoint keeps in ``dtype`` (embeddings ...).
         max_model_len: the model's maximum context (tokens).
         layer_kinds: one of :data:`LAYER_KINDS` per layer, length num_layers.
         sliding_window: tokens a sliding layer keeps, or None.
@@ -133,6 +137,8 @@ class ModelSpec:
     v_head_dim: int | None = None
     hidden_size: int | None = None
     param_count: int | None = None
+    weights_dtype: str | None = None
+    param_count_unquantized: int = 0
     sliding_window: int | None = None
     attention_chunk_size: int | None = None
     mla: MLAConfig | None = None
@@ -203,6 +209,8 @@ _TOP_KEYS = {
     "hidden_size",
     "dtype",
     "param_count",
+    "weights_dtype",
+    "param_count_unquantized",
     "max_model_len",
     "sliding_window",
     "attention_chunk_size",
@@ -322,6 +330,18 @@ def build_spec(data: Any, where: str) -> ModelSpec:
     max_model_len = _pos_int(where, "max_model_len", data["max_model_len"])
     hidden_size = _pos_int(where, "hidden_size", data.get("hidden_size"), allow_none=True)
     param_count = _pos_int(where, "param_count", data.get("param_count"), allow_none=True)
+    kept = _pos_int(where, "param_count_unquantized", data.get("param_count_unquantized", 0), minimum=0)
+    if kept and (param_count is None or kept > param_count):
+        raise SpecError(f"{where}: param_count_unquantized={kept} must not exceed param_count={param_count}")
+    weights_dtype = data.get("weights_dtype")
+    if weights_dtype is not None:
+        from kvplan.dtypes import get_weight_dtype
+        from kvplan.errors import UsageError
+
+        try:
+            weights_dtype = get_weight_dtype(str(weights_dtype), what=f"{where}: weights_dtype").name
+        except UsageError as e:
+            raise SpecError(str(e)) from None
     sliding_window = _pos_int(where, "sliding_window", data.get("sliding_window"), allow_none=True)
     chunk = _pos_int(where, "attention_chunk_size", data.get("attention_chunk_size"), allow_none=True)
     if num_q_heads % num_kv_heads:
@@ -382,6 +402,8 @@ def build_spec(data: Any, where: str) -> ModelSpec:
         hidden_size=hidden_size,
         dtype=dtype,
         param_count=param_count,
+        weights_dtype=weights_dtype,
+        param_count_unquantized=kept,
         max_model_len=max_model_len,
         layer_kinds=kinds,
         sliding_window=sliding_window,

@@ -146,6 +146,19 @@ def test_compare_topologies(cli):
     assert [r["ratio_to_mha"] for r in rows] == [1.0, 0.25, 0.03125]
 
 
+def test_compare_mla_against_uncompressed_heads(cli):
+    code, out, _ = cli("compare", "deepseek-v3", "--seq", "4096", "--json")
+    rows = json.loads(out)["rows"]
+    assert [(r["topology"], r["num_kv_heads"], r["queries_per_kv_head"], r["bytes"]) for r in rows] == [
+        # MHA: 61 layers × 128 heads × (192 + 128) × 2 B × 4096 = 20,468,203,520
+        ("MHA", 128, 1, 20_468_203_520),
+        # MLA: 61 × 576 × 2 B × 4096 = 287,834,112 (one latent for all 128 query heads)
+        ("deepseek-v3 (MLA)", 1, 128, 287_834_112),
+        # MQA: 61 × 1 × (192 + 128) × 2 B × 4096 = 159,907,840
+        ("MQA", 1, 128, 159_907_840),
+    ]
+
+
 def test_help_and_version(cli):
     code, out, _ = cli("--help")
     assert code == 0 and "estimate" in out

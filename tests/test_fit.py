@@ -70,14 +70,15 @@ def test_tp_beyond_kv_heads_replicates():
 
 def test_mla_latent_on_every_rank():
     # deepseek-v3 at TP = 8: the 576-element latent is not split: 61 × 576 × 2 B = 70,272 B per token per GPU;
-    # weights 671e9 × 1 B (fp8) / 8 = 83,875,000,000 B per GPU
+    # weights: FP8 for all but the embedding and lm_head (2 × 129,280 × 7,168 = 1,853,358,080 kept in bf16):
+    # (671e9 − 1,853,358,080) × 1 B + 1,853,358,080 × 2 B = 672,853,358,080 B; / 8 = 84,106,669,760 per GPU
     r = plan_fit(
         load_bundled("deepseek-v3"),
         get_gpu("h200"),
         FitOptions(tensor_parallel_size=8, weights_dtype="fp8", max_model_len=32768),
     )
     assert r.kv_bytes_per_token == 70_272
-    assert r.weights_bytes == 83_875_000_000
+    assert r.weights_bytes == 84_106_669_760
     assert r.fits
 
 
@@ -284,3 +285,16 @@ def test_fit_bad_flags(cli, args, line):
     code, out, err = cli("fit", "llama3-8b", "--gpu", "h100", *args)
     assert code == 2
     assert err == line + "\n"
+
+
+def test_checkpoint_weights_dtype_from_spec():
+    # gpt-oss-120b ships MoE experts in MXFP4 (4 bit + 1 B per 32) and keeps 2,127,052,800 params in bf16:
+    # 114,872,947,200 × 4 bit / 8 = 57,436,473,600 + ceil(114,872,947,200 / 32) = 3,589,779,600 scale bytes
+    # + 2,127,052,800 × 2 B = 4,254,105,600 → 65,280,358,800 B = 60.8 GiB, the published checkpoint's size
+    r = plan_fit(load_bundled("gpt-oss-120b"), get_gpu("h100"), FitOptions(max_model_len=131072))
+    assert r.weights_dtype == "mxfp4"
+    assert r.weights_bytes == 57_436_473_600 + 3_589_779_600 + 4_254_105_600
+    assert r.fits  # one 80 GB GPU serves it, as the model card says
+    # an explicit --weights-dtype bf16 counts every parameter at 2 B
+    r = plan_fit(load_bundled("gpt-oss-120b"), get_gpu("h200"), FitOptions(weights_dtype="bf16", max_model_len=8192))
+    assert r.weights_bytes == 234_000_000_000
