@@ -306,12 +306,21 @@ def fleet(
     gpus = [get_gpu(g) for g in gpu] if gpu else load_catalog()
     prices = fleetmod.parse_prices(price, get_gpu)
     rows = fleetmod.plan_fleet(spec, wl, gpus, opts, tps=tp or None, prices=prices, sort=sort)
+    if wl.max_tokens > spec.max_model_len:
+        render.warn(
+            f"requests of {wl.max_tokens:,} tokens are beyond {spec.name}'s max context of "
+            f"{spec.max_model_len:,} tokens (computed anyway)"
+        )
     if json_out:
         render.print_json(render.fleet_json(spec.name, wl, rows))
     elif csv_out:
         render.print_csv([render.fleet_row_dict(r) for r in rows])
     else:
         render.fleet_table(spec.name, wl, rows, render.console(), show_all=show_all, sort=sort)
+    if not any(r.fits for r in rows):
+        from kvplan.errors import DoesNotFit
+
+        raise DoesNotFit(f"no GPU and TP tried can serve this workload on {spec.name} (reasons above)")
 
 
 # --- verify --------------------------------------------------------------------------------------

@@ -251,6 +251,11 @@ class FitResult:
         return self.max_concurrent_requests >= 1
 
     @property
+    def max_model_len_unbounded(self) -> bool:
+        """True when no request length outgrows the budget (only windowed and state layers grow nothing)."""
+        return self.max_model_len_fit >= MAX_SEARCH_TOKENS
+
+    @property
     def gpus_per_replica(self) -> int:
         """TP × PP."""
         return self.tensor_parallel_size * self.pipeline_parallel_size

@@ -262,7 +262,7 @@ def plan_layout(
         unique, prefix = max(per_stage)
         if unique + prefix > fit.kv_budget_bytes:
             return no(
-                f"one {c.name} request ({c.tokens:,} tokens) needs {fmt_gib(unique + prefix)} of KV per GPU, "
+                f"one request of class {c.name} ({c.tokens:,} tokens) needs {fmt_gib(unique + prefix)} of KV per GPU, "
                 f"more than the {fmt_gib(fit.kv_budget_bytes)} budget"
             )
         classes.append((c.concurrency, unique, prefix))

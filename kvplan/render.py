@@ -164,7 +164,7 @@ def models_table(rows: list[dict[str, Any]], con) -> None:
         ("head_dim", "head_dim", "right"),
         ("attention", "attention", "left"),
         ("max context", "max_model_len", "right"),
-        ("bytes/token @4096", "bytes_per_token_4096", "right"),
+        ("B/token @4k", "bytes_per_token_4096", "right"),
     ]
     for title, _, just in cols:
         t.add_column(title, justify=just, no_wrap=True)
@@ -314,8 +314,13 @@ def gpus_table(gpus, con) -> None:
 
 
 def fit_json(r) -> dict[str, Any]:
-    """JSON object of a :class:`kvplan.fit.FitResult` (all fields, plus fits and GiB figures)."""
+    """JSON object of a :class:`kvplan.fit.FitResult` (all fields, plus fits and GiB figures).
+
+    ``max_model_len_fit`` is null when no length is too long (every layer's cache is bounded).
+    """
     d = to_jsonable(r)
+    if r.max_model_len_unbounded:
+        d["max_model_len_fit"] = None
     d["fits"] = r.fits
     d["kv_budget_gib"] = r.kv_budget_bytes / GIB
     return d
@@ -376,7 +381,15 @@ def fit_table(r, con) -> None:
     con.print(f"KV capacity: {r.kv_capacity_tokens:,} tokens in {r.num_blocks:,} blocks of {r.block_size}")
     con.print(f"Max concurrent requests of {r.max_model_len:,} tokens: {r.max_concurrent_requests:,}")
     con.print(f"Maximum concurrency (vLLM-style): {r.max_concurrency:.2f}x")
-    con.print(f"Longest single request that fits: {r.max_model_len_fit:,} tokens")
+    if r.max_model_len_unbounded:
+        con.print("Longest single request that fits: unbounded (every layer's cache is bounded by a window or a state)")
+    else:
+        con.print(f"Longest single request that fits: {r.max_model_len_fit:,} tokens")
+    if r.kv_bytes_per_request < r.max_model_len * r.kv_bytes_per_token:
+        con.print(
+            "Token capacity counts a token in every layer, as vLLM's log does; sliding-window, chunked and state "
+            "layers hold less per request, so requests can be longer than that capacity."
+        )
 
 
 # --- fleet -----------------------------------------------------------------------------------------
@@ -508,8 +521,8 @@ def sweep_table(rows: list[dict[str, Any]], total_rows: int, engine: str, block_
         ("gpu", "left"),
         ("KV\ndtype", "left"),
         ("TP", "right"),
-        ("KV budget\nGiB", "right"),
-        ("KV/request\nGiB", "right"),
+        ("KV budget\nGiB/GPU", "right"),
+        ("KV/request\nGiB/GPU", "right"),
         ("whole\nrequests", "right"),
         ("vLLM\nconcurrency", "right"),
         ("capacity\ntokens", "right"),

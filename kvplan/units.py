@@ -89,8 +89,11 @@ def fmt_gib(n: int) -> str:
 
 
 def fmt_gb(n: int) -> str:
-    """``0.537 GB``-style text (three decimals)."""
-    return f"{n / GB:,.3f} GB"
+    """``0.537 GB``-style text: three decimals, or four significant digits below 0.01 GB."""
+    x = n / GB
+    if 0 < x < 0.01:
+        return f"{x:.4g} GB"
+    return f"{x:,.3f} GB"
 
 
 def fmt_bytes(n: int) -> str:

@@ -44,7 +44,7 @@ def test_class_too_big_for_any_replica_is_said_plainly():
     wl = workload_from_data({"classes": [{"name": "book", "concurrency": 1, "tokens": "1m"}]}, "w.yaml")
     rows = plan_fleet(spec, wl, [get_gpu("l4")], FitOptions())
     assert not any(r.fits for r in rows)
-    assert rows[0].reason.startswith("one book request (1,048,576 tokens) needs 128 GiB of KV per GPU, more than the ")
+    assert rows[0].reason.startswith("one request of class book (1,048,576 tokens) needs 128 GiB of KV per GPU, more than the ")
 
 
 def test_best_per_gpu_and_sorting_by_cost():
@@ -115,6 +115,17 @@ def test_fleet_cli_example(cli):
     for r in d["layouts"]:
         if r["fits"]:
             assert r["gpus"] == r["replicas"] * r["tensor_parallel_size"]
+
+
+def test_fleet_nothing_fits_is_exit_1(cli):
+    code, out, err = cli("fleet", "llama3.1-8b", "--concurrency", "4", "--seq", "1m", "--gpu", "l4")
+    assert code == 1
+    assert "l4-24gb: cannot serve this workload at any TP tried (1, 2, 4, 8): one request of class requests" in out
+    assert err.splitlines() == [
+        "kvplan: warning: requests of 1,048,576 tokens are beyond llama3.1-8b's max context of 131,072 tokens "
+        "(computed anyway)",
+        "kvplan: error: no GPU and TP tried can serve this workload on llama3.1-8b (reasons above)",
+    ]
 
 
 def test_fleet_cli_single_class_and_errors(cli, tmp_path):
