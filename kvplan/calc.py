@@ -62,7 +62,10 @@ def valid_tp_sizes(spec: ModelSpec, limit: int = 64) -> list[int]:
 
 def check_tp(spec: ModelSpec, tensor_parallel_size: int, flag: str = "--tp") -> None:
     """Raise UsageError unless the model's heads allow this TP (see :func:`valid_tp_sizes`)."""
-    if tensor_parallel_size not in valid_tp_sizes(spec, limit=max(64, tensor_parallel_size)):
+    tp = tensor_parallel_size
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+        raise UsageError(f"{flag}: {tp!r} must be an integer >= 1")
+    if spec.num_q_heads % tp or (spec.num_kv_heads % tp and tp % spec.num_kv_heads):
         allowed = ", ".join(str(t) for t in valid_tp_sizes(spec))
         raise UsageError(
             f"{flag}: {tensor_parallel_size} does not divide {spec.name}'s heads (H_q={spec.num_q_heads}, "

@@ -299,8 +299,8 @@ def weights_per_gpu(spec: ModelSpec, weights_dtype: str | None, tp: int, pp: int
     wd = get_weight_dtype(weights_dtype or spec.weights_dtype or spec.dtype)
     if spec.param_count is None:
         raise UsageError(
-            f"{spec.name}: no param_count in the spec, so weights are unknown; give --weights-gib "
-            "(weights per GPU) or add param_count to the spec"
+            f"{spec.name}: no param_count in the spec, so weights are unknown; add param_count to a spec YAML "
+            "(a config.json has none), or with 'kvplan fit' give --weights-gib (weights per GPU)"
         )
     kept = spec.param_count_unquantized if wd.bits != model_wd.bits else 0
     total = wd.bytes_for(spec.param_count - kept) + model_wd.bytes_for(kept)
@@ -332,6 +332,8 @@ def fixed_memory(
     """
     if opts.weights_bytes is not None:
         weights, wname = opts.weights_bytes, "given"
+    elif spec.param_count is None and opts.kv_cache_memory_bytes is not None:
+        weights, wname = 0, "unknown"  # the KV budget is given: weights do not enter the plan
     else:
         weights, wname = weights_per_gpu(spec, opts.weights_dtype, tp, pp)
     activation = opts.activation_bytes
@@ -343,9 +345,27 @@ def fixed_memory(
     return weights, wname, activation, overhead
 
 
+FLAG_LIMITS = {  # upper bounds that keep every count far inside exact int64 / float64 arithmetic
+    "--max-model-len": MAX_SEARCH_TOKENS,
+    "--seq": MAX_SEARCH_TOKENS,
+    "--block-size": 1 << 20,
+    "--max-num-batched-tokens": 1 << 31,
+    "--max-batch-size": 1 << 24,
+    "--shared-prefix": MAX_SEARCH_TOKENS,
+    "--tp": 1 << 16,
+    "--pp": 1 << 16,
+}
+
+
 def _check(flag: str, value, minimum=1) -> None:
-    if value is not None and (isinstance(value, bool) or value < minimum):
-        raise UsageError(f"{flag}: {value!r} must be >= {minimum}")
+    """Raise UsageError unless ``value`` (when given) is an int in [minimum, FLAG_LIMITS[flag]]."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise UsageError(f"{flag}: {value!r} must be an integer >= {minimum}")
+    limit = FLAG_LIMITS.get(flag)
+    if limit is not None and value > limit:
+        raise UsageError(f"{flag}: {value:,} is beyond what kvplan plans for (at most {limit:,})")
 
 
 def plan_fit(spec: ModelSpec, gpu: GPU, opts: FitOptions) -> FitResult:
@@ -367,22 +387,28 @@ def plan_fit(spec: ModelSpec, gpu: GPU, opts: FitOptions) -> FitResult:
     tp, pp = opts.tensor_parallel_size, opts.pipeline_parallel_size
     _check("--tp", tp)
     _check("--pp", pp)
+    for flag, v in (
+        ("--max-model-len", opts.max_model_len),
+        ("--block-size", opts.block_size),
+        ("--max-num-batched-tokens", opts.max_num_batched_tokens),
+        ("--max-batch-size", opts.max_batch_size),
+    ):
+        _check(flag, v)
     check_tp(spec, tp)
     if pp > spec.num_layers:
         raise UsageError(f"--pp: {pp} is more stages than {spec.name}'s {spec.num_layers} layers")
     util = conv.utilization if opts.gpu_memory_utilization is None else opts.gpu_memory_utilization
     if not 0 < util <= 1:
         raise UsageError(f"--gpu-memory-utilization: {util} must be in (0, 1]")
-    max_len = opts.max_model_len or spec.max_model_len
-    block = opts.block_size or conv.block_size
-    mnbt = opts.max_num_batched_tokens or conv.max_num_batched_tokens
-    max_batch = opts.max_batch_size or conv.max_batch_size
-    for flag, v in (("--max-model-len", max_len), ("--block-size", block), ("--max-num-batched-tokens", mnbt)):
-        _check(flag, v)
+    max_len = spec.max_model_len if opts.max_model_len is None else opts.max_model_len
+    block = conv.block_size if opts.block_size is None else opts.block_size
+    mnbt = conv.max_num_batched_tokens if opts.max_num_batched_tokens is None else opts.max_num_batched_tokens
+    max_batch = conv.max_batch_size if opts.max_batch_size is None else opts.max_batch_size
     _check("--shared-prefix", opts.shared_prefix_tokens, 0)
-    if opts.shared_prefix_tokens > max_len:
+    if opts.shared_prefix_tokens >= max_len:
         raise UsageError(
-            f"--shared-prefix: {opts.shared_prefix_tokens:,} tokens is longer than max_model_len {max_len:,}"
+            f"--shared-prefix: {opts.shared_prefix_tokens:,} tokens must be shorter than max_model_len {max_len:,} "
+            "(each request has tokens of its own)"
         )
     kv_dtype = resolve_kv_dtype(spec, opts.kv_dtype)
 
@@ -485,11 +511,19 @@ def suggest(spec: ModelSpec, gpu: GPU, opts: FitOptions) -> list[str]:
                 break
         except UsageError:
             continue
-    for g in sorted(load_catalog(), key=lambda g: g.cuda_total_bytes):
-        if g.cuda_total_bytes <= gpu.cuda_total_bytes:
-            continue
-        if plan_fit(spec, g, opts).fits:
-            out.append(f"--gpu {g.aliases[0] if g.aliases else g.id} ({fmt_gib(g.cuda_total_bytes)})")
+    tps = [t for t in valid_tp_sizes(spec) if t >= opts.tensor_parallel_size]
+    for tp in tps:  # a larger GPU: the fewest GPUs first (smallest TP), then the smallest GPU
+        found = None
+        for g in sorted(load_catalog(), key=lambda g: g.cuda_total_bytes):
+            if g.cuda_total_bytes <= gpu.cuda_total_bytes:
+                continue
+            if plan_fit(spec, g, replace(opts, tensor_parallel_size=tp)).fits:
+                found = g
+                break
+        if found is not None:
+            name = found.aliases[0] if found.aliases else found.id
+            extra = f" --tp {tp}" if tp != opts.tensor_parallel_size else ""
+            out.append(f"--gpu {name}{extra} ({fmt_gib(found.cuda_total_bytes)})")
             break
     return out
 

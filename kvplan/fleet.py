@@ -55,6 +55,8 @@ class Workload:
 
 
 _WORKLOAD_KEYS = {"name", "classes", "notes"}
+MAX_CLASSES = 1000
+MAX_CONCURRENCY = 10**12
 _CLASS_KEYS = {"name", "concurrency", "tokens", "shared_prefix"}
 
 
@@ -79,6 +81,8 @@ def workload_from_data(data: Any, where: str) -> Workload:
     classes = data.get("classes")
     if not isinstance(classes, list) or not classes:
         raise UsageError(f"{where}: classes must be a non-empty list of request classes")
+    if len(classes) > MAX_CLASSES:
+        raise UsageError(f"{where}: {len(classes):,} request classes; at most {MAX_CLASSES:,} (merge similar ones)")
     out = []
     for i, c in enumerate(classes):
         key = f"classes[{i}]"
@@ -91,12 +95,19 @@ def workload_from_data(data: Any, where: str) -> Workload:
         conc = c["concurrency"]
         if isinstance(conc, bool) or not isinstance(conc, int) or conc < 1:
             raise UsageError(f"{where}: {key}.concurrency={conc!r} must be an integer >= 1")
+        if conc > MAX_CONCURRENCY:
+            raise UsageError(
+                f"{where}: {key}.concurrency={conc:,} is beyond what kvplan plans for ({MAX_CONCURRENCY:,})"
+            )
         tokens = parse_tokens(c["tokens"], f"{where}: {key}.tokens")
         prefix = c.get("shared_prefix", 0) or 0
         if prefix:
             prefix = parse_tokens(prefix, f"{where}: {key}.shared_prefix")
-        if prefix > tokens:
-            raise UsageError(f"{where}: {key}.shared_prefix={prefix} is longer than tokens={tokens}")
+        if prefix >= tokens:
+            raise UsageError(
+                f"{where}: {key}.shared_prefix={prefix} must be shorter than tokens={tokens} "
+                "(each request has tokens of its own)"
+            )
         out.append(RequestClass(str(c.get("name") or f"class{i}"), conc, tokens, prefix))
     return Workload(str(data.get("name") or Path(where).stem), tuple(out))
 
@@ -338,7 +349,7 @@ def parse_prices(items: list[str], resolve) -> dict[str, float]:
             usd = float(value)
         except ValueError:
             usd = -1.0
-        if not sep or usd < 0 or usd != usd:
+        if not sep or not 0 <= usd < 1e9:  # also refuses nan and inf
             raise UsageError(f"--price: {item!r} must be GPU=USD_PER_HOUR, e.g. h100=2.49")
         out[resolve(name, "--price").id] = usd
     return out

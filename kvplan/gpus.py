@@ -109,7 +109,7 @@ class GPU:
     @property
     def is_custom(self) -> bool:
         """True for a GPU made from a size rather than taken from the catalog."""
-        return self.id == "custom"
+        return self.vendor == "custom"
 
 
 # --- catalog file ---------------------------------------------------------------------------------
@@ -341,7 +341,7 @@ def _suggest(key: str, n: int = 3, cutoff: float = 0.65) -> list[str]:
 def custom_gpu(size_bytes: int, label: str) -> GPU:
     """A GPU known only by its memory: ``size_bytes`` is taken as the CUDA-visible total, B."""
     return GPU(
-        id="custom",
+        id=f"custom-{label}",
         name=f"custom {label}",
         vendor="custom",
         marketed_gb=None,

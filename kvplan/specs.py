@@ -52,6 +52,10 @@ from kvplan.dtypes import get_kv_dtype
 from kvplan.errors import SpecError
 
 LAYER_KINDS = ("full", "sliding", "chunked", "mla", "mamba", "shared")
+MAX_DIMENSION = 1 << 31  # no count in a spec (layers, heads, dims, tokens) may exceed this
+MAX_LAYERS = 100_000
+MAX_FILE_BYTES = 16 << 20  # spec, config.json and workload files are read whole: refuse larger ones
+MODEL_DTYPES = ("fp32", "fp16", "bf16")
 ATTENTION_KINDS = ("full", "sliding", "chunked", "mla")
 
 
@@ -222,13 +226,17 @@ _TOP_KEYS = {
 _REQUIRED = ("name", "source", "num_layers", "num_q_heads", "num_kv_heads", "head_dim", "dtype", "max_model_len")
 
 
-def _pos_int(where: str, key: str, value: Any, *, allow_none: bool = False, minimum: int = 1) -> int | None:
+def _pos_int(
+    where: str, key: str, value: Any, *, allow_none: bool = False, minimum: int = 1, maximum: int = MAX_DIMENSION
+) -> int | None:
     if value is None and allow_none:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
         raise SpecError(f"{where}: {key}={value!r} must be an integer >= {minimum}")
     if value < minimum:
         raise SpecError(f"{where}: {key}={value} must be an integer >= {minimum}")
+    if value > maximum:
+        raise SpecError(f"{where}: {key}={value} is larger than kvplan handles (at most {maximum:,})")
     return value
 
 
@@ -322,15 +330,19 @@ def build_spec(data: Any, where: str) -> ModelSpec:
     for key in ("name", "source"):
         if not isinstance(data[key], str) or not data[key].strip():
             raise SpecError(f"{where}: {key} must be a non-empty string")
-    num_layers = _pos_int(where, "num_layers", data["num_layers"])
+        if any(ord(c) < 32 or ord(c) == 127 for c in data[key]):
+            raise SpecError(f"{where}: {key} must be one line of printable text")
+    num_layers = _pos_int(where, "num_layers", data["num_layers"], maximum=MAX_LAYERS)
     num_q_heads = _pos_int(where, "num_q_heads", data["num_q_heads"])
     num_kv_heads = _pos_int(where, "num_kv_heads", data["num_kv_heads"])
     head_dim = _pos_int(where, "head_dim", data["head_dim"])
     v_head_dim = _pos_int(where, "v_head_dim", data.get("v_head_dim"), allow_none=True)
     max_model_len = _pos_int(where, "max_model_len", data["max_model_len"])
     hidden_size = _pos_int(where, "hidden_size", data.get("hidden_size"), allow_none=True)
-    param_count = _pos_int(where, "param_count", data.get("param_count"), allow_none=True)
-    kept = _pos_int(where, "param_count_unquantized", data.get("param_count_unquantized", 0), minimum=0)
+    param_count = _pos_int(where, "param_count", data.get("param_count"), allow_none=True, maximum=1 << 50)
+    kept = _pos_int(
+        where, "param_count_unquantized", data.get("param_count_unquantized", 0), minimum=0, maximum=1 << 50
+    )
     if kept and (param_count is None or kept > param_count):
         raise SpecError(f"{where}: param_count_unquantized={kept} must not exceed param_count={param_count}")
     weights_dtype = data.get("weights_dtype")
@@ -347,6 +359,10 @@ def build_spec(data: Any, where: str) -> ModelSpec:
     if num_q_heads % num_kv_heads:
         raise SpecError(f"{where}: num_q_heads={num_q_heads} is not a multiple of num_kv_heads={num_kv_heads}")
     dtype = _canonical_dtype(where, "dtype", data["dtype"])
+    if dtype not in MODEL_DTYPES:
+        raise SpecError(
+            f"{where}: dtype={data['dtype']!r} is a cache format, not a model dtype; allowed: {', '.join(MODEL_DTYPES)}"
+        )
 
     mla = None
     if data.get("mla") is not None:
@@ -367,7 +383,7 @@ def build_spec(data: Any, where: str) -> ModelSpec:
         state_dtype = m.get("state_dtype")
         mamba = MambaConfig(
             _pos_int(where, "mamba.d_inner", m.get("d_inner")),
-            _pos_int(where, "mamba.d_conv", m.get("d_conv")),
+            _pos_int(where, "mamba.d_conv", m.get("d_conv"), minimum=2),
             _pos_int(where, "mamba.d_state", m.get("d_state")),
             None if state_dtype is None else _canonical_dtype(where, "mamba.state_dtype", state_dtype),
         )
@@ -425,6 +441,8 @@ def _yaml_load(text: str, where: str) -> Any:
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
         return yaml.load(text, Loader=loader)  # noqa: S506 - a safe loader (the C build of SafeLoader)
+    except RecursionError:
+        raise SpecError(f"{where}: YAML nested too deeply") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -433,7 +451,13 @@ def _yaml_load(text: str, where: str) -> Any:
 
 
 def _read_text(path: Path) -> str:
+    """Read a whole input file (regular files up to MAX_FILE_BYTES only: not a FIFO or /dev/zero)."""
     try:
+        if path.exists() and not path.is_dir():
+            if not path.is_file():
+                raise SpecError(f"{path}: not a regular file")
+            if path.stat().st_size > MAX_FILE_BYTES:
+                raise SpecError(f"{path}: larger than {MAX_FILE_BYTES >> 20} MiB; not a spec, config.json or workload")
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise SpecError(f"{path}: no such file") from None
@@ -537,30 +561,45 @@ def spec_from_hf_config(config: Any, where: str, name: str | None = None) -> Mod
     if not isinstance(config, dict):
         raise SpecError(f"{where}: a config.json must hold a JSON object")
     outer = config
-    cfg = dict(config.get("text_config") or config)
-    if "text_config" in config and not isinstance(config["text_config"], dict):
+    if config.get("text_config") is not None and not isinstance(config["text_config"], dict):
         raise SpecError(f"{where}: text_config must be an object")
+    cfg = dict(config.get("text_config") or config)
     for k in ("torch_dtype", "dtype", "model_type"):
         if cfg.get(k) is None and outer.get(k) is not None:
             cfg[k] = outer[k]
     model_type = str(cfg.get("model_type") or outer.get("model_type") or "")
 
-    def need(value: Any, keys: str) -> int:
+    def need(value: Any, keys: str, minimum: int = 1) -> int:
         if value is None:
             raise SpecError(f"{where}: missing {keys}")
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise SpecError(f"{where}: {keys.split(' ')[0]}={value!r} must be an integer >= 1")
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise SpecError(f"{where}: {keys.split(' ')[0]}={value!r} must be an integer >= {minimum}")
+        if value > MAX_DIMENSION:
+            raise SpecError(f"{where}: {keys.split(' ')[0]}={value} is larger than kvplan handles ({MAX_DIMENSION:,})")
+        return value
+
+    def opt(key: str, default: int, minimum: int = 1) -> int:
+        value = cfg.get(key)
+        return default if value is None else need(value, key, minimum)
+
+    def flag(key: str) -> bool:
+        value = cfg.get(key, False)
+        if value is None:
+            return False
+        if not isinstance(value, bool):
+            raise SpecError(f"{where}: {key}={value!r} must be true or false")
         return value
 
     num_layers = need(_first(cfg, "num_hidden_layers", "n_layer", "num_layers"), "num_hidden_layers (or n_layer)")
     num_q = need(_first(cfg, "num_attention_heads", "n_head", "num_heads"), "num_attention_heads (or n_head)")
     hidden = _first(cfg, "hidden_size", "n_embd", "d_model")
+    hidden = None if hidden is None else need(hidden, "hidden_size (or n_embd)")
 
     if cfg.get("num_key_value_heads") is not None:
         num_kv = cfg["num_key_value_heads"]
-    elif cfg.get("new_decoder_architecture") and _first(cfg, "num_kv_heads", "n_head_kv") is not None:
+    elif flag("new_decoder_architecture") and _first(cfg, "num_kv_heads", "n_head_kv") is not None:
         num_kv = _first(cfg, "num_kv_heads", "n_head_kv")
-    elif cfg.get("multi_query"):
+    elif flag("multi_query"):
         num_kv = 1
     else:
         num_kv = _first(cfg, "num_kv_heads", "n_head_kv") or num_q
@@ -574,15 +613,14 @@ def spec_from_hf_config(config: Any, where: str, name: str | None = None) -> Mod
     if cfg.get("head_dim") is not None and mla is None:
         head_dim = need(cfg["head_dim"], "head_dim")
     elif mla is not None:
-        head_dim = need(
-            (cfg.get("qk_nope_head_dim") or 0) + mla.qk_rope_head_dim, "qk_nope_head_dim + qk_rope_head_dim"
-        )
+        head_dim = opt("qk_nope_head_dim", 0, minimum=0) + mla.qk_rope_head_dim
     else:
         hidden = need(hidden, "hidden_size (or n_embd)")
         if hidden % num_q:
             raise SpecError(f"{where}: hidden_size={hidden} is not a multiple of num_attention_heads={num_q}")
         head_dim = hidden // num_q
-    v_head_dim = cfg.get("v_head_dim") if cfg.get("v_head_dim") not in (None, head_dim) else None
+    v_head_dim = opt("v_head_dim", head_dim)
+    v_head_dim = None if v_head_dim == head_dim else v_head_dim
 
     raw_dtype = _first(cfg, "torch_dtype", "dtype")
     if raw_dtype is None:  # transformers' default is float32; a few families ship bf16 without the key
@@ -595,10 +633,12 @@ def spec_from_hf_config(config: Any, where: str, name: str | None = None) -> Mod
         max_len = _HF_DEFAULT_MAX_LEN.get(model_type, 2048)
     max_len = need(max_len, "max_position_embeddings")
 
-    window = cfg.get("sliding_window")
-    if cfg.get("use_sliding_window") is False:
+    window = None if cfg.get("sliding_window") is None else need(cfg["sliding_window"], "sliding_window")
+    if cfg.get("use_sliding_window") is not None and not flag("use_sliding_window"):
         window = None
-    chunk = cfg.get("attention_chunk_size")
+    chunk = (
+        None if cfg.get("attention_chunk_size") is None else need(cfg["attention_chunk_size"], "attention_chunk_size")
+    )
     mamba = None
     kinds: list[str]
     layer_types = cfg.get("layer_types")
@@ -609,31 +649,40 @@ def spec_from_hf_config(config: Any, where: str, name: str | None = None) -> Mod
         "mamba": "mamba",
         "attention": "full",
     }
+    if layer_types is not None and not isinstance(layer_types, list):
+        raise SpecError(f"{where}: layer_types must be a list of {num_layers} layer type names")
     if isinstance(layer_types, list):
         if len(layer_types) != num_layers:
             raise SpecError(f"{where}: layer_types has {len(layer_types)} entries, num_hidden_layers={num_layers}")
         kinds = []
         for i, t in enumerate(layer_types):
-            if t not in type_map:
+            if not isinstance(t, str) or t not in type_map:
                 raise SpecError(f"{where}: layer_types[{i}]={t!r} is not supported; allowed: {', '.join(type_map)}")
             kinds.append(type_map[t])
     elif cfg.get("attn_layer_period") is not None:  # Jamba
-        period, offset = cfg["attn_layer_period"], cfg.get("attn_layer_offset", 0)
+        period = need(cfg["attn_layer_period"], "attn_layer_period")
+        offset = opt("attn_layer_offset", 0, minimum=0)
+        if offset >= period:
+            raise SpecError(f"{where}: attn_layer_offset={offset} must be below attn_layer_period={period}")
         kinds = ["full" if i % period == offset else "mamba" for i in range(num_layers)]
     elif chunk is not None:  # Llama 4: RoPE layers are chunked, NoPE layers global
         nope = cfg.get("no_rope_layers")
         if isinstance(nope, list) and len(nope) == num_layers:
-            kinds = ["chunked" if int(r) else "full" for r in nope]
+            if any(r not in (0, 1) or isinstance(r, float) for r in nope):
+                raise SpecError(f"{where}: no_rope_layers must hold 0 (NoPE, global) or 1 (RoPE, chunked) per layer")
+            kinds = ["chunked" if r else "full" for r in nope]
         else:
-            step = cfg.get("no_rope_layer_interval", 4)
+            step = opt("no_rope_layer_interval", 4)
             kinds = ["full" if (i + 1) % step == 0 else "chunked" for i in range(num_layers)]
     elif window is not None and model_type.startswith("gemma3"):
-        pattern = cfg.get("sliding_window_pattern") or 6
+        pattern = opt("sliding_window_pattern", 6)
         kinds = ["full" if (i + 1) % pattern == 0 else "sliding" for i in range(num_layers)]
     elif window is not None and model_type.startswith("gemma2"):
         kinds = ["sliding" if i % 2 == 0 else "full" for i in range(num_layers)]
-    elif window is not None and cfg.get("use_sliding_window") and cfg.get("max_window_layers") is not None:
-        first = cfg["max_window_layers"]  # Qwen2: layers from max_window_layers on use the window
+    elif window is not None and flag("use_sliding_window") and cfg.get("max_window_layers") is not None:
+        first = need(
+            cfg["max_window_layers"], "max_window_layers", minimum=0
+        )  # Qwen2: layers from max_window_layers on use the window
         kinds = ["sliding" if i >= first else "full" for i in range(num_layers)]
     elif window is not None:
         kinds = ["sliding"] * num_layers
@@ -642,12 +691,11 @@ def spec_from_hf_config(config: Any, where: str, name: str | None = None) -> Mod
     if mla is not None:
         kinds = ["mla" if k == "full" else k for k in kinds]
     if "mamba" in kinds:
-        d_inner = cfg.get("mamba_d_inner") or cfg.get("mamba_expand", 2) * need(hidden, "hidden_size")
-        mamba = MambaConfig(
-            need(d_inner, "mamba_d_inner"),
-            need(cfg.get("mamba_d_conv", 4), "mamba_d_conv"),
-            need(cfg.get("mamba_d_state", 16), "mamba_d_state"),
-        )
+        if cfg.get("mamba_d_inner") is not None:
+            d_inner = need(cfg["mamba_d_inner"], "mamba_d_inner")
+        else:
+            d_inner = opt("mamba_expand", 2) * need(hidden, "hidden_size")
+        mamba = MambaConfig(d_inner, opt("mamba_d_conv", 4, minimum=2), opt("mamba_d_state", 16))
     data: dict[str, Any] = {
         "name": name or str(cfg.get("_name_or_path") or Path(where).parent.name or "model"),
         "source": where,
@@ -686,6 +734,8 @@ def load_hf_config(path: str | os.PathLike, name: str | None = None) -> ModelSpe
         config = json.loads(text)
     except json.JSONDecodeError as e:
         raise SpecError(f"{p}: malformed JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
+    except (ValueError, RecursionError) as e:  # 5,000-digit numbers, arrays nested 100,000 deep
+        raise SpecError(f"{p}: JSON kvplan cannot read ({type(e).__name__}: {str(e)[:80]})") from None
     return spec_from_hf_config(config, str(p), name=name)
 
 
@@ -695,6 +745,8 @@ def load_model(ref: str) -> ModelSpec:
     Raises:
         SpecError: nothing matches (with suggestions) or the file is invalid.
     """
+    if not str(ref).strip():
+        raise SpecError("MODEL: empty; give a bundled name (see 'kvplan models'), a spec YAML or a config.json")
     p = Path(ref)
     if p.is_dir() or p.suffix.lower() == ".json":
         return load_hf_config(p)

@@ -40,7 +40,7 @@ def parse_tokens(text: str | int, flag: str = "--seq") -> int:
     if isinstance(text, int) and not isinstance(text, bool):
         value = text
     else:
-        m = re.fullmatch(r"\s*(\d[\d_,]*)\s*([kKmM]?)\s*", str(text))
+        m = re.fullmatch(r"\s*([0-9]{1,15}|[0-9]{1,3}(?:[_,][0-9]{3})+)\s*([kKmM]?)\s*", str(text))
         if not m:
             raise UsageError(f"{flag}: {text!r} is not a token count; use e.g. 4096, 32k or 128k (k = 1024)")
         value = int(m.group(1).replace("_", "").replace(",", "")) * _TOKEN_SUFFIX[m.group(2).lower()]
@@ -58,7 +58,7 @@ def parse_bytes(text: str | int, flag: str) -> int:
     if isinstance(text, int) and not isinstance(text, bool):
         value = text
     else:
-        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(text))
+        m = re.fullmatch(r"\s*([0-9]{1,18}(?:\.[0-9]{1,18})?)\s*([a-zA-Z]*)\s*", str(text))
         unit = m.group(2).lower() if m else ""
         if not m or unit not in _BYTE_UNITS:
             raise UsageError(
@@ -121,8 +121,9 @@ def parse_size_default_gib(text: str | float, flag: str) -> int:
     Zero is allowed (an overhead of nothing). Raises UsageError on anything else.
     """
     s = str(text).strip()
-    if re.fullmatch(r"\d+(?:\.\d+)?", s):
+    if re.fullmatch(r"[0-9]{1,12}(?:\.[0-9]{1,12})?", s):
         return int(Decimal(s) * GIB)
-    if re.fullmatch(r"0+(?:\.0+)?\s*[a-zA-Z]*", s):
+    m = re.fullmatch(r"0+(?:\.0+)?\s*([a-zA-Z]*)", s)
+    if m and m.group(1).lower() in _BYTE_UNITS:
         return 0
     return parse_bytes(s, flag)

@@ -298,3 +298,42 @@ def test_checkpoint_weights_dtype_from_spec():
     # an explicit --weights-dtype bf16 counts every parameter at 2 B
     r = plan_fit(load_bundled("gpt-oss-120b"), get_gpu("h200"), FitOptions(weights_dtype="bf16", max_model_len=8192))
     assert r.weights_bytes == 234_000_000_000
+
+
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        (["--block-size", "0"], "kvplan: error: --block-size: 0 must be an integer >= 1"),
+        (["--max-num-batched-tokens", "0"], "kvplan: error: --max-num-batched-tokens: 0 must be an integer >= 1"),
+        (["--engine", "trtllm", "--max-batch-size", "-100000"], "kvplan: error: --max-batch-size: -100000 must be an integer >= 1"),
+        (["--shared-prefix", "8192"], "kvplan: error: --shared-prefix: 8,192 tokens must be shorter than max_model_len 8,192 (each request has tokens of its own)"),
+        (["--overhead-gib", "0xyz"], "kvplan: error: --overhead-gib: '0xyz' is not a size; use bytes or a unit: GB (10^9), GiB (2^30), MB, MiB, TB, TiB"),
+        (["--max-num-batched-tokens", "99999999999999999999"], "kvplan: error: --max-num-batched-tokens: 99,999,999,999,999,999,999 is beyond what kvplan plans for (at most 2,147,483,648)"),
+    ],
+)
+def test_fit_bad_values_are_refused(cli, args, line):
+    code, _, err = cli("fit", "llama3-8b", "--gpu", "h100", *args)
+    assert code == 2
+    assert err == line + "\n"
+
+
+def test_huge_tp_is_refused_at_once(cli):
+    # a TP of 10^20 must not loop over candidate sizes
+    code, _, err = cli("estimate", "llama3-8b", "--seq", "1", "--tp", "99999999999999999999")
+    assert code == 2 and err.startswith("kvplan: error: --tp: 99999999999999999999 does not divide llama3-8b's heads")
+
+
+def test_suggests_bigger_gpu_at_bigger_tp():
+    from kvplan.fit import suggest
+
+    s = suggest(load_bundled("llama3.1-405b"), get_gpu("l4"), FitOptions(max_model_len=8192))
+    assert any(x.startswith("--gpu ") and " --tp " in x for x in s)
+
+
+def test_given_budget_needs_no_param_count(tmp_path):
+    p = tmp_path / "config.json"
+    p.write_text((Path(__file__).parent / "fixtures/hf_configs/llama3.1-8b.json").read_text())
+    from kvplan.specs import load_hf_config
+
+    r = plan_fit(load_hf_config(p), get_gpu("h100"), given_budget(GIB, max_model_len=4096))
+    assert r.num_blocks == 512 and r.weights_bytes == 0

@@ -84,8 +84,8 @@ def test_best_per_gpu_and_sorting_by_cost():
             "w.yaml: classes[0].tokens: 'lots' is not a token count",
         ),
         (
-            {"classes": [{"name": "a", "concurrency": 1, "tokens": 5, "shared_prefix": 9}]},
-            "w.yaml: classes[0].shared_prefix=9 is longer than tokens=5",
+            {"classes": [{"name": "a", "concurrency": 1, "tokens": 5, "shared_prefix": 5}]},
+            "w.yaml: classes[0].shared_prefix=5 must be shorter than tokens=5 (each request has tokens of its own)",
         ),
     ],
 )
@@ -140,3 +140,34 @@ def test_fleet_cli_single_class_and_errors(cli, tmp_path):
     bad.write_text("classes: [{name: a, concurrency: -1, tokens: 5}]\n")
     code, _, err = cli("fleet", "llama3-8b", "--workload", str(bad))
     assert code == 2 and err == f"kvplan: error: {bad}: classes[0].concurrency=-1 must be an integer >= 1\n"
+
+
+def test_two_size_gpus_stay_apart(cli):
+    code, out, err = cli(
+        "fleet", "llama3-8b", "--concurrency", "500", "--seq", "4k", "--gpu", "40GB", "--gpu", "80GB", "--tp", "1",
+        "--price", "40GB=1", "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    best = {r["gpu"]: r for r in json.loads(out)["layouts"] if r["best_for_gpu"]}
+    assert set(best) == {"custom-40GB", "custom-80GB"}
+    assert best["custom-40GB"]["price_usd_per_hour"] == 1.0
+    assert best["custom-80GB"]["price_usd_per_hour"] is None
+
+
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        (["--price", "h100=inf"], "kvplan: error: --price: 'h100=inf' must be GPU=USD_PER_HOUR, e.g. h100=2.49"),
+        (["--json", "--csv"], "kvplan: error: --json and --csv: give one of them"),
+        (["--tp", "0"], "kvplan: error: --tp: 0 must be an integer >= 1"),
+    ],
+)
+def test_fleet_bad_flags(cli, args, line):
+    code, _, err = cli("fleet", "llama3-8b", "--concurrency", "1", "--seq", "1k", "--gpu", "h100", *args)
+    assert code == 2
+    assert err == line + "\n"
+
+
+def test_many_classes_refused():
+    with pytest.raises(UsageError, match=r"1,001 request classes; at most 1,000"):
+        workload_from_data({"classes": [{"concurrency": 1, "tokens": 8}] * 1001}, "w.yaml")

@@ -245,3 +245,62 @@ def test_hf_reader_errors(tmp_path, text, message):
         load_hf_config(p)
     assert message in str(e.value)
     assert str(p) in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        ({"attn_layer_period": 0}, "attn_layer_period=0 must be an integer >= 1"),
+        ({"attn_layer_period": "2"}, "attn_layer_period='2' must be an integer >= 1"),
+        ({"attn_layer_period": 2, "attn_layer_offset": 5}, "attn_layer_offset=5 must be below attn_layer_period=2"),
+        ({"attention_chunk_size": 8, "no_rope_layer_interval": 0}, "no_rope_layer_interval=0 must be an integer >= 1"),
+        ({"attention_chunk_size": 8, "no_rope_layers": ["a", 1, 1, 1]}, "no_rope_layers must hold 0 (NoPE, global)"),
+        ({"model_type": "gemma3_text", "sliding_window": 4, "sliding_window_pattern": "x"}, "sliding_window_pattern='x'"),
+        ({"sliding_window": 8, "use_sliding_window": True, "max_window_layers": "x"}, "max_window_layers='x'"),
+        ({"sliding_window": 0}, "sliding_window=0 must be an integer >= 1"),
+        ({"layer_types": [[1], {}, 2, None]}, "layer_types[0]=[1] is not supported"),
+        ({"layer_types": "full_attention"}, "layer_types must be a list of 4 layer type names"),
+        ({"kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": "x"}, "qk_nope_head_dim='x'"),
+        ({"text_config": "abc"}, "text_config must be an object"),
+        ({"num_hidden_layers": 10**20}, "num_hidden_layers=100000000000000000000 is larger than kvplan handles"),
+        ({"num_key_value_heads": None, "multi_query": "false"}, "multi_query='false' must be true or false"),
+    ],
+)
+def test_hf_reader_rejects_odd_values(config, message):
+    from kvplan.specs import spec_from_hf_config
+
+    base = {"num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 16,
+            "hidden_size": 128}  # fmt: skip
+    with pytest.raises(SpecError) as e:
+        spec_from_hf_config({**base, **config}, "c/config.json")
+    assert str(e.value).startswith("c/config.json: ")
+    assert message in str(e.value)
+
+
+def test_json_kvplan_cannot_read(tmp_path):
+    p = write(tmp_path, "[" * 100_000 + "]" * 100_000, "config.json")
+    with pytest.raises(SpecError, match=r"JSON kvplan cannot read"):
+        load_hf_config(p)
+
+
+def test_spec_bounds_and_text(tmp_path):
+    for old, new, message in (
+        ("num_layers: 4", "num_layers: 1000000000000", "num_layers=1000000000000 is larger than kvplan handles"),
+        ("dtype: bf16", "dtype: q4_0", "dtype='q4_0' is a cache format, not a model dtype; allowed: fp32, fp16, bf16"),
+        ("name: toy", 'name: "a\\nb"', "name must be one line of printable text"),
+    ):
+        with pytest.raises(SpecError, match=re.escape(message)):
+            load_spec_yaml(write(tmp_path, GOOD.replace(old, new)))
+    with pytest.raises(SpecError, match="mamba.d_conv=1 must be an integer >= 2"):
+        load_spec_yaml(write(tmp_path, GOOD + "layers: {default: mamba}\nmamba: {d_inner: 8, d_conv: 1, d_state: 1}\n"))
+
+
+def test_special_files_are_refused(tmp_path):
+    import os
+
+    fifo = tmp_path / "x.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(SpecError, match="not a regular file"):
+        load_spec_yaml(fifo)
+    with pytest.raises(SpecError, match="MODEL: empty"):
+        load_model("  ")
