@@ -284,6 +284,8 @@ def fleet(
     from kvplan.gpus import get_gpu, load_catalog
     from kvplan.specs import load_model
 
+    if json_out and csv_out:
+        raise UsageError("--json and --csv: give one of them")
     spec = load_model(model)
     if workload is not None and (concurrency is not None or seq is not None):
         raise UsageError("--workload: give either --workload FILE or --concurrency N --seq S, not both")
@@ -531,7 +533,10 @@ def sweep(
     csv_out: bool = typer.Option(False, "--csv", help="Print every row as CSV."),
     json_out: bool = typer.Option(False, "--json", help="Print every row as a JSON list of objects."),
 ) -> None:
-    """'kvplan fit' for every MODEL × --seq × --gpu × --kv-dtype × --tp, computed at once (numpy)."""
+    """'kvplan fit' for every MODEL × --seq × --gpu × --kv-dtype × --tp, computed at once (numpy).
+
+    At most 10,000,000 configurations per run, GPUs up to 8 TiB.
+    """
     from kvplan import render
     from kvplan import sweep as sweepmod
     from kvplan.errors import UsageError
@@ -581,7 +586,7 @@ def plot(
         ..., help="Models to draw (the first one sets the GPU budget lines and --topologies)."
     ),
     max_seq: str = typer.Option(
-        "128k", "--max-seq", help="Longest context on the x axis (from 512 tokens). 128k = 131072."
+        "128k", "--max-seq", help="Longest context on the x axis (starts at 512 tokens): 513 to 1024m. 128k = 131072."
     ),
     gpu: List[str] = typer.Option(
         [], "--gpu", "-g", help="Draw this GPU's KV budget (vLLM, TP=1, first model); repeat for several."
@@ -610,6 +615,11 @@ def plot(
 
 
 # --- entry point ---------------------------------------------------------------------------------
+
+
+def _one_line(message: str) -> str:
+    """Control characters (a newline in a path or a spec name) escaped: an error is always one line."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
 
 
 def _click_errors() -> tuple[type, type]:
@@ -641,7 +651,7 @@ def run(argv: list[str] | None = None) -> int:
     try:
         rv = command.main(args=argv, prog_name="kvplan", standalone_mode=False)
     except KvplanError as e:
-        sys.stderr.write(f"kvplan: error: {e}\n")
+        sys.stderr.write(f"kvplan: error: {_one_line(str(e))}\n")
         return e.exit_code
     except usage_error as e:
         if type(e).__name__ == "NoArgsIsHelpError":
@@ -649,7 +659,7 @@ def run(argv: list[str] | None = None) -> int:
             return 0
         name = getattr(e.ctx, "info_name", None)
         where = f"kvplan {name}" if name and name != "kvplan" else "kvplan"
-        sys.stderr.write(f"{where}: error: {e.format_message()}\n")
+        sys.stderr.write(f"{where}: error: {_one_line(e.format_message())}\n")
         return 2
     except typer.Abort:
         sys.stderr.write("kvplan: aborted\n")

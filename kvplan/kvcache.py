@@ -61,6 +61,20 @@ def ring_positions(end: int, capacity: int, device: torch.device | str | None = 
     return torch.where(pos >= 0, pos, torch.full_like(pos, -1))
 
 
+def _index_copy(dst: torch.Tensor, dim: int, idx: torch.Tensor, src: torch.Tensor) -> None:
+    """``dst.index_copy_(dim, idx, src)`` in place, for every dtype the cache stores.
+
+    torch implements ``index_copy_`` for neither float8 dtype (``Float8_e4m3fn``, ``Float8_e5m2``) on CPU
+    (nor on every CUDA build), so one-byte dtypes other than ``uint8`` are copied bit for bit through a
+    ``uint8`` view of both tensors (same element size, so the view keeps shapes and strides; ``src`` must
+    already be in ``dst``'s dtype).
+    """
+    if dst.element_size() == 1 and dst.dtype not in (torch.uint8, torch.int8, torch.bool):
+        dst.view(torch.uint8).index_copy_(dim, idx, src.view(torch.uint8))
+    else:
+        dst.index_copy_(dim, idx, src)
+
+
 @dataclass
 class LayerCache:
     """The cache of one layer.
@@ -272,7 +286,7 @@ class StaticKVCache:
             if idx is None:
                 dst.narrow(token_dim, start, kept).copy_(src)
             else:
-                dst.index_copy_(token_dim, idx, src.to(dst.dtype))
+                _index_copy(dst, token_dim, idx, src.to(dst.dtype))
 
     def read(self, index: int, end: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Views of what attention reads after tokens 0..end−1 of layer ``index`` were written (no copy).

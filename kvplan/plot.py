@@ -1,8 +1,8 @@
 """``kvplan plot``: KV cache per request against context length, with GPU KV budgets as horizontal lines.
 
 The numbers are exact (:func:`kvplan.calc.estimate` at each sample point, bytes as ints); only the drawing
-converts them to GiB (2^30 B). Sample points run from 512 tokens (or ``max_seq`` when smaller) to
-``max_seq`` on a log-2 axis, eight per doubling, so sliding-window knees show.
+converts them to GiB (2^30 B). Sample points run from 512 tokens to ``max_seq`` (513 .. 2^30 tokens,
+:func:`check_max_seq`) on a log-2 axis, eight per doubling, so sliding-window knees show.
 
 - one solid line per model up to its max context, dotted beyond it;
 - with ``topologies``: the first model's MHA and MQA variants (``ModelSpec.with_kv_heads``, as
@@ -34,6 +34,9 @@ from kvplan.units import GIB
 FORMATS = {".png": "png", ".svg": "svg"}
 START_TOKENS = 512
 POINTS_PER_DOUBLING = 8
+# Longest --max-seq drawn: 2^30 tokens (1,073,741,824), 21 doublings past the 512-token start. Beyond it
+# the figure says nothing new and matplotlib's axis code fails on huge ints.
+MAX_SEQ_LIMIT = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,21 @@ def sample_points(max_seq: int, start: int = START_TOKENS, per_doubling: int = P
     return sorted(pts)
 
 
+def check_max_seq(max_seq: int) -> None:
+    """Refuse a ``max_seq`` the axis cannot show: it must exceed :data:`START_TOKENS` (the axis starts
+    there; an axis of one point has no width) and be at most :data:`MAX_SEQ_LIMIT`.
+
+    Raises:
+        UsageError: naming --max-seq and the range allowed.
+    """
+    if isinstance(max_seq, bool) or not isinstance(max_seq, int) or not START_TOKENS < max_seq <= MAX_SEQ_LIMIT:
+        shown = f"{max_seq:,}" if isinstance(max_seq, int) and not isinstance(max_seq, bool) else repr(max_seq)
+        raise UsageError(
+            f"--max-seq: {shown} tokens is out of range; the axis starts at {START_TOKENS} tokens, so give "
+            f"{START_TOKENS + 1:,} to {MAX_SEQ_LIMIT:,} (1024m)"
+        )
+
+
 def plot_data(
     specs: Sequence[ModelSpec],
     gpus: Sequence[GPU] = (),
@@ -107,14 +125,14 @@ def plot_data(
     """Compute the curves and budget lines (exact bytes); no drawing.
 
     Raises:
-        UsageError: no model, ``max_seq`` < 1, or an unknown KV dtype.
+        UsageError: no model, ``max_seq`` not in :data:`START_TOKENS` + 1 .. :data:`MAX_SEQ_LIMIT`, or an
+            unknown KV dtype.
     """
     from kvplan.fit import Engine, FitOptions, plan_fit
 
     if not specs:
         raise UsageError("MODEL: give at least one model")
-    if isinstance(max_seq, bool) or max_seq < 1:
-        raise UsageError(f"--max-seq: {max_seq!r} must be at least 1 token")
+    check_max_seq(max_seq)
     points = sample_points(max_seq)
     notes: list[str] = []
     curves = []

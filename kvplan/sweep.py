@@ -18,8 +18,11 @@ How it is vectorized (shapes with axes ``(M, S, G, D, T)``: models, seqs, GPUs, 
 - per row ``(M, S, G, D, T)``: whole requests that fit and vLLM's "Maximum concurrency".
 
 Every byte count is int64, kept below 2^53 (checked; beyond, a :class:`UsageError`) so that the float
-division of "Maximum concurrency" rounds as Python's ``int / int`` does. Rows whose TP the model's
-heads do not allow (:func:`kvplan.fit.valid_tp_sizes`) are left out and counted in
+division of "Maximum concurrency" rounds as Python's ``int / int`` does. Before any array is built, every
+integer setting is checked against :data:`LIMITS` and each GPU against :data:`MAX_GPU_BYTES` (vLLM's
+``total × utilization × 10^6`` must stay inside int64), and the cross product against
+:data:`MAX_CONFIGURATIONS` (about 160 B of arrays per configuration at the peak, so at most ~1.6 GB).
+Rows whose TP the model's heads do not allow (:func:`kvplan.fit.valid_tp_sizes`) are left out and counted in
 :attr:`SweepResult.skipped_rows`.
 
 numpy is imported inside the functions: ``kvplan estimate`` and ``kvplan fit`` never import this module.
@@ -37,7 +40,6 @@ from kvplan.fit import (
     MAX_SEARCH_TOKENS,
     Engine,
     FitOptions,
-    _check,
     fixed_memory,
     get_engine,
 )
@@ -46,6 +48,21 @@ from kvplan.specs import ModelSpec
 
 EXACT_LIMIT = 1 << 53  # byte counts stay below this: exact in float64, so ratios round as Python's
 LLAMACPP_PAD = 256  # llama.cpp pads cell counts to 256 (kvplan.fit.request_bytes)
+# Largest cross product (models × seqs × GPUs × dtypes × TPs) one sweep computes: its arrays peak near
+# 160 B per configuration (28M configurations measured 4.5 GB), so 10^7 stays under ~1.6 GB.
+MAX_CONFIGURATIONS = 10_000_000
+# Upper bounds of the integer settings, checked by the sweep itself before any array is built: with
+# them every int64 intermediate (blocks × bytes, the max_model_len_fit probes) stays far below 2^63.
+LIMITS = {
+    "--seq": MAX_SEARCH_TOKENS,  # 2^40 tokens (then a request must stay below 2^53 B, checked per model)
+    "--tp": 1 << 16,
+    "--block-size": 1 << 20,
+    "--max-num-batched-tokens": 1 << 31,
+    "--max-batch-size": 1 << 24,
+}
+# Largest GPU (CUDA-visible bytes): vLLM's budget computes total × utilization × 10^6 in int64, which
+# holds up to 9.2 × 10^18, i.e. GPUs up to 9.2 TB; 2^43 B = 8 TiB keeps a margin.
+MAX_GPU_BYTES = 1 << 43
 
 # The columns of a sweep's output (table, CSV, JSON), in order.
 OUTPUT_COLUMNS = (
@@ -185,6 +202,23 @@ class _Configs:
     valid: Any  # bool: the model's heads allow this TP
 
 
+def _check_int(flag: str, value, limit: int) -> None:
+    """Raise UsageError unless ``value`` is an int in 1..``limit`` (the sweep's own bounds, see :data:`LIMITS`)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UsageError(f"{flag}: {value!r} must be an integer >= 1")
+    if value > limit:
+        raise UsageError(
+            f"{flag}: {value:,} is beyond the range the vectorized sweep computes exactly (at most {limit:,})"
+        )
+
+
+def _check_bytes(what: str, value: int) -> int:
+    """``value`` (a byte count from the scalar helpers), or UsageError when it is not below 2^53."""
+    if value >= EXACT_LIMIT:
+        raise UsageError(f"{what}: {value:,} B is beyond the exact range of the vectorized sweep (2^53 B)")
+    return value
+
+
 def _cdiv(np, a, b):
     """Ceiling division of non-negative int64 arrays (as :func:`kvplan.calc.cdiv`)."""
     return -np.floor_divide(-a, b)
@@ -227,10 +261,14 @@ def _configs(np, specs, kv_dtypes, tps, conv, opts: FitOptions, mnbt: int, max_b
     names = np.zeros((len(specs), len(kv_dtypes)), dtype=np.int64)
     dtype_names: list[str] = []
     for m, spec in enumerate(specs):
-        allowed = set(valid_tp_sizes(spec, limit=max(64, *tps)))
+        # a TP above H_q never divides it, so the search stops there whatever --tp asks
+        allowed = set(valid_tp_sizes(spec, limit=min(max(64, *tps), spec.num_q_heads)))
         counts = spec.kind_counts()
         for t, tp in enumerate(tps):
             weights, _, activation, overhead = fixed_memory(spec, conv, opts, tp, 1, mnbt, max_batch)
+            weights = _check_bytes(f"{spec.name}: weights per GPU", weights)
+            activation = _check_bytes(f"{spec.name}: activation per GPU", activation)
+            overhead = _check_bytes(f"{spec.name}: overhead per GPU", overhead)
             for d, name in enumerate(kv_dtypes):
                 kv_dtype = resolve_kv_dtype(spec, name)
                 if kv_dtype.name not in dtype_names:
@@ -329,8 +367,10 @@ def sweep(
         A :class:`SweepResult` of ``M × S × G × D × T`` rows less the skipped ones.
 
     Raises:
-        UsageError: an empty axis, a value < 1, a utilization outside (0, 1], an unknown dtype, a model
-            without param_count (and no weights_bytes), every row skipped, or byte counts beyond 2^53.
+        UsageError: an empty axis, a value < 1 or above :data:`LIMITS`, a GPU above :data:`MAX_GPU_BYTES`,
+            more than :data:`MAX_CONFIGURATIONS` configurations, a utilization outside (0, 1], an unknown
+            dtype, a model without param_count (and no weights_bytes), every row skipped, or byte counts
+            beyond 2^53. All are checked before the arrays are built.
     """
     import numpy as np
 
@@ -338,10 +378,23 @@ def sweep(
     for flag, axis in (("MODEL", specs), ("--seq", seqs), ("--gpu", gpus), ("--kv-dtype", kv_dtypes), ("--tp", tps)):
         if not len(axis):
             raise UsageError(f"{flag}: give at least one value")
+    asked = len(specs) * len(seqs) * len(gpus) * len(kv_dtypes) * len(tps)
+    if asked > MAX_CONFIGURATIONS:
+        raise UsageError(
+            f"MODEL × --seq × --gpu × --kv-dtype × --tp: {asked:,} configurations asked ({len(specs)} × "
+            f"{len(seqs)} × {len(gpus)} × {len(kv_dtypes)} × {len(tps)}); one sweep computes at most "
+            f"{MAX_CONFIGURATIONS:,}: split it into several runs"
+        )
     for tp in tps:
-        _check("--tp", tp)
+        _check_int("--tp", tp, LIMITS["--tp"])
     for s in seqs:
-        _check("--seq", s)
+        _check_int("--seq", s, LIMITS["--seq"])
+    for g in gpus:
+        if g.cuda_total_bytes > MAX_GPU_BYTES:
+            raise UsageError(
+                f"--gpu: {gpu_label(g).removeprefix('custom ')} ({g.cuda_total_bytes:,} B) is beyond the range "
+                f"the vectorized sweep computes exactly (at most {MAX_GPU_BYTES:,} B = 8 TiB per GPU)"
+            )
     if opts.pipeline_parallel_size != 1:
         raise UsageError(f"--pp: {opts.pipeline_parallel_size}: sweep handles PP = 1 only (use 'kvplan fit --pp')")
     if opts.shared_prefix_tokens:
@@ -351,15 +404,18 @@ def sweep(
     util = conv.utilization if opts.gpu_memory_utilization is None else opts.gpu_memory_utilization
     if not 0 < util <= 1:
         raise UsageError(f"--gpu-memory-utilization: {util} must be in (0, 1]")
-    block = opts.block_size or conv.block_size
-    mnbt = opts.max_num_batched_tokens or conv.max_num_batched_tokens
-    max_batch = opts.max_batch_size or conv.max_batch_size
-    _check("--block-size", block)
-    _check("--max-num-batched-tokens", mnbt)
-
-    cfg, dtype_code, dtype_names = _configs(np, specs, kv_dtypes, tps, conv, opts, mnbt, max_batch, opts.swa_full)
+    # None takes the engine's default; 0 is an error, not the default
+    block = conv.block_size if opts.block_size is None else opts.block_size
+    mnbt = conv.max_num_batched_tokens if opts.max_num_batched_tokens is None else opts.max_num_batched_tokens
+    max_batch = conv.max_batch_size if opts.max_batch_size is None else opts.max_batch_size
+    for flag, value in (("--block-size", block), ("--max-num-batched-tokens", mnbt)):
+        _check_int(flag, value, LIMITS[flag])
+    if opts.max_batch_size is not None:  # the default is 0 outside TRT-LLM (no per-sequence buffers)
+        _check_int("--max-batch-size", opts.max_batch_size, LIMITS["--max-batch-size"])
     if opts.kv_cache_memory_bytes is not None and opts.kv_cache_memory_bytes >= EXACT_LIMIT:
         raise UsageError(f"--kv-cache-memory: {opts.kv_cache_memory_bytes:,} B is beyond 2^53 B")
+
+    cfg, dtype_code, dtype_names = _configs(np, specs, kv_dtypes, tps, conv, opts, mnbt, max_batch, opts.swa_full)
     # Bounds, per model, in Python ints: a request of max(seqs) holds at most max_seq + 3 blocks (+ the
     # batched tokens and llama.cpp's pad for windowed layers) per layer; it must stay below 2^53 B (exact
     # in float64). The max_model_len_fit probes add at most the budget and a window: below 2^62 (int64).
@@ -373,9 +429,13 @@ def sweep(
                 f"--seq: {max_seq:,} tokens of {spec.name} would need about {worst:,} B per request, beyond "
                 "the exact range of the vectorized sweep (2^53 B); use 'kvplan fit'"
             )
-        window = max(int(cfg.sliding_window[m].max()), int(cfg.chunk[m].max()))
-        if state + budget_bound + per_token * (min(window, MAX_SEARCH_TOKENS) + extra) >= 1 << 62:
-            raise UsageError(f"{spec.name}: a window of {window:,} tokens is beyond the range of the vectorized sweep")
+        # GPUs <= 2^43 B and a given budget < 2^53 B: only a huge window can break this bound now
+        window = min(max(int(cfg.sliding_window[m].max()), int(cfg.chunk[m].max())), MAX_SEARCH_TOKENS)
+        if state + budget_bound + per_token * (window + extra) >= 1 << 62:
+            raise UsageError(
+                f"{spec.name}: a sliding window or attention chunk of {window:,} tokens at {per_token:,} B per "
+                "token is beyond the range the vectorized sweep computes exactly; use 'kvplan fit'"
+            )
 
     M, S, G, D, T = len(specs), len(seqs), len(gpus), len(kv_dtypes), len(tps)
     full = (M, S, G, D, T)

@@ -597,7 +597,8 @@ class _AttentionCheck:
                 conv, ssm = layer.tensors["conv"], layer.tensors["ssm"]
                 if conv.shape[-1] > 1:
                     conv[..., :-1].copy_(conv[..., 1:].clone())  # (B, d_inner, d_conv − 1): drop the oldest
-                conv[..., -1].copy_(torch.randn(conv.shape[:-1], generator=self.gen, device=self.device))
+                if conv.shape[-1] > 0:  # d_conv = 1 keeps no conv columns: nothing to shift in
+                    conv[..., -1].copy_(torch.randn(conv.shape[:-1], generator=self.gen, device=self.device))
                 ssm.mul_(0.5).add_(torch.randn(ssm.shape, generator=self.gen, device=self.device).to(ssm.dtype))
             else:
                 st = layer.tensors["state"]

@@ -245,3 +245,9 @@ def test_fuzz_spec_files(tmp_path_factory, capsys, data):
     assert code in (0, 2)
     if code == 2:
         assert err.startswith("kvplan: error: ") and err.count("\n") == 1
+
+
+def test_newline_in_a_path_stays_one_line(cli):
+    code, out, err = cli("estimate", "no\nsuch.yaml", "--seq", "1")
+    assert code == 2
+    assert err == "kvplan: error: no\\nsuch.yaml: no such file\n"

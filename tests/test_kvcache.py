@@ -165,3 +165,26 @@ def test_fill_writes_every_byte():
     for t in c.tensors():
         assert torch.all(t.view(torch.uint8) == 7)
     assert c.num_tensors == 4 * 2 + 1 * 2  # 4 Mamba layers (conv, ssm) + 1 attention layer (k, v)
+
+
+@pytest.mark.parametrize("kv_dtype,torch_dtype", [("fp8", "float8_e4m3fn"), ("fp8_e5m2", "float8_e5m2")])
+def test_fp8_ring_writes_in_place(kv_dtype, torch_dtype):
+    # index_copy_ has no float8 kernel on CPU: a ring write used to raise NotImplementedError
+    spec = load_bundled("gpt-oss-20b")  # layer 0 sliding, window 128
+    c = StaticKVCache(spec, 300, 3, kv_dtype, device="cpu", layers=1, fill=0)
+    layer = c.layers[0]
+    assert layer.ring and layer.tensors["k"].dtype == getattr(torch, torch_dtype)
+    ptrs = c.data_ptrs()
+    k = torch.randn(2, 8, 300, 64).bfloat16()
+    v = torch.randn(2, 8, 300, 64).bfloat16()
+    c.write(0, 0, k[:, :, :200], v[:, :, :200], batch_start=1)  # wraps the ring; requests 1..2
+    for t in range(200, 203):
+        c.write(0, t, k[:, :, t : t + 1], v[:, :, t : t + 1], batch_start=1)
+    assert c.data_ptrs() == ptrs
+    rk, rv, pos = c.read(0, 203)
+    assert sorted(pos.tolist()) == list(range(75, 203))
+    want_k, want_v = k.to(rk.dtype), v.to(rv.dtype)
+    for s, p in enumerate(pos.tolist()):
+        assert torch.equal(rk[1:, :, s].view(torch.uint8), want_k[:, :, p].view(torch.uint8))
+        assert torch.equal(rv[1:, :, s].view(torch.uint8), want_v[:, :, p].view(torch.uint8))
+    assert torch.count_nonzero(rk[0].view(torch.uint8)) == 0  # request 0 untouched

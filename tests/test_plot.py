@@ -97,6 +97,15 @@ def test_svg(cli, tmp_path):
             ["--max-seq", "lots"],
             "kvplan: error: --max-seq: 'lots' is not a token count; use e.g. 4096, 32k or 128k (k = 1024)",
         ),
+        # the axis starts at 512 tokens: 512 or less used to draw with matplotlib's two-line xlim warning
+        *(
+            (
+                ["--max-seq", v],
+                f"kvplan: error: --max-seq: {n} tokens is out of range; the axis starts at 512 tokens, "
+                "so give 513 to 1,073,741,824 (1024m)",
+            )
+            for v, n in (("1", "1"), ("100", "100"), ("512", "512"), ("1025m", "1,074,790,400"))
+        ),
         (
             ["--gpu", "h1000"],
             "kvplan: error: --gpu: unknown GPU 'h1000'; did you mean h100, h200, h100-nvl? "
@@ -116,3 +125,32 @@ def test_without_matplotlib_one_line(cli, tmp_path, monkeypatch):
     code, out, err = cli("plot", "llama3-8b", "--out", tmp_path / "p.png")
     assert (code, out, err) == (2, "", "kvplan: error: kvplan plot needs matplotlib: pip install 'kvplan[plot]'\n")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_max_seq_range_checked_before_any_work():
+    from kvplan.errors import UsageError
+    from kvplan.plot import MAX_SEQ_LIMIT, check_max_seq
+
+    spec = load_bundled("llama3-8b")
+    # huge ints used to reach matplotlib's axis code: TypeError traceback
+    for bad in (512, 0, MAX_SEQ_LIMIT + 1, 10**23, True):
+        with pytest.raises(
+            UsageError, match=r"^--max-seq: .* is out of range; .* give 513 to 1,073,741,824 \(1024m\)$"
+        ):
+            plot_data([spec], max_seq=bad)
+    check_max_seq(513)
+    check_max_seq(MAX_SEQ_LIMIT)
+    data = plot_data([spec], max_seq=MAX_SEQ_LIMIT)
+    assert data.points[0] == 512 and data.points[-1] == 1 << 30 and len(data.points) == 21 * 8 + 1
+
+
+def test_shortest_and_longest_axis_draw_without_warnings(cli, tmp_path):
+    import warnings
+
+    for max_seq in ("513", "1024m"):
+        out = tmp_path / f"p{max_seq}.svg"
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # matplotlib's UserWarning (identical xlims) would fail the test
+            code, stdout, err = cli("plot", "llama3-8b", "--max-seq", max_seq, "--out", out)
+        assert (code, err) == (0, ""), err
+        assert stdout == f"wrote {out}\n"

@@ -185,7 +185,7 @@ def test_sliding_only_model_fits_any_length_and_no_budget_fits_nothing():
 
 def test_bad_input_is_a_usage_error():
     spec, gpu = load_bundled("llama3-8b"), get_gpu("h100")
-    with pytest.raises(UsageError, match=r"^--tp: 0 must be >= 1$"):
+    with pytest.raises(UsageError, match=r"^--tp: 0 must be an integer >= 1$"):
         sweep([spec], [4096], [gpu], tps=[0])
     with pytest.raises(UsageError, match=r"^--pp: 2: sweep handles PP = 1 only"):
         sweep([spec], [4096], [gpu], opts=FitOptions(pipeline_parallel_size=2))
@@ -196,6 +196,78 @@ def test_bad_input_is_a_usage_error():
         sweep([spec], [1 << 40], [gpu])
     with pytest.raises(UsageError, match=r"^--tp: no row left"):
         sweep([load_bundled("falcon-7b")], [4096], [gpu], tps=[2])
+
+
+def test_zero_block_size_and_batched_tokens_are_errors_not_the_default():
+    # `opts.block_size or default` used to take 0 as "the engine's default"
+    spec, gpu = load_bundled("llama3-8b"), get_gpu("h100")
+    with pytest.raises(UsageError, match=r"^--block-size: 0 must be an integer >= 1$"):
+        sweep([spec], [4096], [gpu], opts=FitOptions(block_size=0))
+    with pytest.raises(UsageError, match=r"^--max-num-batched-tokens: 0 must be an integer >= 1$"):
+        sweep([spec], [4096], [gpu], opts=FitOptions(max_num_batched_tokens=0))
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        # 10^20 used to reach numpy as a Python int: OverflowError
+        ({"opts": FitOptions(max_num_batched_tokens=10**20)}, "--max-num-batched-tokens: 100,000,000,000,000,000,000"),
+        ({"opts": FitOptions(max_num_batched_tokens=(1 << 31) + 1)}, "--max-num-batched-tokens: 2,147,483,649"),
+        ({"opts": FitOptions(block_size=(1 << 20) + 1)}, "--block-size: 1,048,577"),
+        (
+            {"opts": FitOptions(engine=Engine.trtllm, max_batch_size=10**20)},
+            "--max-batch-size: 100,000,000,000,000,000,000",
+        ),
+        ({"tps": [10**20]}, "--tp: 100,000,000,000,000,000,000"),
+        ({"seqs": [(1 << 40) + 1]}, "--seq: 1,099,511,627,777"),
+    ],
+)
+def test_integer_settings_beyond_the_exact_range_are_usage_errors(kwargs, message):
+    args = {"specs": [load_bundled("llama3-8b")], "seqs": [4096], "gpus": [get_gpu("h100")], **kwargs}
+    with pytest.raises(UsageError) as e:
+        sweep(**args)
+    assert str(e.value).startswith(message + " is beyond the range the vectorized sweep computes exactly (at most ")
+
+
+def test_largest_settings_still_compute():
+    spec, gpu = load_bundled("llama3-8b"), get_gpu("h100")
+    opts = FitOptions(block_size=1 << 20, max_num_batched_tokens=1 << 31)
+    res = sweep([spec], [4096], [gpu], tps=[1, 1 << 16], opts=opts)
+    assert res.num_rows == 1 and res.skipped_tp == (("llama3-8b", 1 << 16),)
+    assert_rows_equal_to(res, spec, gpu, opts)
+
+
+def assert_rows_equal_to(result, spec, gpu, opts):
+    for i in range(result.num_rows):
+        ref = plan_fit(
+            spec, gpu, replace(opts, tensor_parallel_size=int(result.tp[i]), max_model_len=int(result.seq[i]))
+        )
+        for col in VALUE_COLUMNS:
+            assert result.columns[col][i].item() == getattr(ref, col), col
+
+
+def test_gpu_beyond_8_tib_is_refused_not_miscomputed():
+    # vLLM's total × 0.9 × 10^6 left int64 above ~10 TB: a 100 TB GPU got a wrong budget silently
+    spec = load_bundled("llama3-8b")
+    top = get_gpu("8TiB")
+    assert_rows_equal_to(sweep([spec], [4096], [top]), spec, top, FitOptions())
+    with pytest.raises(UsageError) as e:
+        sweep([spec], [4096], [get_gpu("h100"), get_gpu("100TB")])
+    assert str(e.value) == (
+        "--gpu: 100TB (100,000,000,000,000 B) is beyond the range the vectorized sweep computes exactly "
+        "(at most 8,796,093,022,208 B = 8 TiB per GPU)"
+    )
+
+
+def test_too_many_configurations_refused_before_computing():
+    spec, gpu = load_bundled("llama3-8b"), get_gpu("h100")
+    # 2 × 1,000 × 1,000 × 1 × 6 = 12,000,000 > 10,000,000: refused at once (no 4.5 GB of arrays)
+    with pytest.raises(UsageError) as e:
+        sweep([spec, spec], list(range(1, 1001)), [gpu] * 1000, tps=[1, 2, 4, 8, 16, 32])
+    assert str(e.value) == (
+        "MODEL × --seq × --gpu × --kv-dtype × --tp: 12,000,000 configurations asked (2 × 1000 × 1000 × 1 × 6); "
+        "one sweep computes at most 10,000,000: split it into several runs"
+    )
 
 
 # --- CLI --------------------------------------------------------------------------------------------
@@ -274,8 +346,20 @@ def test_cli_table_caps_rows_unless_all(cli):
     "args, line",
     [
         (["--csv", "--json"], "kvplan: error: --csv, --json: choose one output format"),
-        (["--tp", "0"], "kvplan: error: --tp: 0 must be >= 1"),
+        (["--tp", "0"], "kvplan: error: --tp: 0 must be an integer >= 1"),
         (["--engine", "tgi"], "kvplan: error: --engine: unknown engine 'tgi'; allowed: vllm, sglang, trtllm, llamacpp"),
+        (["--block-size", "0"], "kvplan: error: --block-size: 0 must be an integer >= 1"),
+        (["--max-num-batched-tokens", "0"], "kvplan: error: --max-num-batched-tokens: 0 must be an integer >= 1"),
+        (
+            ["--max-num-batched-tokens", "99999999999999999999"],
+            "kvplan: error: --max-num-batched-tokens: 99,999,999,999,999,999,999 is beyond the range the vectorized "
+            "sweep computes exactly (at most 2,147,483,648)",
+        ),
+        (
+            ["--gpu", "9TiB"],
+            "kvplan: error: --gpu: 9TiB (9,895,604,649,984 B) is beyond the range the vectorized sweep computes "
+            "exactly (at most 8,796,093,022,208 B = 8 TiB per GPU)",
+        ),
     ],
 )
 def test_cli_bad_flags_one_line_exit_2(cli, args, line):

@@ -54,6 +54,11 @@ def test_cli_verify_llama3_8b_on_cpu_json(cli):
         ("llama4-scout", 300, 1, 4, None),  # chunked (8192 > 300) + full
         ("llama3-8b", 256, 2, 4, "fp8"),  # fp8 cache, attention in bf16 on the dequantized values
         ("llama3-8b", 256, 2, 4, "q8_0"),  # packed rows: bytes checked, attention skipped
+        # fp8 rings: index_copy_ has no float8 kernel on CPU (used to raise NotImplementedError)
+        ("mistral-7b-v0.1", 8, 1, 1, "fp8"),  # sliding ring, float8_e4m3fn
+        ("gemma3-27b", 1100, 1, 2, "fp8_e5m2"),  # sliding rings that wrap, float8_e5m2
+        ("gpt-oss-20b", 200, 1, 2, "fp8"),  # sliding window 128 wraps, then a full layer
+        ("llama4-scout", 300, 1, 1, "fp8"),  # chunked ring
     ],
 )
 def test_verify_models_on_cpu(model, seq, batch, layers, kv_dtype):
@@ -67,6 +72,18 @@ def test_verify_models_on_cpu(model, seq, batch, layers, kv_dtype):
     else:
         assert r.attention_ok is True, r.attention_checks
     assert r.ok
+
+
+def test_mamba_with_d_conv_1_keeps_no_conv_columns():
+    # d_conv = 1: conv state [B, d_inner, 0]; the decode step used to index column −1 (IndexError)
+    from dataclasses import replace
+
+    spec = load_bundled("jamba-v0.1")
+    spec = replace(spec, mamba=replace(spec.mamba, d_inner=8, d_conv=1, d_state=1))
+    r = verifymod.verify(spec, 8, 1, device="cpu", layers=5)
+    assert r.ok and r.formula_bytes == r.allocated_bytes
+    assert r.attention_ok is True  # the full-attention layer 4 is checked too
+    assert any("mamba" in note for note in r.attention_checks)
 
 
 def test_formula_for_first_layers_matches_calc():
