@@ -122,7 +122,7 @@ def tokens_cached(seq_len: int, window: int | None, block_size: int | None = Non
     return tokens
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class LayerGroup:
     """Layers of one kind (and window) and what they cache for one request.
 
@@ -145,7 +145,7 @@ class LayerGroup:
     bytes: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Estimate:
     """KV-cache bytes of one model for ``batch_size`` requests of ``seq_len`` tokens (per TP rank).
 
@@ -251,7 +251,7 @@ def estimate(
     )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class TopologyRow:
     """One line of the MHA / GQA / MQA comparison (Ainslie et al. 2023, Shazeer 2019)."""
 

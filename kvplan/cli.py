@@ -4,7 +4,6 @@ No arithmetic here. Errors from the core (:class:`kvplan.errors.KvplanError`) an
 become one line on stderr: exit 2 for bad input, 1 for a plan that does not fit.
 """
 
-from __future__ import annotations
 
 import sys
 from typing import List, Optional
@@ -643,7 +642,7 @@ def _command_for(argv: list[str]):
     return typer.main.get_command(app)
 
 
-def run(argv: list[str] | None = None) -> int:
+def run(argv: Optional[List[str]] = None) -> int:
     """Run the CLI on ``argv``; return the exit code. Errors print one line on stderr, never a traceback."""
     usage_error, click_exception = _click_errors()
     argv = list(sys.argv[1:] if argv is None else argv)

@@ -59,7 +59,7 @@ class Engine(str, Enum):
     llamacpp = "llamacpp"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class EngineConvention:
     """An engine's defaults: block (page) size, memory fraction, batched tokens, and how it counts.
 
@@ -124,7 +124,7 @@ def stage_layers(num_layers: int, pipeline_parallel_size: int) -> list[range]:
     return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class StageCache:
     """What the layers of one PP stage cost on one GPU: bytes per token per kind, and fixed state.
 
@@ -194,7 +194,7 @@ def request_bytes(
     return total
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # eq=False: no caller compares plans, and it halves class-creation time
 class FitResult:
     """One GPU's plan. Bytes are ints, per GPU (the worst pipeline stage when PP > 1).
 
@@ -261,7 +261,7 @@ class FitResult:
         return self.tensor_parallel_size * self.pipeline_parallel_size
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class FitOptions:
     """Settings of a fit; None means the engine's default. Sizes in bytes, tokens as ints."""
 

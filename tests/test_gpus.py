@@ -325,3 +325,14 @@ def test_cli_unknown_gpu_is_one_line_exit_2(cli):
     assert code == 2
     assert out == ""
     assert err == f"kvplan: error: --gpu: unknown GPU 'h1000'; did you mean h100, h200, h100-nvl? {SIZE_HINT}\n"
+
+
+def test_generated_catalog_matches_yaml():
+    """kvplan loads data/gpus_catalog.py; it must hold exactly what data/gpus.yaml says
+    (regenerate with `python scripts/build_gpu_catalog.py`)."""
+    import yaml
+
+    from kvplan.data.gpus_catalog import CATALOG
+    from kvplan.gpus import catalog_path
+
+    assert CATALOG == yaml.safe_load(catalog_path().read_text())
