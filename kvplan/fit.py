@@ -357,6 +357,22 @@ FLAG_LIMITS = {  # upper bounds that keep every count far inside exact int64 / f
 }
 
 
+def engine_settings(conv: EngineConvention, opts: FitOptions) -> tuple[float, int, int, int]:
+    """(memory fraction, block size, max_num_batched_tokens, max_batch_size): ``opts`` where given (None
+    takes the engine's default; 0 is not a default), else ``conv``'s.
+
+    Raises:
+        UsageError: the fraction is outside (0, 1].
+    """
+    util = conv.utilization if opts.gpu_memory_utilization is None else opts.gpu_memory_utilization
+    if not 0 < util <= 1:
+        raise UsageError(f"--gpu-memory-utilization: {util} must be in (0, 1]")
+    block = conv.block_size if opts.block_size is None else opts.block_size
+    mnbt = conv.max_num_batched_tokens if opts.max_num_batched_tokens is None else opts.max_num_batched_tokens
+    max_batch = conv.max_batch_size if opts.max_batch_size is None else opts.max_batch_size
+    return util, block, mnbt, max_batch
+
+
 def _check(flag: str, value, minimum=1) -> None:
     """Raise UsageError unless ``value`` (when given) is an int in [minimum, FLAG_LIMITS[flag]]."""
     if value is None:
@@ -397,13 +413,8 @@ def plan_fit(spec: ModelSpec, gpu: GPU, opts: FitOptions) -> FitResult:
     check_tp(spec, tp)
     if pp > spec.num_layers:
         raise UsageError(f"--pp: {pp} is more stages than {spec.name}'s {spec.num_layers} layers")
-    util = conv.utilization if opts.gpu_memory_utilization is None else opts.gpu_memory_utilization
-    if not 0 < util <= 1:
-        raise UsageError(f"--gpu-memory-utilization: {util} must be in (0, 1]")
+    util, block, mnbt, max_batch = engine_settings(conv, opts)
     max_len = spec.max_model_len if opts.max_model_len is None else opts.max_model_len
-    block = conv.block_size if opts.block_size is None else opts.block_size
-    mnbt = conv.max_num_batched_tokens if opts.max_num_batched_tokens is None else opts.max_num_batched_tokens
-    max_batch = conv.max_batch_size if opts.max_batch_size is None else opts.max_batch_size
     _check("--shared-prefix", opts.shared_prefix_tokens, 0)
     if opts.shared_prefix_tokens >= max_len:
         raise UsageError(

@@ -40,6 +40,7 @@ from kvplan.fit import (
     MAX_SEARCH_TOKENS,
     Engine,
     FitOptions,
+    engine_settings,
     fixed_memory,
     get_engine,
 )
@@ -401,13 +402,7 @@ def sweep(
         raise UsageError("--shared-prefix: sweep does not take a shared prefix (use 'kvplan fit --shared-prefix')")
     conv = CONVENTIONS[get_engine(opts.engine)]
     engine = conv.engine
-    util = conv.utilization if opts.gpu_memory_utilization is None else opts.gpu_memory_utilization
-    if not 0 < util <= 1:
-        raise UsageError(f"--gpu-memory-utilization: {util} must be in (0, 1]")
-    # None takes the engine's default; 0 is an error, not the default
-    block = conv.block_size if opts.block_size is None else opts.block_size
-    mnbt = conv.max_num_batched_tokens if opts.max_num_batched_tokens is None else opts.max_num_batched_tokens
-    max_batch = conv.max_batch_size if opts.max_batch_size is None else opts.max_batch_size
+    util, block, mnbt, max_batch = engine_settings(conv, opts)  # None: the engine's default; 0 is an error
     for flag, value in (("--block-size", block), ("--max-num-batched-tokens", mnbt)):
         _check_int(flag, value, LIMITS[flag])
     if opts.max_batch_size is not None:  # the default is 0 outside TRT-LLM (no per-sequence buffers)
