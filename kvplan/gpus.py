@@ -114,25 +114,7 @@ class GPU:
 
 # --- catalog file ---------------------------------------------------------------------------------
 
-_FIELDS = {
-    "id",
-    "name",
-    "vendor",
-    "marketed_gb",
-    "smi_total_mib",
-    "cuda_total_bytes",
-    "cuda_total_source",
-    "reserve_mib",
-    "bandwidth_tbs",
-    "bf16_dense_tflops",
-    "fp8",
-    "price_usd_per_hour",
-    "source",
-    "status",
-    "aliases",
-    "notes",
-}
-_REQUIRED = (
+_REQUIRED = (  # every entry states each of these (null where unknown), in this order
     "id",
     "name",
     "vendor",
@@ -148,6 +130,7 @@ _REQUIRED = (
     "status",
     "aliases",
 )
+_FIELDS = {*_REQUIRED, "cuda_total_source", "notes"}
 
 
 def catalog_path() -> Path:
