@@ -271,7 +271,7 @@ def fleet(
     ),
     price: List[str] = typer.Option([], "--price", help="GPU=USD_PER_HOUR per GPU (repeat), e.g. h100=2.49."),
     sort: str = typer.Option("gpus", "--sort", help="gpus or cost."),
-    show_all: bool = typer.Option(False, "--all", help="Also list layouts that do not fit."),
+    show_all: bool = typer.Option(False, "--all", help="List every TP that fits, not only the best layout per GPU."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
     csv_out: bool = typer.Option(False, "--csv", help="Print CSV."),
 ) -> None:
