@@ -9,37 +9,23 @@ settings alone vs the printed budget.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import replace
 from pathlib import Path
 
-import yaml
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # the calibration cases live with the tests that check them
 
-from kvplan.fit import Engine, FitOptions, plan_fit
-from kvplan.gpus import get_gpu
-from kvplan.specs import load_bundled
+from kvplan.fit import Engine, FitOptions, plan_fit  # noqa: E402
+from kvplan.gpus import get_gpu  # noqa: E402
+from kvplan.specs import load_bundled  # noqa: E402
+from tests.calibration import CALIBRATION, PRINTED_TOKENS, options  # noqa: E402
 
 GIB = 1 << 30
-ROOT = Path(__file__).resolve().parent.parent
-PRINTED_TOKENS = {"vllm-01": 1952 * 16, "vllm-06": 460_496, "sglang-04": 444_500, "trtllm-02": 263_008}
-
-
-def options(case: dict) -> FitOptions:
-    s = case["settings"]
-    return FitOptions(
-        engine=Engine(case["engine"]),
-        gpu_memory_utilization=s.get("gpu_memory_utilization")
-        or s.get("mem_fraction_static")
-        or s.get("free_gpu_memory_fraction"),
-        max_model_len=s["max_model_len"],
-        max_num_batched_tokens=s.get("max_num_batched_tokens") or s.get("max_num_tokens"),
-        max_batch_size=s.get("max_batch_size"),
-        kv_dtype=s.get("kv_dtype"),
-        weights_dtype=s.get("weights_dtype"),
-    )
 
 
 def main() -> None:
-    cases = yaml.safe_load((ROOT / "tests/fixtures/engine_calibration.yaml").read_text())
+    cases = CALIBRATION.values()
     print(
         "| case | engine | GPU | printed tokens | kvplan tokens (from printed budget) | diff | printed KV GiB | kvplan KV GiB (from GPU + settings) | diff |"
     )

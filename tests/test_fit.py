@@ -7,7 +7,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-import yaml
 
 from kvplan.calc import layer_groups
 from kvplan.dtypes import get_kv_dtype
@@ -15,10 +14,9 @@ from kvplan.fit import Engine, FitOptions, plan_fit, request_bytes, stage_cache,
 from kvplan.gpus import get_gpu
 from kvplan.specs import load_bundled, load_spec_yaml
 
+from .calibration import CALIBRATION, PRINTED_TOKENS, options
+
 MIB, GIB = 1 << 20, 1 << 30
-CALIBRATION = {
-    c["id"]: c for c in yaml.safe_load((Path(__file__).parent / "fixtures/engine_calibration.yaml").read_text())
-}
 LLAMA31_8B = load_bundled("llama3.1-8b")
 
 
@@ -118,49 +116,25 @@ def test_shared_prefix_counted_once():
 
 
 # --- calibration on real engine logs ----------------------------------------------------------------
-def _opts(case) -> FitOptions:
-    s = case["settings"]
-    engine = Engine(case["engine"] if case["engine"] != "llamacpp" else "llamacpp")
-    return FitOptions(
-        engine=engine,
-        gpu_memory_utilization=s.get("gpu_memory_utilization")
-        or s.get("mem_fraction_static")
-        or s.get("free_gpu_memory_fraction"),
-        max_model_len=s["max_model_len"],
-        max_num_batched_tokens=s.get("max_num_batched_tokens") or s.get("max_num_tokens"),
-        max_batch_size=s.get("max_batch_size"),
-        kv_dtype=s.get("kv_dtype"),
-        weights_dtype=s.get("weights_dtype"),
-    )
-
-
-BUDGET_CASES = {  # id: printed capacity in tokens
-    "vllm-01": 1952 * 16,
-    "vllm-06": 460_496,
-    "sglang-04": 444_500,
-    "trtllm-02": 263_008,
-}
-
-
-@pytest.mark.parametrize("case_id", sorted(BUDGET_CASES))
+@pytest.mark.parametrize("case_id", sorted(PRINTED_TOKENS))
 def test_calibration_counts_from_printed_budget(case_id):
     """Given the printed KV budget, kvplan's token count brackets the printed one within the print's rounding.
 
     The logs print budgets to 0.01 GiB, so the exact budget lies in [printed − 0.005, printed + 0.005) GiB.
     """
     case = CALIBRATION[case_id]
-    spec, gpu, opts = load_bundled(case["model"]), get_gpu(case["gpu"]), _opts(case)
+    spec, gpu, opts = load_bundled(case["model"]), get_gpu(case["gpu"]), options(case)
     printed = case["printed"]["kv_printed_gib"]
     lo = plan_fit(spec, gpu, replace(opts, kv_cache_memory_bytes=int((printed - 0.005) * GIB))).kv_capacity_tokens
     hi = plan_fit(spec, gpu, replace(opts, kv_cache_memory_bytes=int((printed + 0.005) * GIB))).kv_capacity_tokens
-    assert lo <= BUDGET_CASES[case_id] <= hi
-    assert (hi - lo) / BUDGET_CASES[case_id] < 0.003  # the bracket is only as wide as the rounding
+    assert lo <= PRINTED_TOKENS[case_id] <= hi
+    assert (hi - lo) / PRINTED_TOKENS[case_id] < 0.003  # the bracket is only as wide as the rounding
 
 
-@pytest.mark.parametrize("case_id", sorted(BUDGET_CASES))
+@pytest.mark.parametrize("case_id", sorted(PRINTED_TOKENS))
 def test_calibration_budget_predicted_within_5_percent(case_id):
     case = CALIBRATION[case_id]
-    r = plan_fit(load_bundled(case["model"]), get_gpu(case["gpu"]), _opts(case))
+    r = plan_fit(load_bundled(case["model"]), get_gpu(case["gpu"]), options(case))
     printed = case["printed"]["kv_printed_gib"] * GIB
     assert abs(r.kv_budget_bytes - printed) / printed < 0.05
 
@@ -168,16 +142,16 @@ def test_calibration_budget_predicted_within_5_percent(case_id):
 def test_calibration_exact_block_counts():
     # vllm-01: 1952 blocks × 2 MiB (16 × 131,072 B) → exactly 1952 blocks, concurrency 31,232 / 20,000 = 1.5616
     case = CALIBRATION["vllm-01"]
-    r = plan_fit(LLAMA31_8B, get_gpu("rtx3090"), replace(_opts(case), kv_cache_memory_bytes=1952 * 2 * MIB))
+    r = plan_fit(LLAMA31_8B, get_gpu("rtx3090"), replace(options(case), kv_cache_memory_bytes=1952 * 2 * MIB))
     assert r.num_blocks == case["printed"]["num_blocks"]
     assert round(r.max_concurrency, 2) == case["printed"]["max_concurrency"]
     # trtllm-02: 8219 blocks of 32 tokens × 65,536 B (fp8) → 263,008 tokens
     case = CALIBRATION["trtllm-02"]
-    r = plan_fit(LLAMA31_8B, get_gpu("rtx5090"), replace(_opts(case), kv_cache_memory_bytes=8219 * 32 * 65_536))
+    r = plan_fit(LLAMA31_8B, get_gpu("rtx5090"), replace(options(case), kv_cache_memory_bytes=8219 * 32 * 65_536))
     assert (r.num_blocks, r.kv_capacity_tokens) == (8219, 263_008)
     # vllm-06: 460,496 tokens; concurrency for 131,072-token requests 3.51
     case = CALIBRATION["vllm-06"]
-    r = plan_fit(LLAMA31_8B, get_gpu("h100"), replace(_opts(case), kv_cache_memory_bytes=460_496 * 131_072))
+    r = plan_fit(LLAMA31_8B, get_gpu("h100"), replace(options(case), kv_cache_memory_bytes=460_496 * 131_072))
     assert r.kv_capacity_tokens == 460_496
     assert round(r.max_concurrency, 2) == case["printed"]["max_concurrency"]
 
@@ -305,10 +279,22 @@ def test_checkpoint_weights_dtype_from_spec():
     [
         (["--block-size", "0"], "kvplan: error: --block-size: 0 must be an integer >= 1"),
         (["--max-num-batched-tokens", "0"], "kvplan: error: --max-num-batched-tokens: 0 must be an integer >= 1"),
-        (["--engine", "trtllm", "--max-batch-size", "-100000"], "kvplan: error: --max-batch-size: -100000 must be an integer >= 1"),
-        (["--shared-prefix", "8192"], "kvplan: error: --shared-prefix: 8,192 tokens must be shorter than max_model_len 8,192 (each request has tokens of its own)"),
-        (["--overhead-gib", "0xyz"], "kvplan: error: --overhead-gib: '0xyz' is not a size; use bytes or a unit: GB (10^9), GiB (2^30), MB, MiB, TB, TiB"),
-        (["--max-num-batched-tokens", "99999999999999999999"], "kvplan: error: --max-num-batched-tokens: 99,999,999,999,999,999,999 is beyond what kvplan plans for (at most 2,147,483,648)"),
+        (
+            ["--engine", "trtllm", "--max-batch-size", "-100000"],
+            "kvplan: error: --max-batch-size: -100000 must be an integer >= 1",
+        ),
+        (
+            ["--shared-prefix", "8192"],
+            "kvplan: error: --shared-prefix: 8,192 tokens must be shorter than max_model_len 8,192 (each request has tokens of its own)",
+        ),
+        (
+            ["--overhead-gib", "0xyz"],
+            "kvplan: error: --overhead-gib: '0xyz' is not a size; use bytes or a unit: GB (10^9), GiB (2^30), MB, MiB, TB, TiB",
+        ),
+        (
+            ["--max-num-batched-tokens", "99999999999999999999"],
+            "kvplan: error: --max-num-batched-tokens: 99,999,999,999,999,999,999 is beyond what kvplan plans for (at most 2,147,483,648)",
+        ),
     ],
 )
 def test_fit_bad_values_are_refused(cli, args, line):
