@@ -11,9 +11,14 @@ e.g. Llama-3-8B (L=32, H_kv=8, d=128, bf16): 2 × 32 × 8 × 128 × 2 B = 131,07
 - sliding / chunked: ``min(S, window)`` tokens of the same (vLLM ``SlidingWindowSpec`` /
   ``ChunkedLocalAttentionSpec``; llama.cpp's SWA cache);
 - mla: S tokens of ``row(kv_lora_rank + qk_rope_head_dim)`` bytes, no factor 2 (DeepSeek-V2 paper §2.1;
-  vLLM ``MLAAttentionSpec``), kept whole on every tensor-parallel rank;
-- mamba: a fixed state per request, ``d_inner × (d_conv − 1 + d_state)`` elements (vLLM ``MambaSpec``);
-- shared: 0 B (reads another layer's cache).
+  vLLM ``MLAAttentionSpec``), kept whole on every tensor-parallel rank; plus ``row(index_head_dim)``
+  per token for DeepSeek-V3.2's sparse-attention indexer key;
+- mamba, mamba2, gdn, short_conv, linear_attention: a fixed state per request whatever S, the conv and
+  recurrent tensors of :meth:`kvplan.specs.StateConfig.tensors` (vLLM ``MambaStateShapeCalculator``);
+- shared: 0 B (reads an earlier layer's cache); none: 0 B (MLP/MoE-only block).
+
+Each layer has its own geometry (H_kv, head_dim, v_head_dim: Gemma 4's global layers, OpenELM), so
+kvplan sums layer by layer and reports the sums per kind.
 
 ``row()`` is :meth:`kvplan.dtypes.KVDtype.row_bytes` (block scales included). Tensor parallelism keeps
 ``max(1, H_kv // TP)`` KV heads per rank (vLLM ``get_num_kv_heads``: heads are replicated when
@@ -26,7 +31,8 @@ from dataclasses import dataclass
 
 from kvplan.dtypes import KVDtype, get_kv_dtype
 from kvplan.errors import UsageError
-from kvplan.specs import LAYER_KINDS, ModelSpec
+from kvplan.specs import KV_HEAD_KINDS, LAYER_KINDS, LayerSpec, ModelSpec
+from kvplan.units import MAX_BATCH, MAX_TOKENS
 
 TOKEN_KINDS = ("full", "sliding", "chunked", "mla")
 
@@ -44,20 +50,19 @@ def kv_heads_per_rank(num_kv_heads: int, tensor_parallel_size: int = 1) -> int:
     return max(1, num_kv_heads // tensor_parallel_size)
 
 
+def _tp_allowed(spec: ModelSpec, tp: int) -> bool:
+    heads = spec.kv_head_counts or (spec.num_kv_heads,)
+    return spec.num_q_heads % tp == 0 and all(h % tp == 0 or tp % h == 0 for h in heads)
+
+
 def valid_tp_sizes(spec: ModelSpec, limit: int = 64) -> list[int]:
-    """TP degrees the model's heads allow: H_q % TP == 0 and (H_kv % TP == 0 or TP % H_kv == 0).
+    """TP degrees the model's heads allow: H_q % TP == 0 and, for every attention layer's H_kv,
+    H_kv % TP == 0 or TP % H_kv == 0.
 
     Source: vLLM ``ModelConfig.verify_with_parallel_config`` (attention heads divisible by TP) and
     ``get_num_kv_heads`` (KV heads split, or replicated when TP > H_kv).
     """
-    out = []
-    for tp in range(1, limit + 1):
-        if spec.num_q_heads % tp:
-            continue
-        if spec.num_kv_heads % tp and tp % spec.num_kv_heads:
-            continue
-        out.append(tp)
-    return out
+    return [tp for tp in range(1, limit + 1) if _tp_allowed(spec, tp)]
 
 
 def check_tp(spec: ModelSpec, tensor_parallel_size: int, flag: str = "--tp") -> None:
@@ -65,11 +70,12 @@ def check_tp(spec: ModelSpec, tensor_parallel_size: int, flag: str = "--tp") -> 
     tp = tensor_parallel_size
     if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
         raise UsageError(f"{flag}: {tp!r} must be an integer >= 1")
-    if spec.num_q_heads % tp or (spec.num_kv_heads % tp and tp % spec.num_kv_heads):
+    if not _tp_allowed(spec, tp):
         allowed = ", ".join(str(t) for t in valid_tp_sizes(spec))
+        heads = "/".join(str(h) for h in spec.kv_head_counts) or str(spec.num_kv_heads)
         raise UsageError(
             f"{flag}: {tensor_parallel_size} does not divide {spec.name}'s heads (H_q={spec.num_q_heads}, "
-            f"H_kv={spec.num_kv_heads}); allowed: {allowed}"
+            f"H_kv={heads}); allowed: {allowed}"
         )
 
 
@@ -86,32 +92,35 @@ def resolve_kv_dtype(spec: ModelSpec, kv_dtype: str | KVDtype | None) -> KVDtype
     return get_kv_dtype(kv_dtype)
 
 
-def token_bytes_per_layer(spec: ModelSpec, kind: str, kv_dtype: KVDtype, tensor_parallel_size: int = 1) -> int:
-    """Bytes one token costs in one layer of ``kind`` on one TP rank (0 for mamba and shared layers).
+def layer_token_bytes(layer: LayerSpec, kv_dtype: KVDtype, tensor_parallel_size: int = 1) -> int:
+    """Bytes one token costs in one layer on one TP rank (0 for state, shared and none layers).
 
-    full/sliding/chunked: ``row(h × head_dim, h) + row(h × v_head_dim, h)`` with ``h = max(1, H_kv // TP)``.
-    mla: ``row(kv_lora_rank + qk_rope_head_dim)`` (one latent, every rank).
+    full/sliding/chunked: ``row(h × head_dim, h) + row(h × v_head_dim, h)`` with
+    ``h = max(1, H_kv // TP)`` (the layer's own H_kv and head dims).
+    mla: ``row(kv_lora_rank + qk_rope_head_dim)`` (one latent, every rank), plus ``row(index_head_dim)``
+    for a DeepSeek-V3.2 indexer key (transformers caches it beside the latent, in the KV dtype).
     """
-    if kind in ("full", "sliding", "chunked"):
-        h = kv_heads_per_rank(spec.num_kv_heads, tensor_parallel_size)
-        return kv_dtype.row_bytes(h * spec.head_dim, h) + kv_dtype.row_bytes(h * spec.v_dim, h)
-    if kind == "mla":
-        assert spec.mla is not None  # guaranteed by build_spec
-        return kv_dtype.row_bytes(spec.mla.latent_dim, 1)
+    if layer.kind in KV_HEAD_KINDS:
+        h = kv_heads_per_rank(layer.num_kv_heads, tensor_parallel_size)
+        return kv_dtype.row_bytes(h * layer.head_dim, h) + kv_dtype.row_bytes(h * layer.v_head_dim, h)
+    if layer.kind == "mla":
+        assert layer.mla is not None  # guaranteed by build_spec
+        index = kv_dtype.row_bytes(layer.mla.index_head_dim, 1) if layer.mla.index_head_dim else 0
+        return kv_dtype.row_bytes(layer.mla.latent_dim, 1) + index
     return 0
 
 
-def state_bytes_per_layer(spec: ModelSpec, kind: str, tensor_parallel_size: int = 1) -> int:
-    """Fixed bytes one request keeps in one layer of ``kind`` (Mamba state), 0 for token-caching kinds.
+def layer_state_bytes(layer: LayerSpec, model_dtype: str, tensor_parallel_size: int = 1) -> int:
+    """Fixed bytes one request keeps in one layer (recurrent state), 0 for token-caching kinds.
 
-    The state is kept in ``mamba.state_dtype`` (default: the model dtype), whatever the KV dtype, and
-    d_inner is split across TP ranks.
+    The conv and ssm states are kept in their own dtypes (``conv_dtype`` / ``ssm_dtype``, default the
+    model dtype), whatever the KV dtype; shapes per :meth:`kvplan.specs.StateConfig.tensors` (vLLM
+    ``MambaStateShapeCalculator``), split across TP ranks.
     """
-    if kind != "mamba":
+    if layer.state is None:
         return 0
-    assert spec.mamba is not None  # guaranteed by build_spec
-    dtype = get_kv_dtype(spec.mamba.state_dtype or spec.dtype)
-    return dtype.bytes_for(spec.mamba.state_elements(tensor_parallel_size))
+    tensors = layer.state.tensors(model_dtype, tensor_parallel_size)
+    return sum(get_kv_dtype(t.dtype).bytes_for(t.elements) for t in tensors)
 
 
 def tokens_cached(seq_len: int, window: int | None, block_size: int | None = None) -> int:
@@ -188,17 +197,19 @@ def layer_groups(
 ) -> tuple[LayerGroup, ...]:
     """Group the layers (all, or the index range ``layers`` for a pipeline stage) by kind and window."""
     idx = range(spec.num_layers) if layers is None else layers
-    counts: dict[str, int] = {}
+    sums: dict[str, list[int]] = {}  # kind -> [layers, bytes per token, state bytes]
     for i in idx:
-        counts[spec.layer_kinds[i]] = counts.get(spec.layer_kinds[i], 0) + 1
+        layer = spec.layers[i]
+        acc = sums.setdefault(layer.kind, [0, 0, 0])
+        acc[0] += 1
+        acc[1] += layer_token_bytes(layer, kv_dtype, tensor_parallel_size)
+        acc[2] += layer_state_bytes(layer, spec.dtype, tensor_parallel_size)
     groups = []
     for kind in LAYER_KINDS:
-        n = counts.get(kind, 0)
-        if not n:
+        if kind not in sums:
             continue
+        n, per_token, state = sums[kind]
         window = spec.window_of(kind)
-        per_token = n * token_bytes_per_layer(spec, kind, kv_dtype, tensor_parallel_size)
-        state = n * state_bytes_per_layer(spec, kind, tensor_parallel_size)
         tokens = tokens_cached(seq_len, window, block_size) if kind in TOKEN_KINDS else 0
         groups.append(LayerGroup(kind, n, window, tokens, per_token, state, per_token * tokens + state))
     return tuple(groups)
@@ -233,6 +244,10 @@ def estimate(
             raise UsageError(f"{flag}: {value!r} must be an integer >= 1")
     if block_size is not None and (not isinstance(block_size, int) or block_size < 1):
         raise UsageError(f"--block-size: {block_size!r} must be an integer >= 1")
+    if batch_size > MAX_BATCH:
+        raise UsageError(f"--batch: {batch_size:,} is beyond kvplan's bound of {MAX_BATCH:,} concurrent requests")
+    if seq_len > MAX_TOKENS:
+        raise UsageError(f"--seq: {seq_len:,} is beyond kvplan's bound of {MAX_TOKENS:,} tokens (2^40)")
     check_tp(spec, tensor_parallel_size)
     dtype = resolve_kv_dtype(spec, kv_dtype)
     groups = layer_groups(spec, seq_len, dtype, block_size, tensor_parallel_size)
@@ -274,8 +289,8 @@ def per_head_variant(spec: ModelSpec, num_kv_heads: int) -> ModelSpec:
     from dataclasses import replace
 
     if spec.mla is not None:
-        kinds = tuple("full" if k == "mla" else k for k in spec.layer_kinds)
-        spec = replace(spec, layer_kinds=kinds, mla=None)
+        full = LayerSpec("full", spec.num_kv_heads, spec.head_dim, spec.v_dim)
+        spec = replace(spec, layers=tuple(full if x.kind == "mla" else x for x in spec.layers), mla=None)
     return spec.with_kv_heads(num_kv_heads)
 
 
@@ -298,7 +313,7 @@ def compare_topologies(
     mha_bytes = estimate(variants[0][1], seq_len, batch_size, kv_dtype).total_bytes
     rows: list[TopologyRow] = []
     for label, variant in variants:
-        same = variant.num_kv_heads == spec.num_kv_heads and variant.mla is None and spec.mla is None
+        same = variant.kv_head_counts == spec.kv_head_counts and variant.mla is None and spec.mla is None
         if same and variant is not spec:
             continue  # the model itself is MHA or MQA: its own row stands for it
         b = estimate(variant, seq_len, batch_size, kv_dtype).total_bytes
@@ -308,11 +323,21 @@ def compare_topologies(
 
 
 def describe_layers(spec: ModelSpec) -> str:
-    """Short text of the layer layout: ``GQA: 52 sliding(1024) + 10 full``."""
+    """Short text of the layer layout: ``GQA: 52 sliding(1024) + 10 full``; with the per-kind geometry
+    when attention layers differ in it: ``GQA: 5 full[2×512] + 25 sliding(1024)[8×256]``."""
+    geometries: dict[str, list[str]] = {}
+    for layer in spec.layers:
+        g = layer.geometry()
+        if g and g not in geometries.setdefault(layer.kind, []):
+            geometries[layer.kind].append(g)
+    mixed = len({g for gs in geometries.values() for g in gs}) > 1
     parts = []
     for kind, n in spec.kind_counts().items():
         w = spec.window_of(kind)
-        parts.append(f"{n} {kind}" + (f"({w})" if w else ""))
+        text = f"{n} {kind}" + (f"({w})" if w else "")
+        if mixed and geometries.get(kind):
+            text += "[" + ",".join(geometries[kind]) + "]"
+        parts.append(text)
     return f"{spec.topology}: " + " + ".join(parts)
 
 

@@ -23,7 +23,10 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-MODEL_HELP = "Bundled model name (see 'kvplan models'), a spec YAML, or a Hugging Face config.json (or its folder)."
+MODEL_HELP = (
+    "Bundled model name (see 'kvplan models'), a Hugging Face repo id (org/name[@revision]), a GGUF file, "
+    "a spec YAML, or a config.json (or its folder)."
+)
 
 
 def _version(value: bool) -> None:
@@ -195,6 +198,29 @@ def fit(
         0, "--shared-prefix", help="Prompt tokens shared by every request, cached once per replica (full/MLA layers)."
     ),
     swa_full: bool = typer.Option(False, "--swa-full", help="llama.cpp: size sliding-window layers at n_ctx too."),
+    engine_version: Optional[str] = typer.Option(
+        None, "--engine-version", help="vLLM rules of this version: 0.33 (default), 0.11, 0.6 (older logs)."
+    ),
+    max_num_seqs: Optional[int] = typer.Option(
+        None,
+        "--max-num-seqs",
+        help="vLLM max_num_seqs: cap on running requests (default per GPU: 1024 on ≥ 70 GiB, 256 below and on A100).",
+    ),
+    async_scheduling: Optional[bool] = typer.Option(
+        None,
+        "--async-scheduling/--no-async-scheduling",
+        help="vLLM async scheduling (default on in 0.33): 2 batches in flight held by sliding/chunked layers.",
+    ),
+    enable_prefix_caching: Optional[bool] = typer.Option(
+        None,
+        "--enable-prefix-caching/--no-enable-prefix-caching",
+        help="vLLM prefix caching (default on; hybrids then keep 2 Mamba pages per layer).",
+    ),
+    hybrid_kv_cache_manager: Optional[bool] = typer.Option(
+        None,
+        "--enable-hybrid-kv-cache-manager/--disable-hybrid-kv-cache-manager",
+        help="vLLM hybrid KV cache manager (default on; off for chunked attention): off caches local layers as full.",
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """How many requests of --max-model-len fit on one GPU of a replica, as the engine would count them."""
@@ -223,6 +249,11 @@ def fit(
         kv_cache_memory_bytes=None if kv_cache_memory is None else parse_bytes(kv_cache_memory, "--kv-cache-memory"),
         shared_prefix_tokens=shared_prefix,
         swa_full=swa_full,
+        engine_version=engine_version,
+        max_num_seqs=max_num_seqs,
+        async_scheduling=async_scheduling,
+        enable_prefix_caching=enable_prefix_caching,
+        hybrid_kv_cache_manager=hybrid_kv_cache_manager,
     )
     g = get_gpu(gpu)
     try:
@@ -390,7 +421,7 @@ def _verify_table(r, con) -> None:
         row("fit: requests, every layer", r.fit_formula_bytes, "must be within the budget")
     con.print(t)
     if r.attention_ok is None:
-        con.print("attention vs SDPA: not run (packed storage or no attention layer)")
+        con.print("attention vs SDPA: not run (no attention layer among those allocated)")
     else:
         verdict = "ok" if r.attention_ok else "MISMATCH"
         con.print(
@@ -399,6 +430,10 @@ def _verify_table(r, con) -> None:
         )
     for note in r.attention_checks:
         con.print(f"  {note}")
+    if getattr(r, "readback_ok", None) is not None:
+        con.print(f"read-back (state updates, indexer keys, shared storage): {'ok' if r.readback_ok else 'MISMATCH'}")
+    for index, allocated, formula in getattr(r, "mismatched_layers", ()):
+        con.print(f"layer {index}: allocated {allocated:,} B but the formula gives {formula:,} B: MISMATCH")
     con.print(
         f"decode: {r.decode_alloc_bytes:,} B of new cache memory (storage addresses and bytes unchanged)"
         if r.decode_alloc_bytes == 0
@@ -423,7 +458,7 @@ def verify(
     kv_dtype: str = typer.Option(
         "auto",
         "--kv-dtype",
-        help="KV dtype: auto (model dtype), fp16, bf16, fp8, q8_0, nvfp4, ... (packed ones skip the attention check).",
+        help="KV dtype: auto (model dtype), fp16, bf16, fp8, q8_0, nvfp4, ... (packed ones are quantized for real).",
     ),
     device: str = typer.Option("auto", "--device", help="auto (cuda when torch sees a GPU), cuda or cpu."),
     layers: Optional[int] = typer.Option(
@@ -470,7 +505,9 @@ def verify(
     try:
         import torch  # noqa: F401  (the verify extra; kvplan estimate never imports it)
     except ImportError:
-        raise MissingExtra("kvplan verify needs torch: pip install 'kvplan[verify]'") from None
+        from kvplan.install import extra_hint
+
+        raise MissingExtra(f"kvplan verify needs torch: {extra_hint('verify')}") from None
     from kvplan import verify as verifymod
 
     if s > spec.max_model_len:
@@ -618,7 +655,8 @@ def plot(
 
 def _one_line(message: str) -> str:
     """Control characters (a newline in a path or a spec name) escaped: an error is always one line."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
+    line = "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
+    return line if len(line) <= 2000 else f"{line[:2000]}… (message cut at 2,000 characters)"
 
 
 def _click_errors() -> tuple[type, type]:
@@ -648,14 +686,16 @@ def run(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = _command_for(argv)
     try:
-        rv = command.main(args=argv, prog_name="kvplan", standalone_mode=False)
+        from kvplan.aliases import rewrite  # engine spellings (--tensor-parallel-size ...) and comma lists
+
+        rv = command.main(args=rewrite(argv, command), prog_name="kvplan", standalone_mode=False)
     except KvplanError as e:
         sys.stderr.write(f"kvplan: error: {_one_line(str(e))}\n")
         return e.exit_code
     except usage_error as e:
-        if type(e).__name__ == "NoArgsIsHelpError":
-            sys.stdout.write(e.ctx.get_help() + "\n")
-            return 0
+        if type(e).__name__ == "NoArgsIsHelpError":  # a bare `kvplan`: usage on stderr, exit 2 (not a success)
+            sys.stderr.write(e.ctx.get_help() + "\n")
+            return 2
         name = getattr(e.ctx, "info_name", None)
         where = f"kvplan {name}" if name and name != "kvplan" else "kvplan"
         sys.stderr.write(f"{where}: error: {_one_line(e.format_message())}\n")

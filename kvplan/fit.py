@@ -40,8 +40,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import Enum
 
-from kvplan.calc import cdiv, check_tp, resolve_kv_dtype, state_bytes_per_layer, token_bytes_per_layer, valid_tp_sizes
+from kvplan.calc import cdiv, check_tp, layer_state_bytes, layer_token_bytes, resolve_kv_dtype, valid_tp_sizes
 from kvplan.dtypes import KVDtype, get_weight_dtype
+from kvplan.engines import vllm as vllm_rules
 from kvplan.errors import DoesNotFit, UsageError
 from kvplan.gpus import GPU, load_catalog
 from kvplan.specs import ModelSpec
@@ -152,9 +153,10 @@ def stage_cache(spec: ModelSpec, kv_dtype: KVDtype, tp: int, layers: range) -> S
     per_kind: dict[str, tuple[int, int, int | None]] = {}
     state = 0
     for i in layers:
-        kind = spec.layer_kinds[i]
-        state += state_bytes_per_layer(spec, kind, tp)
-        tb = token_bytes_per_layer(spec, kind, kv_dtype, tp)
+        layer = spec.layers[i]
+        kind = layer.kind
+        state += layer_state_bytes(layer, spec.dtype, tp)
+        tb = layer_token_bytes(layer, kv_dtype, tp)
         if tb:
             n, b, w = per_kind.get(kind, (0, 0, spec.window_of(kind)))
             per_kind[kind] = (n + 1, b + tb, w)
@@ -212,6 +214,17 @@ class FitResult:
         max_concurrency: vLLM's "Maximum concurrency": pool bytes / bytes per request (a ratio).
         max_model_len_fit: the longest single request that fits the budget (tokens).
         shared_prefix_tokens / shared_prefix_bytes: prompt tokens counted once per replica, and their bytes.
+        engine_version: the rule set applied (vLLM: ``0.33``, ``0.11``, ``0.6``; "" for other engines).
+        max_num_seqs: the engine's cap on running requests (vLLM ``max_num_seqs``), or None.
+        max_requests_by_memory: whole requests of max_model_len the KV pool holds (vLLM 0.33: the null
+            block excluded); ``max_concurrent_requests`` is this capped at ``max_num_seqs``.
+        max_in_flight_tokens: tokens scheduled but not settled that windowed layers reserve for (vLLM).
+        async_scheduling, prefix_caching, hybrid_kv_cache_manager: the vLLM settings applied.
+        null_block: whether one block is held back (vLLM ≥ 0.33).
+        blocks_per_request: blocks one request of max_model_len takes, all KV cache groups (vLLM 0.33).
+        kv_cache_groups: vLLM 0.33's groups: dicts of kind, layers (count), block_size, page_bytes.
+        padding_layers: layers vLLM adds so its groups are equal ("Add N padding layers").
+        engine_log: the start-up line the engine prints ("GPU KV cache size: ... Maximum concurrency ...").
     """
 
     model: str
@@ -244,11 +257,28 @@ class FitResult:
     shared_prefix_tokens: int
     shared_prefix_bytes: int
     stage_num_layers: int
+    engine_version: str = ""
+    max_num_seqs: int | None = None
+    max_requests_by_memory: int = 0
+    max_in_flight_tokens: int = 0
+    async_scheduling: bool = False
+    prefix_caching: bool = False
+    hybrid_kv_cache_manager: bool = False
+    null_block: bool = False
+    blocks_per_request: int = 0
+    kv_cache_groups: tuple = ()
+    padding_layers: int = 0
+    engine_log: str = ""
 
     @property
     def fits(self) -> bool:
         """True when at least one request of max_model_len fits."""
-        return self.max_concurrent_requests >= 1
+        return self.max_requests_by_memory >= 1
+
+    @property
+    def limited_by_max_num_seqs(self) -> bool:
+        """True when ``max_num_seqs``, not memory, bounds the concurrent requests."""
+        return self.max_num_seqs is not None and self.max_requests_by_memory > self.max_num_seqs
 
     @property
     def max_model_len_unbounded(self) -> bool:
@@ -281,6 +311,11 @@ class FitOptions:
     kv_cache_memory_bytes: int | None = None
     shared_prefix_tokens: int = 0
     swa_full: bool = False
+    engine_version: str | None = None
+    max_num_seqs: int | None = None
+    async_scheduling: bool | None = None
+    enable_prefix_caching: bool | None = None
+    hybrid_kv_cache_manager: bool | None = None
 
 
 def weights_per_gpu(spec: ModelSpec, weights_dtype: str | None, tp: int, pp: int) -> tuple[int, str]:
@@ -290,11 +325,15 @@ def weights_per_gpu(spec: ModelSpec, weights_dtype: str | None, tp: int, pp: int
     ``param_count_unquantized × model dtype`` when the weights dtype differs from the model's (checkpoints
     keep embeddings, and for MXFP4 MoE models attention and router, in 16 bit); else
     ``param_count × weights dtype``. The weights dtype is ``weights_dtype`` if given, else the spec's
-    ``weights_dtype`` (how the checkpoint ships), else the model dtype.
+    ``weights_dtype`` (how the checkpoint ships), else the model dtype. A spec with ``weights_bytes`` (read
+    from a GGUF's tensor infos or safetensors headers) uses those exact bytes unless ``weights_dtype`` is
+    given; the dtype name is then ``checkpoint``.
 
     Raises:
         UsageError: the spec has no param_count (give --weights-gib), or an unknown dtype.
     """
+    if spec.weights_bytes is not None and weights_dtype is None:  # exact, from a GGUF's or safetensors' headers
+        return cdiv(spec.weights_bytes, tp * pp), "checkpoint"
     model_wd = get_weight_dtype(spec.dtype)
     wd = get_weight_dtype(weights_dtype or spec.weights_dtype or spec.dtype)
     if spec.param_count is None:
@@ -354,23 +393,73 @@ FLAG_LIMITS = {  # upper bounds that keep every count far inside exact int64 / f
     "--shared-prefix": MAX_SEARCH_TOKENS,
     "--tp": 1 << 16,
     "--pp": 1 << 16,
+    "--max-num-seqs": 1 << 24,
 }
 
 
-def engine_settings(conv: EngineConvention, opts: FitOptions) -> tuple[float, int, int, int]:
+def engine_settings(conv: EngineConvention, opts: FitOptions, gpu: GPU | None = None) -> tuple[float, int, int, int]:
     """(memory fraction, block size, max_num_batched_tokens, max_batch_size): ``opts`` where given (None
-    takes the engine's default; 0 is not a default), else ``conv``'s.
+    takes the engine's default; 0 is not a default), else ``conv``'s. vLLM ≥ 0.33 takes its batched-token
+    default from the GPU's memory (:func:`kvplan.engines.vllm.batch_defaults`) when ``gpu`` is given.
 
     Raises:
-        UsageError: the fraction is outside (0, 1].
+        UsageError: the fraction is outside (0, 1]; an unknown --engine-version.
     """
     util = conv.utilization if opts.gpu_memory_utilization is None else opts.gpu_memory_utilization
     if not 0 < util <= 1:
         raise UsageError(f"--gpu-memory-utilization: {util} must be in (0, 1]")
     block = conv.block_size if opts.block_size is None else opts.block_size
     mnbt = conv.max_num_batched_tokens if opts.max_num_batched_tokens is None else opts.max_num_batched_tokens
+    if opts.max_num_batched_tokens is None and conv.engine is Engine.vllm and gpu is not None:
+        if vllm_rules.resolve_rules(opts.engine_version).batch_defaults_per_gpu:
+            mnbt = vllm_rules.batch_defaults(gpu.cuda_total_bytes, gpu.name)[0]
     max_batch = conv.max_batch_size if opts.max_batch_size is None else opts.max_batch_size
     return util, block, mnbt, max_batch
+
+
+@dataclass(frozen=True)
+class VllmSettings:
+    """vLLM settings of a fit beyond :func:`engine_settings`, defaults resolved.
+
+    Attributes:
+        rules: the version's rule set.
+        max_num_seqs: cap on running requests.
+        async_scheduling: async scheduling on (2 batches in flight).
+        prefix_caching: prefix caching on (Mamba "align" mode: 2 pages per state layer).
+        hybrid_kv_cache_manager: layers keep their own kinds (off: local layers cached as full).
+        family: GPU family for backend block sizes (``sm90``, ``sm100``, ``other``).
+    """
+
+    rules: vllm_rules.VllmRules
+    max_num_seqs: int
+    async_scheduling: bool
+    prefix_caching: bool
+    hybrid_kv_cache_manager: bool
+    family: str
+
+
+def vllm_settings(spec: ModelSpec, gpu: GPU, opts: FitOptions) -> VllmSettings:
+    """The vLLM version's defaults where ``opts`` leaves None (see :mod:`kvplan.engines.vllm`).
+
+    Raises:
+        UsageError: an unknown --engine-version.
+    """
+    rules = vllm_rules.resolve_rules(opts.engine_version)
+    seqs = opts.max_num_seqs
+    if seqs is None:
+        seqs = (
+            vllm_rules.batch_defaults(gpu.cuda_total_bytes, gpu.name)[1]
+            if rules.batch_defaults_per_gpu
+            else vllm_rules.OLD_DEFAULT_MAX_NUM_SEQS
+        )
+    asynch = rules.async_scheduling if opts.async_scheduling is None else opts.async_scheduling
+    prefix = (
+        vllm_rules.default_prefix_caching(spec) if opts.enable_prefix_caching is None else opts.enable_prefix_caching
+    )
+    hma = opts.hybrid_kv_cache_manager
+    if hma is None:
+        hma = vllm_rules.default_hybrid_kv_cache_manager(spec)
+    return VllmSettings(rules, seqs, asynch, prefix, hma, vllm_rules.gpu_family(gpu.name, gpu.is_custom))
 
 
 def _check(flag: str, value, minimum=1) -> None:
@@ -397,7 +486,8 @@ def plan_fit(spec: ModelSpec, gpu: GPU, opts: FitOptions) -> FitResult:
 
     Raises:
         UsageError: a TP the heads do not allow, utilization outside (0, 1], values < 1, shared prefix
-            longer than max_model_len, unknown dtypes, no param_count without --weights-gib.
+            longer than max_model_len, unknown dtypes, no param_count without --weights-gib, an unknown
+            --engine-version.
     """
     conv = CONVENTIONS[get_engine(opts.engine)]
     tp, pp = opts.tensor_parallel_size, opts.pipeline_parallel_size
@@ -408,12 +498,13 @@ def plan_fit(spec: ModelSpec, gpu: GPU, opts: FitOptions) -> FitResult:
         ("--block-size", opts.block_size),
         ("--max-num-batched-tokens", opts.max_num_batched_tokens),
         ("--max-batch-size", opts.max_batch_size),
+        ("--max-num-seqs", opts.max_num_seqs),
     ):
         _check(flag, v)
     check_tp(spec, tp)
     if pp > spec.num_layers:
         raise UsageError(f"--pp: {pp} is more stages than {spec.name}'s {spec.num_layers} layers")
-    util, block, mnbt, max_batch = engine_settings(conv, opts)
+    util, block, mnbt, max_batch = engine_settings(conv, opts, gpu)
     max_len = spec.max_model_len if opts.max_model_len is None else opts.max_model_len
     _check("--shared-prefix", opts.shared_prefix_tokens, 0)
     if opts.shared_prefix_tokens >= max_len:
@@ -441,6 +532,40 @@ def plan_fit(spec: ModelSpec, gpu: GPU, opts: FitOptions) -> FitResult:
     if given:
         budget = opts.kv_cache_memory_bytes
     budget = max(0, budget)
+    common = dict(
+        model=spec.name,
+        gpu=gpu.id,
+        gpu_name=gpu.name,
+        engine=conv.engine.value,
+        tensor_parallel_size=tp,
+        pipeline_parallel_size=pp,
+        kv_dtype=kv_dtype.name,
+        weights_dtype=wname,
+        max_model_len=max_len,
+        gpu_memory_utilization=util,
+        max_num_batched_tokens=mnbt,
+        gpu_total_bytes=total,
+        usable_bytes=usable,
+        weights_bytes=weights,
+        activation_bytes=activation,
+        overhead_bytes=overhead,
+        kv_budget_bytes=budget,
+        kv_budget_given=given,
+    )
+    if conv.engine is Engine.vllm:
+        vs = vllm_settings(spec, gpu, opts)
+        if vs.rules.kv_cache_groups:
+            return _plan_vllm_groups(spec, kv_dtype, opts, vs, common, max_len, mnbt)
+        extra = dict(
+            engine_version=vs.rules.version,
+            max_num_seqs=vs.max_num_seqs,
+            max_in_flight_tokens=mnbt,
+            async_scheduling=False,
+            prefix_caching=vs.prefix_caching,
+            hybrid_kv_cache_manager=False,
+        )
+    else:
+        extra = dict(max_in_flight_tokens=mnbt)
 
     # The worst stage: most bytes per request of max_model_len.
     stages = [stage_cache(spec, kv_dtype, tp, r) for r in stage_layers(spec.num_layers, pp)]
@@ -472,38 +597,102 @@ def plan_fit(spec: ModelSpec, gpu: GPU, opts: FitOptions) -> FitResult:
             lo = mid
         else:
             hi = mid - 1
-
+    seqs = extra.get("max_num_seqs")
+    log = ""
+    if conv.engine is Engine.vllm and extra["engine_version"] == "0.6":  # the V0 engine's two lines
+        log = f"# GPU blocks: {num_blocks}; Maximum concurrency for {max_len} tokens per request: {concurrency:.2f}x"
+    elif conv.engine is Engine.vllm:
+        log = vllm_rules.log_line(num_blocks * block, max_len, concurrency)
     return FitResult(
-        model=spec.name,
-        gpu=gpu.id,
-        gpu_name=gpu.name,
-        engine=conv.engine.value,
-        tensor_parallel_size=tp,
-        pipeline_parallel_size=pp,
-        kv_dtype=kv_dtype.name,
-        weights_dtype=wname,
-        max_model_len=max_len,
+        **common,
         block_size=block,
-        gpu_memory_utilization=util,
-        max_num_batched_tokens=mnbt,
-        gpu_total_bytes=total,
-        usable_bytes=usable,
-        weights_bytes=weights,
-        activation_bytes=activation,
-        overhead_bytes=overhead,
-        kv_budget_bytes=budget,
-        kv_budget_given=given,
         kv_bytes_per_token=cache.bytes_per_token,
         kv_bytes_per_block=per_block,
         kv_bytes_per_request=per_request,
         num_blocks=num_blocks,
         kv_capacity_tokens=num_blocks * block,
-        max_concurrent_requests=max_requests,
+        max_concurrent_requests=max_requests if seqs is None else min(max_requests, seqs),
         max_concurrency=concurrency,
         max_model_len_fit=lo,
         shared_prefix_tokens=shared_tokens,
         shared_prefix_bytes=shared_bytes,
         stage_num_layers=sizes[worst],
+        max_requests_by_memory=max_requests,
+        engine_log=log,
+        **extra,
+    )
+
+
+def _plan_vllm_groups(
+    spec: ModelSpec, kv_dtype: KVDtype, opts: FitOptions, vs: VllmSettings, common: dict, max_len: int, mnbt: int
+) -> FitResult:
+    """vLLM ≥ 0.33: KV cache groups, null block, in-flight tokens, the log's formulas.
+
+    ``num_blocks`` = the smallest stage's ``budget // bytes per block``; one request takes
+    ``blocks_per_request`` blocks over all groups; it fits when ``blocks_per_request ≤ num_blocks − 1``
+    (the null block, ``get_kv_cache_configs``); "Maximum concurrency" = ``num_blocks /
+    blocks_per_request`` and "GPU KV cache size" = ``int(concurrency × max_model_len)``
+    (``kv_cache_utils.py get_kv_cache_capacity``); ``max_model_len_fit`` is the longest S whose blocks fit
+    beside the null block (``_estimate_max_model_len_from_groups``, not capped at max_model_len).
+    """
+    tp, pp = common["tensor_parallel_size"], common["pipeline_parallel_size"]
+    budget = common["kv_budget_bytes"]
+    layout = vllm_rules.build_layout(
+        spec, kv_dtype, tp, pp, max_len, opts.block_size, vs.prefix_caching, vs.hybrid_kv_cache_manager, vs.family
+    )
+    in_flight = vllm_rules.in_flight_tokens(mnbt, pp, vs.async_scheduling)
+    per_block = layout.worst_bytes_per_block
+    num_blocks = min((budget // b for b in layout.bytes_per_block if b), default=0)
+    usable = num_blocks - 1 if vs.rules.null_block else num_blocks
+    per_request = layout.blocks_per_request(max_len, in_flight)
+    shared_blocks = sum(g.prefix_blocks(opts.shared_prefix_tokens) for g in layout.groups)
+    unique = per_request - shared_blocks
+    if per_request and usable >= per_request and unique > 0:
+        by_memory = (usable - shared_blocks) // unique
+    else:
+        by_memory = 0
+    concurrency = num_blocks / per_request if per_request else 0.0
+    tokens = int(concurrency * max_len) if vs.rules.log_from_concurrency else num_blocks * layout.block_size
+
+    lo, hi = 0, MAX_SEARCH_TOKENS  # largest S whose blocks fit beside the null block
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if layout.groups and layout.blocks_per_request(mid, in_flight) <= usable:
+            lo = mid
+        else:
+            hi = mid - 1
+    stages = vllm_rules.pp_ranges(spec.num_layers, pp)
+    worst = max(range(pp), key=lambda i: layout.bytes_per_block[i]) if layout.groups else 0
+    per_token = sum(layer_token_bytes(spec.layers[i], kv_dtype, tp) for i in stages[worst])
+    groups = tuple(
+        dict(kind=g.kind, layers=len(g.layers), block_size=g.block_size, page_bytes=g.page_bytes) for g in layout.groups
+    )
+    return FitResult(
+        **common,
+        block_size=layout.block_size,
+        kv_bytes_per_token=per_token,
+        kv_bytes_per_block=per_block,
+        kv_bytes_per_request=per_request * per_block,
+        num_blocks=num_blocks,
+        kv_capacity_tokens=tokens,
+        max_concurrent_requests=min(by_memory, vs.max_num_seqs),
+        max_concurrency=concurrency,
+        max_model_len_fit=lo,
+        shared_prefix_tokens=(opts.shared_prefix_tokens // layout.block_size) * layout.block_size,
+        shared_prefix_bytes=shared_blocks * per_block,
+        stage_num_layers=len(stages[worst]),
+        engine_version=vs.rules.version,
+        max_num_seqs=vs.max_num_seqs,
+        max_requests_by_memory=by_memory,
+        max_in_flight_tokens=in_flight,
+        async_scheduling=vs.async_scheduling,
+        prefix_caching=vs.prefix_caching,
+        hybrid_kv_cache_manager=vs.hybrid_kv_cache_manager,
+        null_block=vs.rules.null_block,
+        blocks_per_request=per_request,
+        kv_cache_groups=groups,
+        padding_layers=layout.padding_layers,
+        engine_log=vllm_rules.log_line(tokens, max_len, concurrency),
     )
 
 
@@ -513,6 +702,10 @@ def suggest(spec: ModelSpec, gpu: GPU, opts: FitOptions) -> list[str]:
     base = plan_fit(spec, gpu, opts)
     if base.max_model_len_fit >= 1 and base.kv_budget_bytes > 0:
         out.append(f"--max-model-len {base.max_model_len_fit} (the longest that fits)")
+    if opts.weights_bytes is None and spec.param_count is not None and opts.kv_cache_memory_bytes is None:
+        current = get_weight_dtype(opts.weights_dtype or spec.weights_dtype or spec.dtype)
+        if current.bits > 8 and plan_fit(spec, gpu, replace(opts, weights_dtype="fp8")).fits:
+            out.append("--weights-dtype fp8 (an FP8 checkpoint: half the weights)")
     for tp in valid_tp_sizes(spec):
         if tp <= opts.tensor_parallel_size:
             continue
@@ -548,9 +741,10 @@ def does_not_fit_message(spec: ModelSpec, r: FitResult, suggestions: list[str]) 
             f"{fmt_gib(r.overhead_bytes)} per GPU leave no KV cache memory out of {fmt_gib(r.usable_bytes)} usable"
         )
     else:
+        null = f" (+ a null block of {fmt_gib(r.kv_bytes_per_block)})" if r.null_block else ""
         what = (
             f"one request of max_model_len {r.max_model_len:,} needs {fmt_gib(r.kv_bytes_per_request)} of KV per "
-            f"GPU but the KV budget is {fmt_gib(r.kv_budget_bytes)}"
+            f"GPU{null} but the KV budget is {fmt_gib(r.kv_budget_bytes)}"
         )
     hint = "; would fit: " + ", or ".join(suggestions) if suggestions else "; nothing in the catalog fits"
     return f"{where}: {what}{hint}"
@@ -569,3 +763,7 @@ def require_fit(spec: ModelSpec, gpu: GPU, opts: FitOptions) -> FitResult:
         e.result = r
         raise e
     return r
+
+
+# kvplan.fit(...) calls kvplan.api.fit: the module is made callable (see kvplan/__init__.py)
+__import__("kvplan")._make_callable(__name__)

@@ -353,3 +353,7 @@ def parse_prices(items: list[str], resolve) -> dict[str, float]:
             raise UsageError(f"--price: {item!r} must be GPU=USD_PER_HOUR, e.g. h100=2.49")
         out[resolve(name, "--price").id] = usd
     return out
+
+
+# kvplan.fleet(...) calls kvplan.api.fleet: the module is made callable (see kvplan/__init__.py)
+__import__("kvplan")._make_callable(__name__)

@@ -299,30 +299,75 @@ def load_catalog() -> list[GPU]:
     return list(_bundled())
 
 
+# Words drivers put before or after the product name that the catalog's ids and aliases leave out:
+# nvidia-smi / torch.cuda.get_device_name() print "NVIDIA L4", "NVIDIA GeForce RTX 4090", "Tesla T4";
+# rocm-smi and torch on ROCm print "AMD Instinct MI300X" (OAM modules: "... MI300X OAM").
+_VENDOR_PREFIXES = ("nvidia", "geforce", "tesla", "amd", "instinct", "radeon")
+_FORM_SUFFIXES = ("oam",)
+
+
+def _driver_keys(text: str) -> list[str]:
+    """Normalized forms of a driver-printed name to look up: as given, then without vendor words in front
+    (``NVIDIA GeForce RTX 4090`` -> ``rtx4090``) and a trailing ``OAM``."""
+    words = [w for w in _SEPARATORS.split(text.strip().lower()) if w]
+    keys = ["".join(words)]
+    while words and words[0] in _VENDOR_PREFIXES:
+        words = words[1:]
+        keys.append("".join(words))
+    if len(words) > 1 and words[-1] in _FORM_SUFFIXES:
+        keys.append("".join(words[:-1]))
+    return [k for k in keys if k]
+
+
+@functools.lru_cache(maxsize=1)
+def _name_index() -> dict[str, GPU]:
+    """Normalized product names (``nvidiah10080gbhbm3``, and ``h10080gbhbm3`` without the vendor words) ->
+    GPU, for names no id or alias already holds."""
+    ids = _index()
+    out: dict[str, GPU] = {}
+    for g in _bundled():
+        for key in (_norm(g.name), *_driver_keys(g.name)):  # also without the vendor words: "H100 80GB HBM3"
+            if key not in ids:
+                out.setdefault(key, g)
+    return out
+
+
 def _index() -> dict[str, GPU]:
     return {_norm(name): g for g in _bundled() for name in (g.id, *g.aliases)}
 
 
-def _suggest(key: str, n: int = 3, cutoff: float = 0.65) -> list[str]:
-    """Up to ``n`` names close to the normalized ``key``, one per GPU (its closest id or alias).
+def _tokens(text: str) -> set[str]:
+    """Lower-case words of a name, split at separators (``h100-sxm-80gb`` -> {h100, sxm, 80gb})."""
+    return {w for w in _SEPARATORS.split(text.strip().lower()) if w}
 
-    Ranked by difflib ratio, then by closeness in length. Beyond the best match, only names that start
-    like ``key`` are offered (typos seldom hit the first character), so ``h1000`` suggests
+
+def _suggest(key: str, n: int = 3, cutoff: float = 0.65) -> list[str]:
+    """Up to ``n`` names close to what was typed, one per GPU (its closest id or alias).
+
+    ``key`` is the typed text (``h100-80gb``). Ranked first by how many of its words a GPU's id, aliases
+    and product name share (``h100`` and ``80gb`` rank ``h100-sxm-80gb`` above ``a100-80gb``), then by
+    difflib ratio of the normalized forms, then by closeness in length. Beyond the best match, only names
+    that start like ``key`` are offered (typos seldom hit the first character), so ``h1000`` suggests
     ``h100, h200, h100-nvl`` rather than every ``?100``.
     """
+    typed = _tokens(key) - set(_VENDOR_PREFIXES)
+    forms = _driver_keys(key) or [_norm(key)]
+    norm_key = forms[-1]  # without vendor words: "NVIDIA H100 94GB" is compared as "h10094gb"
     scored = []
     for order, g in enumerate(_bundled()):
+        words = set().union(*(_tokens(x) for x in (g.id, *g.aliases, g.name))) - set(_VENDOR_PREFIXES)
+        shared = len(typed & words)
         best = None
         for name in (g.id, *g.aliases):
             norm = _norm(name)
-            ratio = difflib.SequenceMatcher(None, key, norm).ratio()
-            cand = (ratio, -abs(len(norm) - len(key)), norm[:1] == key[:1], -order, name)
-            if best is None or cand[:2] > best[:2]:
+            ratio = max(difflib.SequenceMatcher(None, k, norm).ratio() for k in forms)
+            cand = (shared, ratio, -abs(len(norm) - len(norm_key)), norm[:1] == norm_key[:1], -order, name)
+            if best is None or cand[:3] > best[:3]:
                 best = cand
-        if best is not None and best[0] >= cutoff:
+        if best is not None and (best[1] >= cutoff or best[0] >= 2):  # two words in common: a likely match
             scored.append(best)
     scored.sort(reverse=True)
-    return [c[4] for i, c in enumerate(scored) if i == 0 or c[2]][:n]
+    return [c[5] for i, c in enumerate(scored) if i == 0 or c[3]][:n]
 
 
 def custom_gpu(size_bytes: int, label: str) -> GPU:
@@ -347,7 +392,9 @@ def custom_gpu(size_bytes: int, label: str) -> GPU:
 def get_gpu(text: str, flag: str = "--gpu") -> GPU:
     """Resolve what a user typed for a GPU: a catalog id or alias, or a size.
 
-    Names match ignoring case, '-', '_' and spaces (``H100``, ``RTX 4090``, ``rtx-pro-6000``).
+    Names match ignoring case, '-', '_' and spaces (``H100``, ``RTX 4090``, ``rtx-pro-6000``), and so do
+    the product names drivers print: nvidia-smi, rocm-smi and ``torch.cuda.get_device_name()``
+    (``NVIDIA H100 80GB HBM3``, ``NVIDIA L4``, ``AMD Instinct MI300X``), with or without the vendor words.
 
     A size needs a unit (``80GB`` = 80 × 10⁹ B, ``80GiB`` = 80 × 2³⁰ B, ``81559MiB`` = 81,559 × 2²⁰ B) and
     is taken as the CUDA-visible total (what ``torch.cuda.mem_get_info`` reports), so no reserve is
@@ -360,8 +407,16 @@ def get_gpu(text: str, flag: str = "--gpu") -> GPU:
     index = _index()
     if key in index:
         return index[key]
+    names = _name_index()
+    if key in names:
+        return names[key]
     if _SIZE_RE.fullmatch(str(text)):
         return custom_gpu(parse_bytes(text, flag), str(text).strip())
-    close = _suggest(key)
+    for k in _driver_keys(str(text)):
+        if k in index:
+            return index[k]
+        if k in names:
+            return names[k]
+    close = _suggest(str(text))
     hint = f"did you mean {', '.join(close)}? " if close else "run 'kvplan gpus' for the list "
     raise UsageError(f"{flag}: unknown GPU {text!r}; {hint}(or give a size like 80GB, 80GiB, 81559MiB)")

@@ -144,7 +144,7 @@ def plot_data(
     if topologies:
         own = curves[0].bytes
         for label, h in (("MHA", first.num_q_heads), ("MQA", 1)):
-            if h == first.num_kv_heads:
+            if h == first.num_kv_heads and set(first.kv_head_counts) <= {h}:  # every attention layer already h
                 continue
             variant = first.with_kv_heads(h)
             b = tuple(estimate(variant, s, kv_dtype=kv_dtype).bytes_per_request for s in points)
@@ -201,7 +201,9 @@ def _matplotlib():
     try:
         import matplotlib
     except ImportError:
-        raise MissingExtra("kvplan plot needs matplotlib: pip install 'kvplan[plot]'") from None
+        from kvplan.install import extra_hint
+
+        raise MissingExtra(f"kvplan plot needs matplotlib: {extra_hint('plot')}") from None
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
 

@@ -110,6 +110,8 @@ def estimate_table(est, con) -> None:
     """Print one estimate: a breakdown per layer kind, then per-request and batch totals."""
     from rich.table import Table
 
+    from kvplan.calc import TOKEN_KINDS
+
     paging = f", blocks of {est.block_size}" if est.block_size else ""
     tp = f", per GPU at TP={est.tensor_parallel_size}" if est.tensor_parallel_size > 1 else ""
     title = f"{est.model}: {est.seq_len:,} tokens × {est.batch_size} request(s), KV {est.kv_dtype}{paging}{tp}"
@@ -131,7 +133,7 @@ def estimate_table(est, con) -> None:
             g.kind,
             str(g.layers),
             f"{g.window:,}" if g.window else "-",
-            f"{g.tokens_cached:,}" if g.kind != "mamba" and g.kind != "shared" else "-",
+            f"{g.tokens_cached:,}" if g.kind in TOKEN_KINDS else "-",  # state, shared, none: no token cache
             f"{g.bytes_per_token:,}" if g.bytes_per_token else ("state" if g.state_bytes else "0"),
             b,
             gi,
@@ -378,14 +380,46 @@ def fit_table(r, con) -> None:
     if r.shared_prefix_tokens:
         row("shared prefix (once)", r.shared_prefix_bytes, f"{r.shared_prefix_tokens:,} tokens")
     con.print(t)
-    con.print(f"KV capacity: {r.kv_capacity_tokens:,} tokens in {r.num_blocks:,} blocks of {r.block_size}")
+    if r.engine == "vllm":
+        settings = [f"max_num_batched_tokens {r.max_num_batched_tokens:,}", f"max_num_seqs {r.max_num_seqs:,}"]
+        if r.engine_version != "0.11" and r.engine_version != "0.6":
+            settings += [
+                "async scheduling" if r.async_scheduling else "no async scheduling",
+                f"{r.max_in_flight_tokens:,} tokens in flight",
+                "prefix caching" if r.prefix_caching else "no prefix caching",
+            ]
+        con.print(f"vLLM {r.engine_version} rules: " + ", ".join(settings))
+        if r.kv_cache_groups and len(r.kv_cache_groups) > 1:
+            layout: dict[tuple, int] = {}
+            for g in r.kv_cache_groups:
+                key = (g["kind"], g["layers"], g["block_size"], g["page_bytes"])
+                layout[key] = layout.get(key, 0) + 1
+            parts = [
+                f"{n} × {kind} ({layers} layers, {block}-token blocks)"
+                for (kind, layers, block, _), n in layout.items()
+            ]
+            pad = f"; {r.padding_layers} padding layers" if r.padding_layers else ""
+            con.print(f"KV cache groups: {len(r.kv_cache_groups)}: " + ", ".join(parts) + pad)
+        con.print(f"KV pool: {r.num_blocks:,} blocks of {r.block_size} tokens, {r.kv_bytes_per_block:,} B each")
+        if r.blocks_per_request:
+            null = " (+ 1 null block held back)" if r.null_block else ""
+            con.print(f"One request of {r.max_model_len:,} tokens takes {r.blocks_per_request:,} blocks{null}")
+        con.print(f"Engine log: {r.engine_log}")
+    else:
+        con.print(f"KV capacity: {r.kv_capacity_tokens:,} tokens in {r.num_blocks:,} blocks of {r.block_size}")
     con.print(f"Max concurrent requests of {r.max_model_len:,} tokens: {r.max_concurrent_requests:,}")
-    con.print(f"Maximum concurrency (vLLM-style): {r.max_concurrency:.2f}x")
+    if r.limited_by_max_num_seqs:
+        con.print(
+            f"  bounded by max_num_seqs {r.max_num_seqs:,}, not memory: the KV pool holds "
+            f"{r.max_requests_by_memory:,} (--max-num-seqs to change)"
+        )
+    if r.engine != "vllm":
+        con.print(f"Maximum concurrency (vLLM-style): {r.max_concurrency:.2f}x")
     if r.max_model_len_unbounded:
         con.print("Longest single request that fits: unbounded (every layer's cache is bounded by a window or a state)")
     else:
         con.print(f"Longest single request that fits: {r.max_model_len_fit:,} tokens")
-    if r.kv_bytes_per_request < r.max_model_len * r.kv_bytes_per_token:
+    if not r.kv_cache_groups and r.kv_bytes_per_request < r.max_model_len * r.kv_bytes_per_token:
         con.print(
             "Token capacity counts a token in every layer, as vLLM's log does; sliding-window, chunked and state "
             "layers hold less per request, so requests can be longer than that capacity."

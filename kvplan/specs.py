@@ -1,43 +1,64 @@
-"""Model specs: frozen dataclasses and their loaders (bundled name, spec YAML, Hugging Face config.json).
+"""Model specs: frozen dataclasses, one cache description per layer, and their loaders.
 
-A :class:`ModelSpec` holds what KV-cache sizing needs from a model's config.json: layer count, query and
-KV heads, head dims, the model dtype, the parameter count (for weights), the maximum context, and the
-kind of cache each layer keeps:
+A :class:`ModelSpec` holds what KV-cache sizing needs from a model's config.json: the model dtype, the
+parameter count (for weights), the maximum context, and one :class:`LayerSpec` per decoder layer saying
+what that layer caches for one request of S tokens:
 
-=========  ==========================================================================================
-kind       what one layer caches per request of S tokens
-=========  ==========================================================================================
-full       K and V for all S tokens: ``H_kv × (head_dim + v_head_dim)`` elements per token
-sliding    the same per token, for at most ``sliding_window`` tokens (Mistral, Gemma 2/3, GPT-OSS)
-chunked    the same per token, for at most ``attention_chunk_size`` tokens (Llama 4 iRoPE layers)
-mla        one latent of ``kv_lora_rank + qk_rope_head_dim`` elements per token (DeepSeek V2/V3)
-mamba      no tokens: a fixed state of ``d_inner × (d_conv − 1) + d_inner × d_state`` elements (Jamba)
-shared     nothing of its own: it reads another layer's cache (cross-layer KV sharing)
-=========  ==========================================================================================
+=================  ========================================================================================
+kind               what one layer caches per request of S tokens
+=================  ========================================================================================
+full               K and V for all S tokens: ``H_kv × (head_dim + v_head_dim)`` elements per token
+sliding            the same per token, for at most ``sliding_window`` tokens (Mistral, Gemma 2/3/4, GPT-OSS)
+chunked            the same per token, for at most ``attention_chunk_size`` tokens (Llama 4 iRoPE layers)
+mla                one latent of ``kv_lora_rank + qk_rope_head_dim`` elements per token (DeepSeek V2/V3),
+                   plus, with ``index_head_dim``, one indexer key per token (DeepSeek-V3.2 DSA)
+mamba              Mamba-1 state, fixed: conv ``d_inner × (d_conv − 1)`` + ssm ``d_inner × d_state`` (Jamba)
+mamba2             Mamba-2 state, fixed: conv ``(d_conv − 1) × (d_inner + 2·G·N)`` + ssm ``H × P × N``
+                   (Nemotron-H, Granite-4.0-H, Falcon-H1, Bamba, Zamba2)
+gdn                Gated DeltaNet state, fixed: conv ``(d_conv − 1) × (2·Hk·dk + Hv·dv)`` + ``Hv × dv × dk``
+                   (Qwen3-Next, Qwen3.5)
+short_conv         short convolution state, fixed: ``(d_conv − 1) × hidden`` (LFM2)
+linear_attention   lightning / linear attention state, fixed: ``H × d × d`` (MiniMax-Text-01, MiniMax-M1)
+shared             nothing of its own: it reads an earlier layer's cache (Gemma 3n / Gemma 4 KV sharing)
+none               nothing at all (MLP- or MoE-only blocks: Nemotron-H ``-`` and ``E``)
+=================  ========================================================================================
 
 Spec YAML format (unknown keys are errors)::
 
-    name: gemma3-27b
-    source: https://huggingface.co/google/gemma-3-27b-it/blob/main/config.json
-    num_layers: 62
-    num_q_heads: 32
-    num_kv_heads: 16
-    head_dim: 128            # v_head_dim: optional, defaults to head_dim
-    hidden_size: 5376        # optional; sizes the activation estimate in `fit`
+    name: gemma4-26b-a4b
+    source: https://huggingface.co/google/gemma-4-26B-A4B-it/blob/main/config.json
+    num_layers: 30
+    num_q_heads: 16
+    num_kv_heads: 8          # the default geometry of attention layers ...
+    head_dim: 256            # v_head_dim: optional, defaults to head_dim
+    hidden_size: 2816        # optional; sizes the activation estimate in `fit`
     dtype: bf16
-    param_count: 27400000000 # optional; needed by `fit` for weights
+    param_count: 25800000000 # optional; needed by `fit` for weights
     weights_dtype: bf16      # optional: how the checkpoint ships (fp8, mxfp4 ...); default: dtype
     param_count_unquantized: 0  # optional: parameters kept in dtype when weights_dtype is quantized
-    max_model_len: 131072
-    sliding_window: 1024     # needed when a layer is sliding
+    max_model_len: 262144
+    sliding_window: 1024     # needed when a layer is sliding (attention_chunk_size: when chunked)
     layers:                  # optional; default: every layer full (mla when an mla: block is given)
       default: sliding
       rules:                 # applied in order; a later rule wins
         - {kind: full, period: 6, offset: 5}   # layer i matches when i % period == offset
-        - {kind: full, indices: [61]}          # or an explicit list of layer indices
+        - {kind: full, indices: [29]}          # or an explicit list of layer indices
     # layers may also be an explicit list of num_layers kinds: [sliding, full, ...]
-    mla: {kv_lora_rank: 512, qk_rope_head_dim: 64}
-    mamba: {d_inner: 8192, d_conv: 4, d_state: 16}   # optional state_dtype (default: dtype)
+    geometry:                # ... overridden per layer kind (Gemma 4's global layers)
+      full: {num_kv_heads: 2, head_dim: 512, k_eq_v: true}
+    per_layer:               # ... or per layer, one value per layer (OpenELM): num_kv_heads, head_dim, v_head_dim
+      num_kv_heads: [3, 3, 4, ...]
+    num_kv_shared_layers: 0  # the last N layers reuse the cache of the last earlier layer of their kind
+    parallel_state: mamba2   # every attention layer also keeps this state block's state (Falcon-H1, Zamba2)
+    mla: {kv_lora_rank: 512, qk_rope_head_dim: 64, index_head_dim: 128}  # index_head_dim: DSA indexer
+    mamba: {d_inner: 8192, d_conv: 4, d_state: 16}
+    mamba2: {num_heads: 128, head_dim: 64, d_state: 128, n_groups: 8, d_conv: 4}
+    gdn: {num_k_heads: 16, num_v_heads: 32, head_k_dim: 128, head_v_dim: 128, d_conv: 4}
+    short_conv: {d_inner: 2048, d_conv: 3}
+    linear_attention: {num_heads: 64, head_dim: 96}
+    # every state block also takes conv_dtype and ssm_dtype (default: the model dtype)
+    moe: {num_experts: 128, experts_per_token: 8, expert_param_count: 4718592}  # optional; `fit`'s speed bound
+    # moe also takes num_moe_layers (default num_layers), num_shared_experts (0), shared_expert_param_count
     notes: free text (assumptions made)
 """
 
@@ -51,12 +72,19 @@ from typing import Any
 from kvplan.dtypes import get_kv_dtype
 from kvplan.errors import SpecError
 
-LAYER_KINDS = ("full", "sliding", "chunked", "mla", "mamba", "shared")
+ATTENTION_KINDS = ("full", "sliding", "chunked", "mla")
+KV_HEAD_KINDS = ("full", "sliding", "chunked")  # attention kinds with per-head K and V
+STATE_KINDS = ("mamba", "mamba2", "gdn", "short_conv", "linear_attention")
+LAYER_KINDS = (*ATTENTION_KINDS, *STATE_KINDS, "shared", "none")
 MAX_DIMENSION = 1 << 31  # no count in a spec (layers, heads, dims, tokens) may exceed this
 MAX_LAYERS = 100_000
 MAX_FILE_BYTES = 16 << 20  # spec, config.json and workload files are read whole: refuse larger ones
 MODEL_DTYPES = ("fp32", "fp16", "bf16")
-ATTENTION_KINDS = ("full", "sliding", "chunked", "mla")
+STATE_DTYPES = ("fp32", "fp16", "bf16")
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
 
 
 @dataclass(frozen=True)
@@ -66,10 +94,13 @@ class MLAConfig:
     Attributes:
         kv_lora_rank: compressed KV latent width (elements), 512 in DeepSeek V2/V3.
         qk_rope_head_dim: decoupled RoPE key width (elements), 64 in DeepSeek V2/V3.
+        index_head_dim: width of the DeepSeek Sparse Attention indexer key cached beside the latent
+            (elements per token per layer, 128 in DeepSeek-V3.2), or None when the model has no indexer.
     """
 
     kv_lora_rank: int
     qk_rope_head_dim: int
+    index_head_dim: int | None = None
 
     @property
     def latent_dim(self) -> int:
@@ -78,54 +109,224 @@ class MLAConfig:
 
 
 @dataclass(frozen=True)
-class MambaConfig:
-    """A Mamba-1 layer's fixed per-request state (Gu & Dao 2023; Jamba, arXiv:2403.19887).
-
-    State elements per layer = conv ``d_inner × (d_conv − 1)`` + ssm ``d_inner × d_state``
-    (vLLM's layout; Hugging Face keeps d_conv conv columns).
+class StateTensor:
+    """One fixed-size state tensor a recurrent layer keeps per request (on one TP rank).
 
     Attributes:
-        d_inner: expanded inner width (``mamba_expand × hidden_size``), elements.
-        d_conv: causal conv kernel width.
-        d_state: SSM state size per channel.
-        state_dtype: storage dtype of the state; None means the model dtype.
+        name: ``conv`` or ``ssm`` (the recurrent / temporal state).
+        shape: its shape without the batch dimension, elements.
+        dtype: storage dtype name (``bf16``, ``fp32`` ...).
     """
 
-    d_inner: int
-    d_conv: int
-    d_state: int
-    state_dtype: str | None = None
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
 
-    def state_elements(self, tp: int = 1) -> int:
-        """State elements one request keeps in one layer, on one of ``tp`` tensor-parallel ranks."""
-        d_inner = -(-self.d_inner // tp)
-        return d_inner * (self.d_conv - 1) + d_inner * self.d_state
+    @property
+    def elements(self) -> int:
+        """Product of the shape."""
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+
+@dataclass(frozen=True)
+class StateConfig:
+    """A recurrent layer's fixed per-request state; the shapes follow vLLM's ``MambaStateShapeCalculator``.
+
+    One class serves every state kind; which fields matter depends on ``kind`` (unused ones stay 0):
+
+    - ``mamba`` (Mamba-1, Jamba): conv ``(d_conv − 1, d_inner/TP)``, ssm ``(d_inner/TP, d_state)``.
+    - ``mamba2``: ``d_inner = num_heads × head_dim``; groups ``G`` are replicated to TP when
+      ``G % TP != 0``; conv ``(d_conv − 1, (d_inner + 2·G·d_state)/TP)``, ssm
+      ``(num_heads/TP, head_dim, d_state)``.
+    - ``gdn`` (Gated DeltaNet): conv ``(d_conv − 1, (2·num_k_heads·head_k_dim + num_v_heads·head_v_dim)/TP)``,
+      ssm ``(num_v_heads/TP, head_v_dim, head_k_dim)``.
+    - ``short_conv`` (LFM2): conv ``(d_conv − 1, d_inner/TP)``.
+    - ``linear_attention`` (MiniMax lightning attention): ssm ``(num_heads // TP, head_dim, head_dim)``.
+
+    Source: vLLM 0.33 ``model_executor/layers/mamba/mamba_utils.py`` (``MambaStateShapeCalculator``),
+    without speculative-decoding rows; conv states keep ``d_conv − 1`` columns (transformers keeps
+    ``d_conv``: kvplan follows the engine). dtypes per ``MambaStateDtypeCalculator``: conv =
+    ``mamba_cache_dtype`` (default the model dtype), ssm = ``mamba_ssm_cache_dtype`` (default the conv dtype).
+
+    Attributes:
+        kind: one of :data:`STATE_KINDS`.
+        d_inner, d_conv, d_state, num_heads, head_dim, n_groups, num_k_heads, num_v_heads, head_k_dim,
+            head_v_dim: the config.json dimensions (elements) named as in the kind's paper / config class.
+        conv_dtype, ssm_dtype: storage dtypes of the conv and recurrent states; None = the model dtype
+            (conv) and the conv dtype (ssm).
+    """
+
+    kind: str
+    d_inner: int = 0
+    d_conv: int = 0
+    d_state: int = 0
+    num_heads: int = 0
+    head_dim: int = 0
+    n_groups: int = 0
+    num_k_heads: int = 0
+    num_v_heads: int = 0
+    head_k_dim: int = 0
+    head_v_dim: int = 0
+    conv_dtype: str | None = None
+    ssm_dtype: str | None = None
+
+    def tensors(self, model_dtype: str, tp: int = 1) -> tuple[StateTensor, ...]:
+        """The state tensors of one request on one of ``tp`` tensor-parallel ranks (vLLM's shapes)."""
+        conv = self.conv_dtype or model_dtype
+        ssm = self.ssm_dtype or conv  # vLLM MambaStateDtypeCalculator: ssm falls back to the conv dtype
+        k = self.d_conv - 1
+        if self.kind == "mamba":
+            d = _cdiv(self.d_inner, tp)
+            return (StateTensor("conv", (k, d), conv), StateTensor("ssm", (d, self.d_state), ssm))  # vLLM "SD" layout
+        if self.kind == "mamba2":
+            groups = self.n_groups if self.n_groups % tp == 0 else tp  # vLLM: extra_groups_for_head_shards
+            conv_dim = self.num_heads * self.head_dim + 2 * groups * self.d_state
+            return (
+                StateTensor("conv", (k, _cdiv(conv_dim, tp)), conv),
+                StateTensor("ssm", (_cdiv(self.num_heads, tp), self.head_dim, self.d_state), ssm),
+            )
+        if self.kind == "gdn":
+            conv_dim = 2 * self.num_k_heads * self.head_k_dim + self.num_v_heads * self.head_v_dim
+            return (
+                StateTensor("conv", (k, _cdiv(conv_dim, tp)), conv),
+                StateTensor("ssm", (_cdiv(self.num_v_heads, tp), self.head_v_dim, self.head_k_dim), ssm),
+            )
+        if self.kind == "short_conv":
+            return (StateTensor("conv", (k, _cdiv(self.d_inner, tp)), conv),)
+        if self.kind == "linear_attention":
+            return (StateTensor("ssm", (self.num_heads // tp, self.head_dim, self.head_dim), ssm),)  # vLLM: floor
+        raise ValueError(f"not a state kind: {self.kind}")
+
+    def elements(self, tp: int = 1) -> int:
+        """State elements one request keeps in one layer on one TP rank (all tensors)."""
+        return sum(t.elements for t in self.tensors("bf16", tp))
+
+
+# Fields of each state block in a spec YAML: (required, optional with their minimum).
+STATE_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "mamba": (("d_inner", "d_conv", "d_state"), ()),
+    "mamba2": (("num_heads", "head_dim", "d_state", "n_groups", "d_conv"), ()),
+    "gdn": (("num_k_heads", "num_v_heads", "head_k_dim", "head_v_dim", "d_conv"), ()),
+    "short_conv": (("d_inner", "d_conv"), ()),
+    "linear_attention": (("num_heads", "head_dim"), ()),
+}
+
+
+@dataclass(frozen=True)
+class MoEConfig:
+    """Mixture-of-experts facts for the speed bound of ``kvplan fit`` (:mod:`kvplan.perf`); no cache effect.
+
+    Attributes:
+        num_experts: routed experts per MoE layer (E): config.json ``num_local_experts`` (Mixtral,
+            GPT-OSS), ``num_experts`` (Qwen3-MoE), ``n_routed_experts`` (DeepSeek).
+        experts_per_token: routed experts each token uses (k): ``num_experts_per_tok`` / ``experts_per_token``.
+        expert_param_count: parameters of one routed expert in one layer (SwiGLU: ``3 × hidden ×
+            moe_intermediate_size``, plus biases where the model has them).
+        num_moe_layers: layers with an MoE block (DeepSeek: ``num_layers − first_k_dense_replace``).
+        num_shared_experts: experts every token uses besides the routed ones (``n_shared_experts``).
+        shared_expert_param_count: parameters of one shared expert in one layer (default: expert_param_count).
+    """
+
+    num_experts: int
+    experts_per_token: int
+    expert_param_count: int
+    num_moe_layers: int
+    num_shared_experts: int = 0
+    shared_expert_param_count: int | None = None
+
+    @property
+    def shared_param_count(self) -> int:
+        """Parameters of one layer's shared experts (0 without any)."""
+        per = self.expert_param_count if self.shared_expert_param_count is None else self.shared_expert_param_count
+        return self.num_shared_experts * per
+
+    @property
+    def routed_param_count(self) -> int:
+        """Parameters of every routed expert of every MoE layer."""
+        return self.num_moe_layers * self.num_experts * self.expert_param_count
+
+    @property
+    def inactive_param_count(self) -> int:
+        """Routed-expert parameters one token does not use: ``layers × (E − k) × expert``."""
+        return self.num_moe_layers * (self.num_experts - self.experts_per_token) * self.expert_param_count
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    """What one decoder layer caches, with its own geometry.
+
+    Attributes:
+        kind: one of :data:`LAYER_KINDS`.
+        num_kv_heads: KV heads (H_kv) of an attention layer (full/sliding/chunked); 0 for other kinds.
+        head_dim: K head dim (elements); 0 for non-attention kinds.
+        v_head_dim: V head dim (elements); 0 for non-attention kinds.
+        k_eq_v: the layer's values are its keys (Gemma 4 ``attention_k_eq_v``); the cache still holds K
+            and V (transformers' cache and vLLM's page both keep two tensors).
+        window: tokens kept by a sliding or chunked layer, else None.
+        mla: the latent config of an ``mla`` layer.
+        state: the state config of a state layer, or the state an attention layer keeps beside its KV
+            (``parallel_state``: Falcon-H1 and Zamba2 hybrid layers run attention and a Mamba-2 mixer side by side).
+        shared_from: for ``shared`` layers, the index of the layer whose cache it reads (None: unknown).
+        attends_as: for ``shared`` layers, the attention kind it runs (``sliding`` / ``full``).
+    """
+
+    kind: str
+    num_kv_heads: int = 0
+    head_dim: int = 0
+    v_head_dim: int = 0
+    k_eq_v: bool = False
+    window: int | None = None
+    mla: MLAConfig | None = None
+    state: StateConfig | None = None
+    shared_from: int | None = None
+    attends_as: str | None = None
+
+    def geometry(self) -> str:
+        """Short text of the layer's geometry: ``8×256``, ``latent 576 + idx 128``, ``state``."""
+        if self.kind in KV_HEAD_KINDS:
+            v = "" if self.v_head_dim == self.head_dim else f"/{self.v_head_dim}"
+            return f"{self.num_kv_heads}×{self.head_dim}{v}" + (" k=v" if self.k_eq_v else "")
+        if self.kind == "mla" and self.mla is not None:
+            idx = f" + idx {self.mla.index_head_dim}" if self.mla.index_head_dim else ""
+            return f"latent {self.mla.latent_dim}{idx}"
+        return ""
 
 
 @dataclass(frozen=True)
 class ModelSpec:
     """A model's KV-cache geometry. All counts are ints; tokens and elements, never bytes.
 
+    The top-level ``num_kv_heads``, ``head_dim`` and ``v_head_dim`` are the default geometry of attention
+    layers (what config.json calls them); :attr:`layers` holds each layer's own, after ``geometry`` and
+    ``per_layer`` overrides.
+
     Attributes:
         name: short name (``llama3-8b``).
         source: URL or path of the config.json the numbers came from.
-        num_layers: decoder layers (L).
+        num_layers: decoder layers (L), every kind counted.
         num_q_heads: query heads (H_q).
-        num_kv_heads: KV heads (H_kv); H_q is a multiple of it. Nominal for MLA layers.
-        head_dim: K head dim (d_head).
-        v_head_dim: V head dim (defaults to head_dim).
+        num_kv_heads: default KV heads (H_kv) of attention layers; H_q is a multiple of it.
+        head_dim: default K head dim (d_head).
+        v_head_dim: default V head dim (defaults to head_dim).
         hidden_size: model width, or None (only the activation estimate of ``fit`` uses it).
         dtype: model activation dtype, the default KV dtype (canonical name, e.g. ``bf16``).
         param_count: total parameters (MoE: all experts), or None when unknown.
         weights_dtype: the dtype the checkpoint's weights ship in (``fp8``, ``mxfp4``), or None: ``dtype``.
         param_count_unquantized: parameters a quantized checkpoint keeps in ``dtype`` (embeddings ...).
         max_model_len: the model's maximum context (tokens).
-        layer_kinds: one of :data:`LAYER_KINDS` per layer, length num_layers.
+        layers: one :class:`LayerSpec` per layer, length num_layers.
         sliding_window: tokens a sliding layer keeps, or None.
         attention_chunk_size: tokens a chunked layer keeps, or None.
         mla: the latent config, or None.
-        mamba: the state config, or None.
+        states: state config per state kind present (``{"mamba2": StateConfig, ...}``).
         hf_repo: Hugging Face repository id, when known.
+        weights_bytes: exact bytes of the checkpoint's weights (all of them, before TP/PP), read from a
+            GGUF's tensor infos or safetensors headers; None when only param_count is known. ``kvplan fit``
+            uses it unless --weights-dtype is given.
+        moe: mixture-of-experts facts (:class:`MoEConfig`), or None (dense, or not given).
         notes: assumptions made in building the spec.
     """
 
@@ -137,7 +338,7 @@ class ModelSpec:
     head_dim: int
     dtype: str
     max_model_len: int
-    layer_kinds: tuple[str, ...]
+    layers: tuple[LayerSpec, ...]
     v_head_dim: int | None = None
     hidden_size: int | None = None
     param_count: int | None = None
@@ -146,35 +347,63 @@ class ModelSpec:
     sliding_window: int | None = None
     attention_chunk_size: int | None = None
     mla: MLAConfig | None = None
-    mamba: MambaConfig | None = None
+    states: dict = field(default_factory=dict, compare=False)
     hf_repo: str | None = None
     notes: str = ""
+    weights_bytes: int | None = None
+    moe: MoEConfig | None = None
     origin: str = field(default="", compare=False)
 
     @property
+    def active_param_count(self) -> int | None:
+        """Parameters one token uses: param_count less the routed experts it skips (MoE), else param_count."""
+        if self.param_count is None or self.moe is None:
+            return self.param_count
+        return self.param_count - self.moe.inactive_param_count
+
+    @property
+    def layer_kinds(self) -> tuple[str, ...]:
+        """The kind of each layer, length num_layers."""
+        return tuple(layer.kind for layer in self.layers)
+
+    @property
+    def mamba(self) -> StateConfig | None:
+        """The Mamba-1 state config, if any layer is ``mamba``."""
+        return self.states.get("mamba")
+
+    @property
     def v_dim(self) -> int:
-        """V head dim actually used (``v_head_dim`` or ``head_dim``)."""
+        """Default V head dim actually used (``v_head_dim`` or ``head_dim``)."""
         return self.v_head_dim if self.v_head_dim is not None else self.head_dim
 
     @property
     def queries_per_kv_head(self) -> int:
-        """Query heads served by one KV head (H_q / H_kv): 1 for MHA, H_q for MQA."""
+        """Query heads served by one KV head (H_q / H_kv) in the default geometry."""
         return self.num_q_heads // self.num_kv_heads
 
     @property
+    def kv_head_counts(self) -> tuple[int, ...]:
+        """The distinct H_kv of the model's attention layers (per-head kinds), ascending."""
+        return tuple(sorted({layer.num_kv_heads for layer in self.layers if layer.kind in KV_HEAD_KINDS}))
+
+    @property
     def topology(self) -> str:
-        """``MHA``, ``GQA``, ``MQA`` or ``MLA`` (the attention layers' head topology)."""
-        if self.mla is not None and "mla" in self.layer_kinds:
+        """``MHA``, ``GQA``, ``MQA`` or ``MLA`` (the attention layers' head topology); ``none`` if no attention."""
+        if "mla" in self.layer_kinds:
             return "MLA"
-        if self.num_kv_heads == self.num_q_heads:
+        heads = self.kv_head_counts
+        if not heads:
+            return "none"
+        if all(h == self.num_q_heads for h in heads):
             return "MHA"
-        if self.num_kv_heads == 1:
+        if all(h == 1 for h in heads):
             return "MQA"
         return "GQA"
 
     def kind_counts(self) -> dict[str, int]:
         """Layers per kind, in :data:`LAYER_KINDS` order, kinds with no layers left out."""
-        return {k: self.layer_kinds.count(k) for k in LAYER_KINDS if k in self.layer_kinds}
+        kinds = self.layer_kinds
+        return {k: kinds.count(k) for k in LAYER_KINDS if k in kinds}
 
     def window_of(self, kind: str) -> int | None:
         """Token limit of a layer kind: the window, the chunk, or None (all tokens / no tokens)."""
@@ -185,7 +414,7 @@ class ModelSpec:
         return None
 
     def with_kv_heads(self, num_kv_heads: int, name: str | None = None) -> ModelSpec:
-        """A copy with another H_kv (for the MHA/GQA/MQA comparison).
+        """A copy whose attention layers all have ``num_kv_heads`` KV heads (the MHA/GQA/MQA comparison).
 
         Raises:
             SpecError: H_q is not a multiple of the new H_kv.
@@ -196,7 +425,11 @@ class ModelSpec:
             raise SpecError(
                 f"{self.name}: num_q_heads={self.num_q_heads} is not a multiple of num_kv_heads={num_kv_heads}"
             )
-        return replace(self, num_kv_heads=num_kv_heads, name=name or self.name)
+        layers = tuple(
+            replace(layer, num_kv_heads=num_kv_heads) if layer.kind in KV_HEAD_KINDS else layer
+            for layer in self.layers
+        )
+        return replace(self, num_kv_heads=num_kv_heads, layers=layers, name=name or self.name)
 
 
 # --- validation helpers ---------------------------------------------------------------------------
@@ -219,11 +452,17 @@ _TOP_KEYS = {
     "sliding_window",
     "attention_chunk_size",
     "layers",
+    "geometry",
+    "per_layer",
+    "num_kv_shared_layers",
+    "parallel_state",
     "mla",
-    "mamba",
+    *STATE_KINDS,
+    "moe",
     "notes",
 }
 _REQUIRED = ("name", "source", "num_layers", "num_q_heads", "num_kv_heads", "head_dim", "dtype", "max_model_len")
+_GEOMETRY_KEYS = ("num_kv_heads", "head_dim", "v_head_dim", "k_eq_v")
 
 
 def _pos_int(
@@ -240,10 +479,11 @@ def _pos_int(
     return value
 
 
-def _check_keys(where: str, data: dict, allowed: set[str], prefix: str = "") -> None:
+def _check_keys(where: str, data: dict, allowed: set[str] | tuple[str, ...], prefix: str = "") -> None:
     import difflib
 
-    unknown = sorted(set(data) - allowed)
+    allowed = set(allowed)
+    unknown = sorted(set(data) - allowed, key=str)
     if unknown:
         k = unknown[0]
         close = difflib.get_close_matches(str(k), sorted(allowed), n=1)
@@ -251,7 +491,13 @@ def _check_keys(where: str, data: dict, allowed: set[str], prefix: str = "") -> 
         raise SpecError(f"{where}: unknown key {prefix}{k!r}{hint}; allowed: {', '.join(sorted(allowed))}")
 
 
-def _resolve_layers(where: str, layers: Any, num_layers: int, default_kind: str) -> tuple[str, ...]:
+def _mapping(where: str, key: str, value: Any, what: str) -> dict:
+    if not isinstance(value, dict):
+        raise SpecError(f"{where}: {key} must be a mapping of {what}")
+    return value
+
+
+def _resolve_layers(where: str, layers: Any, num_layers: int, default_kind: str) -> list[str]:
     """Turn the ``layers:`` value of a spec into one kind per layer."""
 
     def check_kind(kind: Any, key: str) -> str:
@@ -260,11 +506,11 @@ def _resolve_layers(where: str, layers: Any, num_layers: int, default_kind: str)
         return kind
 
     if layers is None:
-        return (default_kind,) * num_layers
+        return [default_kind] * num_layers
     if isinstance(layers, list):
         if len(layers) != num_layers:
             raise SpecError(f"{where}: layers lists {len(layers)} kinds but num_layers={num_layers}")
-        return tuple(check_kind(k, f"layers[{i}]") for i, k in enumerate(layers))
+        return [check_kind(k, f"layers[{i}]") for i, k in enumerate(layers)]
     if not isinstance(layers, dict):
         raise SpecError(f"{where}: layers must be a list of kinds or a mapping with default and rules")
     _check_keys(where, layers, {"default", "rules"}, "layers.")
@@ -298,7 +544,7 @@ def _resolve_layers(where: str, layers: Any, num_layers: int, default_kind: str)
                     kinds[i] = kind
         else:
             raise SpecError(f"{where}: {key} needs period (with offset) or indices")
-    return tuple(kinds)
+    return kinds
 
 
 def _canonical_dtype(where: str, key: str, value: Any) -> str:
@@ -310,17 +556,132 @@ def _canonical_dtype(where: str, key: str, value: Any) -> str:
         raise SpecError(str(e)) from None
 
 
+def _state_config(where: str, kind: str, value: Any) -> StateConfig:
+    m = _mapping(where, kind, value, "its dimensions")
+    required, optional = STATE_FIELDS[kind]
+    _check_keys(where, m, {*required, *optional, "conv_dtype", "ssm_dtype", "state_dtype"}, f"{kind}.")
+    dims = {}
+    for key in required:
+        minimum = 2 if key == "d_conv" else 1
+        if m.get(key) is None:
+            raise SpecError(f"{where}: {kind}.{key} is missing; {kind} needs {', '.join(required)}")
+        dims[key] = _pos_int(where, f"{kind}.{key}", m[key], minimum=minimum)
+    dtypes = {}
+    for key in ("conv_dtype", "ssm_dtype"):
+        raw = m.get(key, m.get("state_dtype"))
+        if raw is not None:
+            name = _canonical_dtype(where, f"{kind}.{key}", raw)
+            if name not in STATE_DTYPES:
+                raise SpecError(f"{where}: {kind}.{key}={raw!r}; allowed: {', '.join(STATE_DTYPES)}")
+            dtypes[key] = name
+    if kind == "mamba2" and dims["n_groups"] > dims["num_heads"]:
+        raise SpecError(f"{where}: mamba2.n_groups={dims['n_groups']} exceeds num_heads={dims['num_heads']}")
+    return StateConfig(kind, **dims, **dtypes)
+
+
+def _per_layer_geometry(where: str, data: dict, num_layers: int) -> dict[str, list]:
+    """``per_layer:`` lists, each of num_layers values (None keeps the default for that layer)."""
+    if data.get("per_layer") is None:
+        return {}
+    per_layer = _mapping(where, "per_layer", data["per_layer"], "per-layer lists")
+    _check_keys(where, per_layer, {"num_kv_heads", "head_dim", "v_head_dim"}, "per_layer.")
+    out = {}
+    for key, values in per_layer.items():
+        if not isinstance(values, list) or len(values) != num_layers:
+            raise SpecError(f"{where}: per_layer.{key} must list {num_layers} values (one per layer)")
+        out[key] = [_pos_int(where, f"per_layer.{key}[{i}]", v, allow_none=True) for i, v in enumerate(values)]
+    return out
+
+
+def _kind_geometry(where: str, data: dict) -> dict[str, dict]:
+    """``geometry:`` overrides per attention kind."""
+    if data.get("geometry") is None:
+        return {}
+    geometry = _mapping(where, "geometry", data["geometry"], "layer kind -> overrides")
+    _check_keys(where, geometry, set(KV_HEAD_KINDS), "geometry.")
+    out: dict[str, dict] = {}
+    for kind, over in geometry.items():
+        over = _mapping(where, f"geometry.{kind}", over, "num_kv_heads, head_dim, v_head_dim, k_eq_v")
+        _check_keys(where, over, set(_GEOMETRY_KEYS), f"geometry.{kind}.")
+        checked: dict[str, Any] = {}
+        for key, value in over.items():
+            if key == "k_eq_v":
+                if not isinstance(value, bool):
+                    raise SpecError(f"{where}: geometry.{kind}.k_eq_v={value!r} must be true or false")
+                checked[key] = value
+            else:
+                checked[key] = _pos_int(where, f"geometry.{kind}.{key}", value)
+        out[kind] = checked
+    return out
+
+
+def _apply_kv_sharing(where: str, kinds: list[str], shared: int) -> list[tuple[str, int | None, str | None]]:
+    """(kind, shared_from, attends_as) per layer: the last ``shared`` layers read the cache of the last
+    earlier non-shared layer of the same attention kind (transformers ``Gemma3nTextAttention``:
+    ``kv_shared_layer_index``; vLLM gemma3n ``kv_sharing_target_layer_name``)."""
+    out: list[tuple[str, int | None, str | None]] = [(k, None, None) for k in kinds]
+    if not shared:
+        return out
+    first = len(kinds) - shared
+    if first < 1:
+        raise SpecError(f"{where}: num_kv_shared_layers={shared} must be below num_layers={len(kinds)}")
+    for i in range(first, len(kinds)):
+        kind = kinds[i]
+        if kind not in KV_HEAD_KINDS:
+            raise SpecError(f"{where}: layer {i} is shared (num_kv_shared_layers) but of kind {kind}, not attention")
+        source = max((j for j in range(first) if kinds[j] == kind), default=None)
+        if source is None:
+            raise SpecError(f"{where}: shared layer {i} ({kind}) has no earlier {kind} layer to reuse")
+        out[i] = ("shared", source, kind)
+    return out
+
+
+_MOE_REQUIRED = ("num_experts", "experts_per_token", "expert_param_count")
+_MOE_KEYS = {*_MOE_REQUIRED, "num_moe_layers", "num_shared_experts", "shared_expert_param_count"}
+
+
+def _moe_config(where: str, value: Any, num_layers: int, param_count: int | None) -> MoEConfig:
+    """The ``moe:`` block: k <= E, MoE layers <= num_layers, experts within param_count."""
+    m = _mapping(where, "moe", value, "num_experts, experts_per_token, expert_param_count")
+    _check_keys(where, m, _MOE_KEYS, "moe.")
+    for key in _MOE_REQUIRED:
+        if m.get(key) is None:
+            raise SpecError(f"{where}: moe.{key} is missing; moe needs {', '.join(_MOE_REQUIRED)}")
+    num = _pos_int(where, "moe.num_experts", m["num_experts"])
+    k = _pos_int(where, "moe.experts_per_token", m["experts_per_token"])
+    expert = _pos_int(where, "moe.expert_param_count", m["expert_param_count"], maximum=1 << 50)
+    layers = _pos_int(where, "moe.num_moe_layers", m.get("num_moe_layers", num_layers))
+    if k > num:
+        raise SpecError(f"{where}: moe.experts_per_token={k} must not exceed moe.num_experts={num}")
+    if layers > num_layers:
+        raise SpecError(f"{where}: moe.num_moe_layers={layers} must not exceed num_layers={num_layers}")
+    shared = _pos_int(where, "moe.num_shared_experts", m.get("num_shared_experts", 0), minimum=0)
+    shared_params = _pos_int(
+        where, "moe.shared_expert_param_count", m.get("shared_expert_param_count"), allow_none=True, maximum=1 << 50
+    )
+    cfg = MoEConfig(num, k, expert, layers, shared, shared_params)
+    experts = cfg.routed_param_count + layers * cfg.shared_param_count
+    if param_count is not None and experts > param_count:
+        raise SpecError(
+            f"{where}: moe: the experts hold {experts:,} parameters, more than param_count={param_count:,}"
+        )
+    return cfg
+
+
 def build_spec(data: Any, where: str) -> ModelSpec:
-    """Validate a parsed spec mapping and build a :class:`ModelSpec`.
+    """Validate a parsed spec mapping and build a :class:`ModelSpec` with one :class:`LayerSpec` per layer.
 
     Args:
-        data: the mapping from the YAML file (``yaml.safe_load``).
+        data: the mapping from the YAML file (``yaml.safe_load``), or one a config reader built.
         where: file name used in error messages.
 
     Raises:
-        SpecError: unknown or missing keys, wrong types, values < 1, H_q not a multiple of H_kv, a layer
-            kind without its parameters (sliding without sliding_window ...).
+        SpecError: unknown or missing keys, wrong types, values < 1, H_q not a multiple of a layer's
+            H_kv, a layer kind without its parameters (sliding without sliding_window ...), a parameter
+            block no layer uses.
     """
+    if data is None:
+        raise SpecError(f"{where}: empty file; a spec is a YAML mapping of fields (see 'kvplan models')")
     if not isinstance(data, dict):
         raise SpecError(f"{where}: a spec must be a YAML mapping of fields, got {type(data).__name__}")
     _check_keys(where, data, _TOP_KEYS)
@@ -366,45 +727,81 @@ def build_spec(data: Any, where: str) -> ModelSpec:
 
     mla = None
     if data.get("mla") is not None:
-        m = data["mla"]
-        if not isinstance(m, dict):
-            raise SpecError(f"{where}: mla must be a mapping with kv_lora_rank and qk_rope_head_dim")
-        _check_keys(where, m, {"kv_lora_rank", "qk_rope_head_dim"}, "mla.")
+        m = _mapping(where, "mla", data["mla"], "kv_lora_rank and qk_rope_head_dim")
+        _check_keys(where, m, {"kv_lora_rank", "qk_rope_head_dim", "index_head_dim"}, "mla.")
         mla = MLAConfig(
             _pos_int(where, "mla.kv_lora_rank", m.get("kv_lora_rank")),
             _pos_int(where, "mla.qk_rope_head_dim", m.get("qk_rope_head_dim"), minimum=0),
+            _pos_int(where, "mla.index_head_dim", m.get("index_head_dim"), allow_none=True),
         )
-    mamba = None
-    if data.get("mamba") is not None:
-        m = data["mamba"]
-        if not isinstance(m, dict):
-            raise SpecError(f"{where}: mamba must be a mapping with d_inner, d_conv and d_state")
-        _check_keys(where, m, {"d_inner", "d_conv", "d_state", "state_dtype"}, "mamba.")
-        state_dtype = m.get("state_dtype")
-        mamba = MambaConfig(
-            _pos_int(where, "mamba.d_inner", m.get("d_inner")),
-            _pos_int(where, "mamba.d_conv", m.get("d_conv"), minimum=2),
-            _pos_int(where, "mamba.d_state", m.get("d_state")),
-            None if state_dtype is None else _canonical_dtype(where, "mamba.state_dtype", state_dtype),
-        )
+    states = {k: _state_config(where, k, data[k]) for k in STATE_KINDS if data.get(k) is not None}
+    moe = None if data.get("moe") is None else _moe_config(where, data["moe"], num_layers, param_count)
 
     default_kind = "mla" if mla is not None else "full"
     kinds = _resolve_layers(where, data.get("layers"), num_layers, default_kind)
-    needs = {
+    needs: dict[str, tuple[Any, str]] = {
         "sliding": (sliding_window, "sliding_window"),
         "chunked": (chunk, "attention_chunk_size"),
         "mla": (mla, "mla"),
-        "mamba": (mamba, "mamba"),
+        **{k: (states.get(k), k) for k in STATE_KINDS},
     }
     for kind, (value, key) in needs.items():
         if kind in kinds and value is None:
             raise SpecError(f"{where}: layers has {kind} layers but {key} is not given")
     if mla is not None and "mla" not in kinds:
         raise SpecError(f"{where}: mla is given but no layer is of kind mla")
-    if mamba is not None and "mamba" not in kinds:
-        raise SpecError(f"{where}: mamba is given but no layer is of kind mamba")
-    if all(k == "shared" for k in kinds):
-        raise SpecError(f"{where}: every layer is shared; at least one layer must keep its own cache")
+    parallel = data.get("parallel_state")
+    if parallel is not None:
+        if parallel not in STATE_KINDS or parallel not in states:
+            raise SpecError(
+                f"{where}: parallel_state={parallel!r} must name a state block the spec gives "
+                f"({', '.join(states) or 'none given'})"
+            )
+        if not any(k in KV_HEAD_KINDS for k in kinds):
+            raise SpecError(f"{where}: parallel_state is given but no layer is an attention layer")
+    for kind in states:
+        if kind not in kinds and kind != parallel:
+            raise SpecError(f"{where}: {kind} is given but no layer is of kind {kind}")
+
+    geometry = _kind_geometry(where, data)
+    per_layer = _per_layer_geometry(where, data, num_layers)
+    shared_n = _pos_int(where, "num_kv_shared_layers", data.get("num_kv_shared_layers", 0), minimum=0)
+    sharing = _apply_kv_sharing(where, kinds, shared_n)
+
+    def attention_layer(i: int, kind: str) -> LayerSpec:
+        over = geometry.get(kind, {})
+        h = over.get("num_kv_heads", num_kv_heads)
+        d = over.get("head_dim", head_dim)
+        dv = over.get("v_head_dim", v_head_dim if "head_dim" not in over else None)
+        h = per_layer.get("num_kv_heads", [None] * num_layers)[i] or h
+        d = per_layer.get("head_dim", [None] * num_layers)[i] or d
+        dv = per_layer.get("v_head_dim", [None] * num_layers)[i] or dv or d
+        if num_q_heads % h:
+            raise SpecError(
+                f"{where}: layer {i} ({kind}): num_q_heads={num_q_heads} is not a multiple of num_kv_heads={h}"
+            )
+        state = states[parallel] if parallel else None  # Falcon-H1, Zamba2: attention and Mamba-2 side by side
+        return LayerSpec(kind, h, d, dv, over.get("k_eq_v", False), window=needs.get(kind, (None,))[0], state=state)
+
+    layers: list[LayerSpec] = []
+    for i, (kind, source, attends_as) in enumerate(sharing):
+        if kind in KV_HEAD_KINDS:
+            layers.append(attention_layer(i, kind))
+        elif kind == "shared" and attends_as is not None:
+            base = attention_layer(i, attends_as)
+            layers.append(LayerSpec("shared", base.num_kv_heads, base.head_dim, base.v_head_dim, base.k_eq_v,
+                                    base.window, shared_from=source, attends_as=attends_as))
+        elif kind == "mla":
+            layers.append(LayerSpec("mla", mla=mla))
+        elif kind in STATE_KINDS:
+            layers.append(LayerSpec(kind, state=states[kind]))
+        else:
+            layers.append(LayerSpec(kind))
+    for kind in geometry:
+        if kind not in kinds:
+            raise SpecError(f"{where}: geometry.{kind} is given but no layer is of kind {kind}")
+    if all(layer.kind in ("shared", "none") for layer in layers):
+        raise SpecError(f"{where}: no layer keeps a cache of its own (all shared or none)")
     notes = data.get("notes") or ""
     hf_repo = data.get("hf_repo")
     return ModelSpec(
@@ -421,12 +818,13 @@ def build_spec(data: Any, where: str) -> ModelSpec:
         weights_dtype=weights_dtype,
         param_count_unquantized=kept,
         max_model_len=max_model_len,
-        layer_kinds=kinds,
+        layers=tuple(layers),
         sliding_window=sliding_window,
         attention_chunk_size=chunk,
         mla=mla,
-        mamba=mamba,
+        states=states,
         hf_repo=None if hf_repo is None else str(hf_repo),
+        moe=moe,
         notes=str(notes).strip(),
         origin=where,
     )
@@ -440,6 +838,14 @@ def _yaml_load(text: str, where: str) -> Any:
 
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
+        if "*" in text:  # an alias can expand a few hundred bytes into gigabytes ("billion laughs"): refuse them
+            for event in yaml.parse(text, Loader=loader):
+                if isinstance(event, yaml.AliasEvent):
+                    mark = event.start_mark
+                    raise SpecError(
+                        f"{where}: YAML aliases (*{str(event.anchor)[:40]}) are not allowed in spec and workload "
+                        f"files (line {mark.line + 1}); write the value out"
+                    )
         return yaml.load(text, Loader=loader)  # noqa: S506 - a safe loader (the C build of SafeLoader)
     except RecursionError:
         raise SpecError(f"{where}: YAML nested too deeply") from None
@@ -450,33 +856,49 @@ def _yaml_load(text: str, where: str) -> Any:
         raise SpecError(f"{where}: malformed YAML{at}: {problem}") from None
 
 
+def _clip(text: str, limit: int = 120) -> str:
+    """A user string for a message: at most ``limit`` characters (long names and bombs stay one short line)."""
+    text = str(text)
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
+
+
 def _read_text(path: Path) -> str:
     """Read a whole input file (regular files up to MAX_FILE_BYTES only: not a FIFO or /dev/zero)."""
     try:
         if path.exists() and not path.is_dir():
             if not path.is_file():
-                raise SpecError(f"{path}: not a regular file")
+                raise SpecError(f"{_clip(path)}: not a regular file")
             if path.stat().st_size > MAX_FILE_BYTES:
-                raise SpecError(f"{path}: larger than {MAX_FILE_BYTES >> 20} MiB; not a spec, config.json or workload")
+                raise SpecError(f"{_clip(path)}: larger than {MAX_FILE_BYTES >> 20} MiB; not a spec, config.json or workload")
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise SpecError(f"{path}: no such file") from None
+        raise SpecError(f"{_clip(path)}: no such file") from None
     except IsADirectoryError:
-        raise SpecError(f"{path}: is a directory, not a spec file") from None
+        raise SpecError(f"{_clip(path)}: is a directory, not a spec file") from None
     except UnicodeDecodeError:
-        raise SpecError(f"{path}: not a UTF-8 text file") from None
+        raise SpecError(f"{_clip(path)}: not a UTF-8 text file") from None
     except OSError as e:
-        raise SpecError(f"{path}: cannot read ({e.strerror})") from None
+        raise SpecError(f"{_clip(path)}: cannot read ({e.strerror})") from None
 
 
-def load_spec_yaml(path: str | os.PathLike) -> ModelSpec:
+def load_spec_yaml(path: str | os.PathLike, require_source: bool = False) -> ModelSpec:
     """Load and validate a spec YAML file.
+
+    A user's spec may leave out ``source`` (a warning on stderr says so, and the file's path stands in);
+    with ``require_source`` (bundled specs) it is an error.
 
     Raises:
         SpecError: missing file, malformed YAML, or an invalid spec (the message names file and field).
     """
     p = Path(path)
-    return build_spec(_yaml_load(_read_text(p), str(p)), str(p))
+    data = _yaml_load(_read_text(p), str(p))
+    if require_source or not isinstance(data, dict) or data.get("source") is not None:
+        return build_spec(data, str(p))
+    spec = build_spec({**data, "source": str(p)}, str(p))
+    from kvplan.render import warn  # after the spec is valid: an error stays the only line
+
+    warn(f"{_clip(p)}: no source (the config.json the numbers come from); add one so the spec can be checked")
+    return spec
 
 
 def bundled_specs_dir() -> Path:
@@ -502,220 +924,16 @@ def load_bundled(name: str) -> ModelSpec:
     key = name.strip().lower()
     path = bundled_specs_dir() / f"{key}.yaml"
     if key and "/" not in key and path.is_file():
-        return load_spec_yaml(path)
+        return load_spec_yaml(path, require_source=True)
     import difflib
 
     names = bundled_names()
     close = difflib.get_close_matches(key, names, n=3, cutoff=0.6)
     hint = f"; did you mean {' or '.join(close)}?" if close else "; run 'kvplan models' for the list"
-    raise SpecError(f"unknown model {name!r}: not a bundled model name nor an existing file{hint}")
+    raise SpecError(f"unknown model {_clip(name)!r}: not a bundled model name nor an existing file{hint}")
 
 
-# --- Hugging Face config.json ---------------------------------------------------------------------
-
-_HF_DTYPES = {
-    "bfloat16": "bf16",
-    "float16": "fp16",
-    "half": "fp16",
-    # vLLM's dtype=auto serves float32 checkpoints in float16 (vllm/config: _get_and_verify_dtype).
-    "float32": "fp16",
-    "float": "fp16",
-}
-
-
-# Defaults of transformers' config classes for keys that real config.json files leave out.
-_HF_DEFAULT_DTYPE = {"gpt_oss": "bfloat16"}  # GptOssConfig files carry no torch_dtype; weights are bf16 + MXFP4
-_HF_DEFAULT_MAX_LEN = {
-    "gemma3": 131072,  # Gemma3TextConfig.max_position_embeddings
-    "gemma3_text": 131072,
-    "falcon": 2048,  # FalconConfig: no key; 2048-token training context
-    "RefinedWebModel": 2048,
-    "gpt2": 1024,  # GPT2Config.n_positions
-}
-
-
-def _first(cfg: dict, *keys: str) -> Any:
-    for k in keys:
-        if cfg.get(k) is not None:
-            return cfg[k]
-    return None
-
-
-def spec_from_hf_config(config: Any, where: str, name: str | None = None) -> ModelSpec:
-    """Build a spec from a parsed Hugging Face ``config.json``.
-
-    Handles: absent ``num_key_value_heads`` (MHA); an explicit ``head_dim`` that differs from
-    hidden_size / num_attention_heads; ``sliding_window`` with ``use_sliding_window: false`` (Qwen2:
-    full attention) or ``max_window_layers``; ``layer_types``; ``sliding_window_pattern`` (Gemma 3:
-    global iff (i+1) % pattern == 0, default 6); Gemma 2 (even layers sliding); ``attention_chunk_size``
-    with ``no_rope_layers`` (Llama 4: NoPE layers are global, default every 4th); MLA
-    (``kv_lora_rank``, ``qk_rope_head_dim``); Jamba (``attn_layer_period/offset``, ``mamba_*``);
-    a nested ``text_config`` (multimodal); legacy names (GPT-2 ``n_layer/n_head/n_embd``, Falcon
-    ``n_head`` + ``multi_query`` / ``new_decoder_architecture``).
-
-    ``param_count`` is not in config.json and is left None.
-
-    Raises:
-        SpecError: a required value is missing or inconsistent (the message names the file and key).
-    """
-    if not isinstance(config, dict):
-        raise SpecError(f"{where}: a config.json must hold a JSON object")
-    outer = config
-    if config.get("text_config") is not None and not isinstance(config["text_config"], dict):
-        raise SpecError(f"{where}: text_config must be an object")
-    cfg = dict(config.get("text_config") or config)
-    for k in ("torch_dtype", "dtype", "model_type"):
-        if cfg.get(k) is None and outer.get(k) is not None:
-            cfg[k] = outer[k]
-    model_type = str(cfg.get("model_type") or outer.get("model_type") or "")
-
-    def need(value: Any, keys: str, minimum: int = 1) -> int:
-        if value is None:
-            raise SpecError(f"{where}: missing {keys}")
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise SpecError(f"{where}: {keys.split(' ')[0]}={value!r} must be an integer >= {minimum}")
-        if value > MAX_DIMENSION:
-            raise SpecError(f"{where}: {keys.split(' ')[0]}={value} is larger than kvplan handles ({MAX_DIMENSION:,})")
-        return value
-
-    def opt(key: str, default: int, minimum: int = 1) -> int:
-        value = cfg.get(key)
-        return default if value is None else need(value, key, minimum)
-
-    def flag(key: str) -> bool:
-        value = cfg.get(key, False)
-        if value is None:
-            return False
-        if not isinstance(value, bool):
-            raise SpecError(f"{where}: {key}={value!r} must be true or false")
-        return value
-
-    num_layers = need(_first(cfg, "num_hidden_layers", "n_layer", "num_layers"), "num_hidden_layers (or n_layer)")
-    num_q = need(_first(cfg, "num_attention_heads", "n_head", "num_heads"), "num_attention_heads (or n_head)")
-    hidden = _first(cfg, "hidden_size", "n_embd", "d_model")
-    hidden = None if hidden is None else need(hidden, "hidden_size (or n_embd)")
-
-    if cfg.get("num_key_value_heads") is not None:
-        num_kv = cfg["num_key_value_heads"]
-    elif flag("new_decoder_architecture") and _first(cfg, "num_kv_heads", "n_head_kv") is not None:
-        num_kv = _first(cfg, "num_kv_heads", "n_head_kv")
-    elif flag("multi_query"):
-        num_kv = 1
-    else:
-        num_kv = _first(cfg, "num_kv_heads", "n_head_kv") or num_q
-    num_kv = need(num_kv, "num_key_value_heads")
-
-    mla = None
-    if cfg.get("kv_lora_rank") is not None:
-        mla = MLAConfig(
-            need(cfg["kv_lora_rank"], "kv_lora_rank"), need(cfg.get("qk_rope_head_dim"), "qk_rope_head_dim")
-        )
-    if cfg.get("head_dim") is not None and mla is None:
-        head_dim = need(cfg["head_dim"], "head_dim")
-    elif mla is not None:
-        head_dim = opt("qk_nope_head_dim", 0, minimum=0) + mla.qk_rope_head_dim
-    else:
-        hidden = need(hidden, "hidden_size (or n_embd)")
-        if hidden % num_q:
-            raise SpecError(f"{where}: hidden_size={hidden} is not a multiple of num_attention_heads={num_q}")
-        head_dim = hidden // num_q
-    v_head_dim = opt("v_head_dim", head_dim)
-    v_head_dim = None if v_head_dim == head_dim else v_head_dim
-
-    raw_dtype = _first(cfg, "torch_dtype", "dtype")
-    if raw_dtype is None:  # transformers' default is float32; a few families ship bf16 without the key
-        raw_dtype = _HF_DEFAULT_DTYPE.get(model_type, "float32")
-    dtype = _HF_DTYPES.get(str(raw_dtype).lower())
-    if dtype is None:
-        dtype = _canonical_dtype(where, "torch_dtype", raw_dtype)
-    max_len = _first(cfg, "max_position_embeddings", "n_positions", "max_seq_len", "seq_length")
-    if max_len is None:  # the config class's default applies when the key is absent
-        max_len = _HF_DEFAULT_MAX_LEN.get(model_type, 2048)
-    max_len = need(max_len, "max_position_embeddings")
-
-    window = None if cfg.get("sliding_window") is None else need(cfg["sliding_window"], "sliding_window")
-    if cfg.get("use_sliding_window") is not None and not flag("use_sliding_window"):
-        window = None
-    chunk = (
-        None if cfg.get("attention_chunk_size") is None else need(cfg["attention_chunk_size"], "attention_chunk_size")
-    )
-    mamba = None
-    kinds: list[str]
-    layer_types = cfg.get("layer_types")
-    type_map = {
-        "full_attention": "full",
-        "sliding_attention": "sliding",
-        "chunked_attention": "chunked",
-        "mamba": "mamba",
-        "attention": "full",
-    }
-    if layer_types is not None and not isinstance(layer_types, list):
-        raise SpecError(f"{where}: layer_types must be a list of {num_layers} layer type names")
-    if isinstance(layer_types, list):
-        if len(layer_types) != num_layers:
-            raise SpecError(f"{where}: layer_types has {len(layer_types)} entries, num_hidden_layers={num_layers}")
-        kinds = []
-        for i, t in enumerate(layer_types):
-            if not isinstance(t, str) or t not in type_map:
-                raise SpecError(f"{where}: layer_types[{i}]={t!r} is not supported; allowed: {', '.join(type_map)}")
-            kinds.append(type_map[t])
-    elif cfg.get("attn_layer_period") is not None:  # Jamba
-        period = need(cfg["attn_layer_period"], "attn_layer_period")
-        offset = opt("attn_layer_offset", 0, minimum=0)
-        if offset >= period:
-            raise SpecError(f"{where}: attn_layer_offset={offset} must be below attn_layer_period={period}")
-        kinds = ["full" if i % period == offset else "mamba" for i in range(num_layers)]
-    elif chunk is not None:  # Llama 4: RoPE layers are chunked, NoPE layers global
-        nope = cfg.get("no_rope_layers")
-        if isinstance(nope, list) and len(nope) == num_layers:
-            if any(r not in (0, 1) or isinstance(r, float) for r in nope):
-                raise SpecError(f"{where}: no_rope_layers must hold 0 (NoPE, global) or 1 (RoPE, chunked) per layer")
-            kinds = ["chunked" if r else "full" for r in nope]
-        else:
-            step = opt("no_rope_layer_interval", 4)
-            kinds = ["full" if (i + 1) % step == 0 else "chunked" for i in range(num_layers)]
-    elif window is not None and model_type.startswith("gemma3"):
-        pattern = opt("sliding_window_pattern", 6)
-        kinds = ["full" if (i + 1) % pattern == 0 else "sliding" for i in range(num_layers)]
-    elif window is not None and model_type.startswith("gemma2"):
-        kinds = ["sliding" if i % 2 == 0 else "full" for i in range(num_layers)]
-    elif window is not None and flag("use_sliding_window") and cfg.get("max_window_layers") is not None:
-        first = need(
-            cfg["max_window_layers"], "max_window_layers", minimum=0
-        )  # Qwen2: layers from max_window_layers on use the window
-        kinds = ["sliding" if i >= first else "full" for i in range(num_layers)]
-    elif window is not None:
-        kinds = ["sliding"] * num_layers
-    else:
-        kinds = ["full"] * num_layers
-    if mla is not None:
-        kinds = ["mla" if k == "full" else k for k in kinds]
-    if "mamba" in kinds:
-        if cfg.get("mamba_d_inner") is not None:
-            d_inner = need(cfg["mamba_d_inner"], "mamba_d_inner")
-        else:
-            d_inner = opt("mamba_expand", 2) * need(hidden, "hidden_size")
-        mamba = MambaConfig(d_inner, opt("mamba_d_conv", 4, minimum=2), opt("mamba_d_state", 16))
-    data: dict[str, Any] = {
-        "name": name or str(cfg.get("_name_or_path") or Path(where).parent.name or "model"),
-        "source": where,
-        "num_layers": num_layers,
-        "num_q_heads": num_q,
-        "num_kv_heads": num_kv,
-        "head_dim": head_dim,
-        "v_head_dim": v_head_dim,
-        "hidden_size": hidden,
-        "dtype": dtype,
-        "max_model_len": max_len,
-        "sliding_window": window if "sliding" in kinds else None,
-        "attention_chunk_size": chunk if "chunked" in kinds else None,
-        "layers": kinds,
-    }
-    if mla is not None:
-        data["mla"] = {"kv_lora_rank": mla.kv_lora_rank, "qk_rope_head_dim": mla.qk_rope_head_dim}
-    if mamba is not None:
-        data["mamba"] = {"d_inner": mamba.d_inner, "d_conv": mamba.d_conv, "d_state": mamba.d_state}
-    return build_spec(data, where)
+# --- Hugging Face config.json (readers live in kvplan.readers) ------------------------------------
 
 
 def load_hf_config(path: str | os.PathLike, name: str | None = None) -> ModelSpec:
@@ -736,11 +954,14 @@ def load_hf_config(path: str | os.PathLike, name: str | None = None) -> ModelSpe
         raise SpecError(f"{p}: malformed JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
     except (ValueError, RecursionError) as e:  # 5,000-digit numbers, arrays nested 100,000 deep
         raise SpecError(f"{p}: JSON kvplan cannot read ({type(e).__name__}: {str(e)[:80]})") from None
+    from kvplan.readers import spec_from_hf_config
+
     return spec_from_hf_config(config, str(p), name=name)
 
 
 def load_model(ref: str) -> ModelSpec:
-    """Resolve what a user typed as MODEL: a spec YAML path, a config.json path or folder, or a bundled name.
+    """Resolve what a user typed as MODEL: a spec YAML path, a config.json path or folder, a GGUF file, a
+    bundled name, or a Hugging Face repo id ``org/name[@revision]`` (see :mod:`kvplan.readers.hub`).
 
     Raises:
         SpecError: nothing matches (with suggestions) or the file is invalid.
@@ -748,6 +969,23 @@ def load_model(ref: str) -> ModelSpec:
     if not str(ref).strip():
         raise SpecError("MODEL: empty; give a bundled name (see 'kvplan models'), a spec YAML or a config.json")
     p = Path(ref)
+    try:
+        return _load_path(p, ref)
+    except OSError as e:  # a name too long for the file system, a permission error ...
+        raise SpecError(f"{_clip(ref)}: cannot read ({e.strerror or type(e).__name__})") from None
+
+
+def _load_path(p: Path, ref: str) -> ModelSpec:
+    if p.suffix.lower() == ".gguf" or (p.is_file() and p.suffix.lower() not in (".json", ".yaml", ".yml")):
+        from kvplan.readers.gguf import is_gguf, load_gguf
+
+        if is_gguf(p):
+            return load_gguf(p)
+    if "/" in str(ref) and not p.exists():
+        from kvplan.readers.hub import is_repo_id, load_repo
+
+        if is_repo_id(ref):  # org/name[@revision]: a bundled hf_repo, the local HF cache, or the Hub
+            return load_repo(ref)
     if p.is_dir() or p.suffix.lower() == ".json":
         return load_hf_config(p)
     if p.suffix.lower() in (".yaml", ".yml"):

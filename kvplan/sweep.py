@@ -33,7 +33,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
-from kvplan.calc import resolve_kv_dtype, state_bytes_per_layer, token_bytes_per_layer, valid_tp_sizes
+from kvplan.calc import layer_state_bytes, layer_token_bytes, resolve_kv_dtype, valid_tp_sizes
+from kvplan.engines import vllm as vllm_rules
 from kvplan.errors import UsageError
 from kvplan.fit import (
     CONVENTIONS,
@@ -43,9 +44,10 @@ from kvplan.fit import (
     engine_settings,
     fixed_memory,
     get_engine,
+    vllm_settings,
 )
 from kvplan.gpus import GPU
-from kvplan.specs import ModelSpec
+from kvplan.specs import STATE_KINDS, ModelSpec
 
 EXACT_LIMIT = 1 << 53  # byte counts stay below this: exact in float64, so ratios round as Python's
 LLAMACPP_PAD = 256  # llama.cpp pads cell counts to 256 (kvplan.fit.request_bytes)
@@ -60,6 +62,7 @@ LIMITS = {
     "--block-size": 1 << 20,
     "--max-num-batched-tokens": 1 << 31,
     "--max-batch-size": 1 << 24,
+    "--max-num-seqs": 1 << 24,
 }
 # Largest GPU (CUDA-visible bytes): vLLM's budget computes total × utilization × 10^6 in int64, which
 # holds up to 9.2 × 10^18, i.e. GPUs up to 9.2 TB; 2^43 B = 8 TiB keeps a margin.
@@ -97,6 +100,8 @@ VALUE_COLUMNS = (
     "max_concurrent_requests",
     "max_concurrency",
     "max_model_len_fit",
+    "block_size",
+    "max_requests_by_memory",
     "fits",
 )
 
@@ -264,7 +269,9 @@ def _configs(np, specs, kv_dtypes, tps, conv, opts: FitOptions, mnbt: int, max_b
     for m, spec in enumerate(specs):
         # a TP above H_q never divides it, so the search stops there whatever --tp asks
         allowed = set(valid_tp_sizes(spec, limit=min(max(64, *tps), spec.num_q_heads)))
-        counts = spec.kind_counts()
+        by_kind: dict[str, list] = {}
+        for layer in spec.layers:
+            by_kind.setdefault(layer.kind, []).append(layer)
         for t, tp in enumerate(tps):
             weights, _, activation, overhead = fixed_memory(spec, conv, opts, tp, 1, mnbt, max_batch)
             weights = _check_bytes(f"{spec.name}: weights per GPU", weights)
@@ -280,9 +287,9 @@ def _configs(np, specs, kv_dtypes, tps, conv, opts: FitOptions, mnbt: int, max_b
                 arrays["weights"][at] = weights
                 arrays["activation"][at] = activation
                 arrays["overhead"][at] = overhead
-                for kind, n in counts.items():
-                    arrays["state"][at] += n * state_bytes_per_layer(spec, kind, tp)
-                    per_token = n * token_bytes_per_layer(spec, kind, kv_dtype, tp)
+                for kind, layers in by_kind.items():
+                    arrays["state"][at] += sum(layer_state_bytes(x, spec.dtype, tp) for x in layers)
+                    per_token = sum(layer_token_bytes(x, kv_dtype, tp) for x in layers)
                     if not per_token:
                         continue
                     arrays["per_token"][at] += per_token
@@ -407,50 +414,49 @@ def sweep(
         _check_int(flag, value, LIMITS[flag])
     if opts.max_batch_size is not None:  # the default is 0 outside TRT-LLM (no per-sequence buffers)
         _check_int("--max-batch-size", opts.max_batch_size, LIMITS["--max-batch-size"])
+    if opts.max_num_seqs is not None:
+        _check_int("--max-num-seqs", opts.max_num_seqs, LIMITS["--max-num-seqs"])
     if opts.kv_cache_memory_bytes is not None and opts.kv_cache_memory_bytes >= EXACT_LIMIT:
         raise UsageError(f"--kv-cache-memory: {opts.kv_cache_memory_bytes:,} B is beyond 2^53 B")
 
-    cfg, dtype_code, dtype_names = _configs(np, specs, kv_dtypes, tps, conv, opts, mnbt, max_batch, opts.swa_full)
-    # Bounds, per model, in Python ints: a request of max(seqs) holds at most max_seq + 3 blocks (+ the
-    # batched tokens and llama.cpp's pad for windowed layers) per layer; it must stay below 2^53 B (exact
-    # in float64). The max_model_len_fit probes add at most the budget and a window: below 2^62 (int64).
-    max_seq, extra = max(seqs), 3 * block + mnbt + LLAMACPP_PAD + 1
-    budget_bound = max(g.cuda_total_bytes for g in gpus) + (opts.kv_cache_memory_bytes or 0)
-    for m, spec in enumerate(specs):
-        state, per_token = int(cfg.state[m].max()), int(cfg.per_token[m].max())
-        worst = state + per_token * (max_seq + extra)
-        if worst >= EXACT_LIMIT:
-            raise UsageError(
-                f"--seq: {max_seq:,} tokens of {spec.name} would need about {worst:,} B per request, beyond "
-                "the exact range of the vectorized sweep (2^53 B); use 'kvplan fit'"
-            )
-        # GPUs <= 2^43 B and a given budget < 2^53 B: only a huge window can break this bound now
-        window = min(max(int(cfg.sliding_window[m].max()), int(cfg.chunk[m].max())), MAX_SEARCH_TOKENS)
-        if state + budget_bound + per_token * (window + extra) >= 1 << 62:
-            raise UsageError(
-                f"{spec.name}: a sliding window or attention chunk of {window:,} tokens at {per_token:,} B per "
-                "token is beyond the range the vectorized sweep computes exactly; use 'kvplan fit'"
-            )
+    # GPUs sharing the engine's GPU-dependent defaults (vLLM: batched tokens, max_num_seqs, backend family)
+    # are computed together; one tier for every other engine and version.
+    groups_rules = engine is Engine.vllm and vllm_rules.resolve_rules(opts.engine_version).kv_cache_groups
+    tiers: dict[tuple, list[int]] = {}
+    for i, g in enumerate(gpus):
+        if engine is Engine.vllm:
+            vs = vllm_settings(specs[0], g, opts)
+            key = (engine_settings(conv, opts, g)[2], vs.max_num_seqs, vs.family)
+        else:
+            key = (mnbt, None, "")
+        tiers.setdefault(key, []).append(i)
+    for key in tiers:
+        _check_int("--max-num-batched-tokens", key[0], LIMITS["--max-num-batched-tokens"])
 
     M, S, G, D, T = len(specs), len(seqs), len(gpus), len(kv_dtypes), len(tps)
     full = (M, S, G, D, T)
     seq_axis = np.asarray(seqs, dtype=np.int64).reshape(1, S, 1, 1, 1)
-    totals = np.asarray([g.cuda_total_bytes for g in gpus], dtype=np.int64).reshape(1, 1, G, 1, 1)
+    columns: dict[str, Any] = {}
+    valid_cfg = dtype_code = dtype_names = None
+    for (tier_mnbt, tier_seqs, family), index in tiers.items():
+        sub = [gpus[i] for i in index]
+        if groups_rules:
+            part, valid_cfg, dtype_code, dtype_names = _tier_vllm_groups(
+                np, specs, seqs, sub, kv_dtypes, tps, conv, opts, util, tier_mnbt, tier_seqs, family
+            )
+        else:
+            part, valid_cfg, dtype_code, dtype_names = _tier_legacy(
+                np, specs, seqs, sub, kv_dtypes, tps, conv, opts, util, block, tier_mnbt, max_batch, tier_seqs
+            )
+        if len(tiers) == 1:
+            columns = {k: np.broadcast_to(v, full) for k, v in part.items()}
+            break
+        for k, v in part.items():
+            if k not in columns:
+                columns[k] = np.zeros(full, dtype=v.dtype)
+            columns[k][:, :, index] = np.broadcast_to(v, (M, S, len(index), D, T))
 
-    # per configuration × GPU (M, 1, G, D, T)
-    usable, budget = _budget(np, cfg, totals, engine, util, opts.kv_cache_memory_bytes)
-    per_block = block * cfg.per_token
-    num_blocks = np.where(per_block > 0, budget // np.maximum(per_block, 1), 0)
-    pool = np.where(per_block > 0, num_blocks * per_block, budget)
-    fit_len = _max_model_len_fit(np, cfg, budget, engine, block, mnbt)
-    # per configuration × seq (M, S, 1, D, T)
-    per_request = _request_bytes(np, cfg, seq_axis, engine, block, mnbt)
-    # per row (M, S, G, D, T); shared prefix is 0, so unique bytes = per_request
-    positive = per_request > 0
-    max_requests = np.where(positive & (budget >= per_request), budget // np.maximum(per_request, 1), 0)
-    concurrency = np.where(positive, pool / np.where(positive, per_request, 1), 0.0)
-
-    valid = np.broadcast_to(cfg.valid, full)
+    valid = np.broadcast_to(valid_cfg, full)
     all_valid = bool(valid.all())
 
     def rows_of(arr):
@@ -458,27 +464,13 @@ def sweep(
         a = np.broadcast_to(arr, full)
         return a.reshape(-1) if all_valid else a[valid]
 
-    columns = {
-        "usable_bytes": rows_of(usable),
-        "weights_bytes": rows_of(cfg.weights),
-        "activation_bytes": rows_of(cfg.activation),
-        "overhead_bytes": rows_of(cfg.overhead),
-        "kv_budget_bytes": rows_of(budget),
-        "kv_bytes_per_token": rows_of(cfg.per_token),
-        "kv_bytes_per_block": rows_of(per_block),
-        "kv_bytes_per_request": rows_of(per_request),
-        "num_blocks": rows_of(num_blocks),
-        "kv_capacity_tokens": rows_of(num_blocks * block),
-        "max_concurrent_requests": rows_of(max_requests),
-        "max_concurrency": rows_of(concurrency),
-        "max_model_len_fit": rows_of(fit_len),
-    }
-    columns["fits"] = columns["max_concurrent_requests"] >= 1
+    columns = {k: rows_of(columns[k]) for k in VALUE_COLUMNS if k != "fits"}
+    columns["fits"] = columns["max_requests_by_memory"] >= 1
     index = np.indices((M, S, G, D, T), sparse=True)
     dtype_index = dtype_code[:, None, None, :, None]  # (M, 1, 1, D, 1)
     spec_max = np.asarray([s.max_model_len for s in specs], dtype=np.int64).reshape(M, 1, 1, 1, 1)
     beyond = np.broadcast_to(seq_axis > spec_max, full)
-    skipped_tp = tuple((specs[m].name, int(tps[t])) for m in range(M) for t in range(T) if not cfg.valid[m, 0, 0, 0, t])
+    skipped_tp = tuple((specs[m].name, int(tps[t])) for m in range(M) for t in range(T) if not valid_cfg[m, 0, 0, 0, t])
     result = SweepResult(
         model_names=tuple(s.name for s in specs),
         gpu_labels=tuple(gpu_label(g) for g in gpus),
@@ -500,6 +492,238 @@ def sweep(
         pairs = ", ".join(f"{m} TP={t}" for m, t in result.skipped_tp)
         raise UsageError(f"--tp: no row left: the heads of every model refuse every --tp given ({pairs})")
     return result
+
+
+def _check_request_bounds(np, specs, cfg: _Configs, seqs, gpus, opts: FitOptions, block: int, mnbt: int) -> None:
+    """Per model, in Python ints: a request of max(seqs) holds at most max_seq + 3 blocks (+ the batched
+    tokens and llama.cpp's pad for windowed layers) per layer; it must stay below 2^53 B (exact in
+    float64). The max_model_len_fit probes add at most the budget and a window: below 2^62 (int64).
+
+    Raises:
+        UsageError: a model beyond those bounds.
+    """
+    max_seq, extra = max(seqs), 3 * block + mnbt + LLAMACPP_PAD + 1
+    budget_bound = max(g.cuda_total_bytes for g in gpus) + (opts.kv_cache_memory_bytes or 0)
+    for m, spec in enumerate(specs):
+        state, per_token = int(cfg.state[m].max()), int(cfg.per_token[m].max())
+        worst = state + per_token * (max_seq + extra)
+        if worst >= EXACT_LIMIT:
+            raise UsageError(
+                f"--seq: {max_seq:,} tokens of {spec.name} would need about {worst:,} B per request, beyond "
+                "the exact range of the vectorized sweep (2^53 B); use 'kvplan fit'"
+            )
+        # GPUs <= 2^43 B and a given budget < 2^53 B: only a huge window can break this bound now
+        window = min(max(int(cfg.sliding_window[m].max()), int(cfg.chunk[m].max())), MAX_SEARCH_TOKENS)
+        if state + budget_bound + per_token * (window + extra) >= 1 << 62:
+            raise UsageError(
+                f"{spec.name}: a sliding window or attention chunk of {window:,} tokens at {per_token:,} B per "
+                "token is beyond the range the vectorized sweep computes exactly; use 'kvplan fit'"
+            )
+
+
+def _tier_legacy(np, specs, seqs, gpus, kv_dtypes, tps, conv, opts, util, block, mnbt, max_batch, max_num_seqs):
+    """Every engine but vLLM ≥ 0.33: one pool counted per layer (:func:`kvplan.fit.plan_fit`'s first branch).
+
+    Returns:
+        (columns broadcastable to (M, S, G, D, T), valid (M, 1, 1, D, T), dtype codes, dtype names).
+    """
+    engine = conv.engine
+    cfg, dtype_code, dtype_names = _configs(np, specs, kv_dtypes, tps, conv, opts, mnbt, max_batch, opts.swa_full)
+    _check_request_bounds(np, specs, cfg, seqs, gpus, opts, block, mnbt)
+    S, G = len(seqs), len(gpus)
+    seq_axis = np.asarray(seqs, dtype=np.int64).reshape(1, S, 1, 1, 1)
+    totals = np.asarray([g.cuda_total_bytes for g in gpus], dtype=np.int64).reshape(1, 1, G, 1, 1)
+    # per configuration × GPU (M, 1, G, D, T)
+    usable, budget = _budget(np, cfg, totals, engine, util, opts.kv_cache_memory_bytes)
+    per_block = block * cfg.per_token
+    num_blocks = np.where(per_block > 0, budget // np.maximum(per_block, 1), 0)
+    pool = np.where(per_block > 0, num_blocks * per_block, budget)
+    fit_len = _max_model_len_fit(np, cfg, budget, engine, block, mnbt)
+    # per configuration × seq (M, S, 1, D, T)
+    per_request = _request_bytes(np, cfg, seq_axis, engine, block, mnbt)
+    # per row (M, S, G, D, T); shared prefix is 0, so unique bytes = per_request
+    positive = per_request > 0
+    by_memory = np.where(positive & (budget >= per_request), budget // np.maximum(per_request, 1), 0)
+    concurrency = np.where(positive, pool / np.where(positive, per_request, 1), 0.0)
+    capped = by_memory if max_num_seqs is None else np.minimum(by_memory, max_num_seqs)
+    columns = {
+        "usable_bytes": usable,
+        "weights_bytes": cfg.weights,
+        "activation_bytes": cfg.activation,
+        "overhead_bytes": cfg.overhead,
+        "kv_budget_bytes": budget,
+        "kv_bytes_per_token": cfg.per_token,
+        "kv_bytes_per_block": per_block,
+        "kv_bytes_per_request": per_request,
+        "num_blocks": num_blocks,
+        "kv_capacity_tokens": num_blocks * block,
+        "max_concurrent_requests": capped,
+        "max_concurrency": concurrency,
+        "max_model_len_fit": fit_len,
+        "block_size": np.full((1, 1, 1, 1, 1), block, dtype=np.int64),
+        "max_requests_by_memory": by_memory,
+    }
+    return columns, cfg.valid, dtype_code, dtype_names
+
+
+# Kinds of a KV cache group class in the vectorized vLLM ≥ 0.33 rules (kvplan.engines.vllm.KVGroup).
+_NONE, _GROWING, _SLIDING, _CHUNKED, _STATE = range(5)
+
+
+def _group_code(group) -> int:
+    if group.kind == "sliding":
+        return _SLIDING
+    if group.kind == "chunked":
+        return _CHUNKED
+    if group.kind in ("full", "mla"):
+        return _GROWING
+    return _STATE
+
+
+def _blocks_per_request(np, classes, seq, in_flight: int):
+    """Blocks one request of ``seq`` tokens takes, vectorized :meth:`kvplan.engines.vllm.VllmLayout.blocks_per_request`.
+
+    Args:
+        classes: per class k, arrays (kind, count, block, window, pages) of shape (M, 1, 1, D, T).
+        seq: int64 array broadcastable against them.
+    """
+    total = 0
+    for kind, count, block, window, pages in classes:
+        growing = _cdiv(np, seq, block)
+        sliding = _cdiv(np, np.minimum(window - 1 + in_flight, seq), block) + 1
+        chunked = _cdiv(np, np.minimum(window + in_flight, seq), block)
+        blocks = np.where(
+            kind == _GROWING,
+            growing,
+            np.where(
+                kind == _SLIDING, sliding, np.where(kind == _CHUNKED, chunked, np.where(kind == _STATE, pages, 0))
+            ),
+        )
+        total = total + count * blocks
+    return total
+
+
+def _tier_vllm_groups(np, specs, seqs, gpus, kv_dtypes, tps, conv, opts, util, mnbt, max_num_seqs, family):
+    """vLLM ≥ 0.33 on GPUs sharing batch defaults and backend family (:func:`kvplan.fit._plan_vllm_groups`).
+
+    Per configuration (model, dtype, TP) the group layout comes from :func:`kvplan.engines.vllm.build_layout`
+    (a Python loop); the groups are summarized as classes (kind, block, window, pages) with a count, so that
+    blocks per request, fits and the longest request are array operations.
+
+    Returns:
+        (columns broadcastable to (M, S, G, D, T), valid (M, 1, 1, D, T), dtype codes, dtype names).
+    """
+    M, S, G, D, T = len(specs), len(seqs), len(gpus), len(kv_dtypes), len(tps)
+    shape = (M, 1, 1, D, T)
+    names = ("weights", "activation", "overhead", "per_token", "per_block", "block", "len_block")
+    a = {k: np.zeros(shape, dtype=np.int64) for k in names}
+    a["block"][...] = 1
+    valid = np.zeros(shape, dtype=bool)
+    dtype_code = np.zeros((M, D), dtype=np.int64)
+    dtype_names: list[str] = []
+    layouts: dict[tuple, dict] = {}
+    max_seq = max(seqs)
+    for m, spec in enumerate(specs):
+        allowed = set(valid_tp_sizes(spec, limit=min(max(64, *tps), spec.num_q_heads)))
+        vs = vllm_settings(spec, gpus[0], opts)
+        for t, tp in enumerate(tps):
+            weights, _, activation, overhead = fixed_memory(spec, conv, opts, tp, 1, mnbt, 0)
+            for d, name in enumerate(kv_dtypes):
+                kv_dtype = resolve_kv_dtype(spec, name)
+                if kv_dtype.name not in dtype_names:
+                    dtype_names.append(kv_dtype.name)
+                dtype_code[m, d] = dtype_names.index(kv_dtype.name)
+                at = (m, 0, 0, d, t)
+                valid[at] = tp in allowed
+                if not valid[at]:
+                    continue
+                layout = vllm_rules.build_layout(
+                    spec, kv_dtype, tp, 1, max_seq, opts.block_size, vs.prefix_caching, vs.hybrid_kv_cache_manager,
+                    family,
+                )  # fmt: skip
+                a["weights"][at] = _check_bytes(f"{spec.name}: weights per GPU", weights)
+                a["activation"][at] = _check_bytes(f"{spec.name}: activation per GPU", activation)
+                a["overhead"][at] = _check_bytes(f"{spec.name}: overhead per GPU", overhead)
+                a["per_token"][at] = sum(layer_token_bytes(x, kv_dtype, tp) for x in spec.layers)
+                a["per_block"][at] = layout.worst_bytes_per_block
+                # a state group without prefix caching has blocks of max_model_len tokens (vLLM sets
+                # mamba_block_size = max_model_len), which the reported block size takes when smaller
+                state_len = [g for g in layout.groups if g.kind in STATE_KINDS and layout.mamba_cache_mode == "none"]
+                other = [g.block_size for g in layout.groups if g not in state_len]
+                a["block"][at] = min(other, default=MAX_SEARCH_TOKENS)
+                a["len_block"][at] = bool(state_len)
+                counts: dict[tuple, int] = {}
+                for g in layout.groups:
+                    key = (_group_code(g), g.block_size, g.window or 1, g.state_pages)
+                    counts[key] = counts.get(key, 0) + 1
+                layouts[at] = counts
+                # the largest request at max(seqs) must stay exact in float64
+                in_flight = vllm_rules.in_flight_tokens(mnbt, 1, vs.async_scheduling)
+                worst = layout.blocks_per_request(max_seq, in_flight) * layout.worst_bytes_per_block
+                if worst >= EXACT_LIMIT:
+                    raise UsageError(
+                        f"--seq: {max_seq:,} tokens of {spec.name} would need about {worst:,} B per request, beyond "
+                        "the exact range of the vectorized sweep (2^53 B); use 'kvplan fit'"
+                    )
+    K = max((len(c) for c in layouts.values()), default=0)
+    classes = []
+    for k in range(K):
+        kind, count, block, window, pages = (np.zeros(shape, dtype=np.int64) for _ in range(5))
+        block[...] = 1
+        window[...] = 1
+        for at, counts in layouts.items():
+            if k < len(counts):
+                (code, b, w, p), n = list(counts.items())[k]
+                kind[at], count[at], block[at], window[at], pages[at] = code, n, b, w, p
+        classes.append((kind, count, block, window, pages))
+
+    vs = vllm_settings(specs[0], gpus[0], opts)
+    in_flight = vllm_rules.in_flight_tokens(mnbt, 1, vs.async_scheduling)
+    seq_axis = np.asarray(seqs, dtype=np.int64).reshape(1, S, 1, 1, 1)
+    totals = np.asarray([g.cuda_total_bytes for g in gpus], dtype=np.int64).reshape(1, 1, G, 1, 1)
+    cfg = _Configs(
+        growing=None, sliding=None, sliding_window=None, chunked=None, chunk=None, state=None,
+        per_token=a["per_token"], weights=a["weights"], activation=a["activation"], overhead=a["overhead"], valid=valid,
+    )  # fmt: skip
+    usable, budget = _budget(np, cfg, totals, Engine.vllm, util, opts.kv_cache_memory_bytes)  # (M, 1, G, D, T)
+    per_block = a["per_block"]
+    num_blocks = np.where(per_block > 0, budget // np.maximum(per_block, 1), 0)
+    free = num_blocks - 1  # the null block
+    per_request = _blocks_per_request(np, classes, seq_axis, in_flight)  # (M, S, 1, D, T) blocks
+    positive = per_request > 0
+    by_memory = np.where(positive & (free >= per_request), free // np.maximum(per_request, 1), 0)
+    concurrency = np.where(positive, num_blocks / np.where(positive, per_request, 1), 0.0)
+    tokens = (concurrency * seq_axis).astype(np.int64)  # int(max_concurrency × max_model_len)
+    # longest S with blocks(S) ≤ num_blocks − 1 (monotone in S): the binary search of plan_fit, on all at once
+    lo = np.zeros(budget.shape, dtype=np.int64)
+    hi = np.full(budget.shape, MAX_SEARCH_TOKENS, dtype=np.int64)
+    has_groups = np.broadcast_to(per_block > 0, budget.shape)
+    while True:
+        active = lo < hi
+        if not active.any():
+            break
+        mid = (lo + hi + 1) // 2
+        ok = has_groups & (_blocks_per_request(np, classes, mid, in_flight) <= free)
+        lo = np.where(active & ok, mid, lo)
+        hi = np.where(active & ~ok, mid - 1, hi)
+    columns = {
+        "usable_bytes": usable,
+        "weights_bytes": a["weights"],
+        "activation_bytes": a["activation"],
+        "overhead_bytes": a["overhead"],
+        "kv_budget_bytes": budget,
+        "kv_bytes_per_token": a["per_token"],
+        "kv_bytes_per_block": per_block,
+        "kv_bytes_per_request": per_request * per_block,
+        "num_blocks": num_blocks,
+        "kv_capacity_tokens": tokens,
+        "max_concurrent_requests": np.minimum(by_memory, max_num_seqs),
+        "max_concurrency": concurrency,
+        "max_model_len_fit": lo,
+        "block_size": np.where(a["len_block"] > 0, np.minimum(a["block"], seq_axis), a["block"]),
+        "max_requests_by_memory": by_memory,
+    }
+    return columns, valid, dtype_code, tuple(dtype_names)
 
 
 def skipped_message(result: SweepResult) -> str:

@@ -17,6 +17,8 @@ GB = 10**9
 MIB = 1 << 20
 
 _TOKEN_SUFFIX = {"": 1, "k": 1 << 10, "m": 1 << 20}
+MAX_TOKENS = 1 << 40  # 1.1 trillion tokens: no context or pool reaches it
+MAX_BATCH = 10**9  # concurrent requests: no deployment reaches it
 _BYTE_UNITS = {
     "": 1,
     "b": 1,
@@ -40,12 +42,14 @@ def parse_tokens(text: str | int, flag: str = "--seq") -> int:
     if isinstance(text, int) and not isinstance(text, bool):
         value = text
     else:
-        m = re.fullmatch(r"\s*([0-9]{1,15}|[0-9]{1,3}(?:[_,][0-9]{3})+)\s*([kKmM]?)\s*", str(text))
+        m = re.fullmatch(r"\s*([0-9]{1,40}|[0-9]{1,3}(?:[_,][0-9]{3})+)\s*([kKmM]?)\s*", str(text))
         if not m:
             raise UsageError(f"{flag}: {text!r} is not a token count; use e.g. 4096, 32k or 128k (k = 1024)")
         value = int(m.group(1).replace("_", "").replace(",", "")) * _TOKEN_SUFFIX[m.group(2).lower()]
     if value < 1:
         raise UsageError(f"{flag}: {text!r} must be at least 1 token")
+    if value > MAX_TOKENS:
+        raise UsageError(f"{flag}: {text!r} is beyond kvplan's bound of {MAX_TOKENS:,} tokens (2^40)")
     return value
 
 
@@ -74,26 +78,33 @@ def parse_bytes(text: str | int, flag: str) -> int:
 
 
 def gib(n: int) -> float:
-    """Bytes to GiB (2³⁰), for display."""
+    """Bytes to GiB (2³⁰), for display and JSON only (text goes through :func:`fmt_gib`)."""
     return n / GIB
 
 
 def gb(n: int) -> float:
-    """Bytes to GB (10⁹), for display."""
+    """Bytes to GB (10⁹), for display and JSON only (text goes through :func:`fmt_gb`)."""
     return n / GB
 
 
+def _ratio(n: int, unit: int):
+    """``n / unit`` as an exact Decimal (both are ints; 2³⁰ and 10⁹ divide a power of ten exactly)."""
+    from decimal import Context
+
+    return Context(prec=max(60, len(str(abs(n))) + 40)).divide(Decimal(n), Decimal(unit))
+
+
 def fmt_gib(n: int) -> str:
-    """``0.5 GiB``-style text with up to 4 significant decimals, trailing zeros dropped."""
-    return f"{_trim(n / GIB)} GiB"
+    """``0.5 GiB``-style text with up to 4 significant decimals, trailing zeros dropped; exact for any int."""
+    return f"{_trim(_ratio(n, GIB))} GiB"
 
 
 def fmt_gb(n: int) -> str:
-    """``0.537 GB``-style text: three decimals, or four significant digits below 0.01 GB."""
-    x = n / GB
-    if 0 < x < 0.01:
-        return f"{x:.4g} GB"
-    return f"{x:,.3f} GB"
+    """``0.537 GB``-style text: three decimals, or four significant digits below 0.01 GB; exact for any int."""
+    x = _ratio(n, GB)
+    if 0 < x < Decimal("0.01"):
+        return f"{_sig(x, 4)} GB"
+    return f"{_round(x, 3):,.3f} GB"
 
 
 def fmt_bytes(n: int) -> str:
@@ -101,16 +112,27 @@ def fmt_bytes(n: int) -> str:
     return f"{n:,} B"
 
 
-def _trim(x: float) -> str:
+def _round(x: Decimal, places: int) -> Decimal:
+    from decimal import ROUND_HALF_EVEN, Context
+
+    return x.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_EVEN, context=Context(prec=len(str(x)) + 10))
+
+
+def _sig(x: Decimal, digits: int) -> str:
+    """``x`` (below 1) to ``digits`` significant digits, as ``%g`` writes a float (``8.192e-05``)."""
+    return f"{float(x):.{digits}g}"
+
+
+def _trim(x: Decimal) -> str:
     if x == 0:
         return "0"
     if abs(x) >= 100:
-        s = f"{x:,.2f}"
+        s = f"{_round(x, 2):,.2f}"
     elif abs(x) >= 1:
-        s = f"{x:,.4f}"
+        s = f"{_round(x, 4):,.4f}"
     else:
-        s = f"{x:.4g}" if abs(x) >= 1e-4 else f"{x:.3e}"
-    if "." in s and "e" not in s:
+        s = _sig(x, 4) if abs(x) >= Decimal("1e-4") else f"{float(x):.3e}"
+    if "." in s and "e" not in s.lower():
         s = s.rstrip("0").rstrip(".")
     return s
 

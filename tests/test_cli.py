@@ -128,7 +128,10 @@ def test_bad_spec_file_names_file_and_field(cli, tmp_path):
 def test_models_json_lists_every_bundled_model(cli):
     code, out, _ = cli("models", "--json")
     rows = {r["name"]: r for r in json.loads(out)}
-    assert len(rows) == 43
+    from kvplan.specs import bundled_names
+
+    assert sorted(rows) == bundled_names()
+    assert len(rows) >= 43 + 10  # the 43 reference models and the current architectures
     assert rows["llama3-8b"]["bytes_per_token_4096"] == 131_072
     assert rows["deepseek-v3"]["bytes_per_token_4096"] == 70_272
     assert rows["gemma3-27b"]["kv_bytes_131072"] == 11_173_625_856

@@ -27,20 +27,40 @@ def given_budget(budget: int, **kw) -> FitOptions:
 # --- limits on both sides, by hand ------------------------------------------------------------------
 def test_exactly_fits_and_one_token_over():
     spec, gpu = load_bundled("llama3-8b"), get_gpu("h100")
-    # vLLM: 16-token blocks of 16 × 131,072 B = 2 MiB; 4096 tokens = 256 blocks = 512 MiB per request
-    r = plan_fit(spec, gpu, given_budget(4 * 512 * MIB, max_model_len=4096))
-    assert (r.num_blocks, r.kv_capacity_tokens, r.max_concurrent_requests) == (1024, 16384, 4)
-    assert r.max_concurrency == 4.0
-    # one byte less: 1023 blocks, 3 whole requests
-    r = plan_fit(spec, gpu, given_budget(4 * 512 * MIB - 1, max_model_len=4096))
-    assert (r.num_blocks, r.max_concurrent_requests) == (1023, 3)
+    # vLLM 0.33: 16-token blocks of 16 × 131,072 B = 2 MiB; 4096 tokens = 256 blocks = 512 MiB per request;
+    # one block is held back (the null block), so 4 requests need 4 × 256 + 1 = 1025 blocks
+    r = plan_fit(spec, gpu, given_budget(4 * 512 * MIB + 2 * MIB, max_model_len=4096))
+    assert (r.num_blocks, r.blocks_per_request, r.max_concurrent_requests) == (1025, 256, 4)
+    assert r.max_concurrency == 1025 / 256  # the log counts the null block: "4.00x"
+    assert r.kv_capacity_tokens == 16_400  # int(1025 / 256 × 4096)
+    # one byte less: 1024 blocks, 1023 usable: 3 whole requests
+    r = plan_fit(spec, gpu, given_budget(4 * 512 * MIB + 2 * MIB - 1, max_model_len=4096))
+    assert (r.num_blocks, r.max_concurrent_requests) == (1024, 3)
     # one token over: 4097 tokens need 257 blocks; 1024 // 257 = 3
-    r = plan_fit(spec, gpu, given_budget(4 * 512 * MIB, max_model_len=4097))
+    r = plan_fit(spec, gpu, given_budget(4 * 512 * MIB + 2 * MIB, max_model_len=4097))
     assert r.kv_bytes_per_request == 257 * 2 * MIB
     assert r.max_concurrent_requests == 3
-    # the longest single request: exactly 512 MiB holds 4096 tokens; 1 B less holds 255 blocks = 4080
-    assert plan_fit(spec, gpu, given_budget(512 * MIB, max_model_len=4096)).max_model_len_fit == 4096
-    assert plan_fit(spec, gpu, given_budget(512 * MIB - 1, max_model_len=4096)).max_model_len_fit == 4080
+    # the longest single request: 514 MiB = 257 blocks hold 256 + the null block = 4096 tokens; 1 B less 4080
+    assert plan_fit(spec, gpu, given_budget(514 * MIB, max_model_len=4096)).max_model_len_fit == 4096
+    assert plan_fit(spec, gpu, given_budget(514 * MIB - 1, max_model_len=4096)).max_model_len_fit == 4080
+    # exactly one request's blocks without the null block does not fit (vLLM refuses to start)
+    assert not plan_fit(spec, gpu, given_budget(512 * MIB, max_model_len=4096)).fits
+
+
+def test_exactly_fits_and_one_token_over_vllm_0_11():
+    # the rules before 0.33 (no null block): 4 × 512 MiB hold exactly 4 requests of 4096 tokens
+    spec, gpu = load_bundled("llama3-8b"), get_gpu("h100")
+    old = dict(max_model_len=4096, engine_version="0.11")
+    r = plan_fit(spec, gpu, given_budget(4 * 512 * MIB, **old))
+    assert (r.num_blocks, r.kv_capacity_tokens, r.max_concurrent_requests) == (1024, 16384, 4)
+    assert r.max_concurrency == 4.0 and r.engine_version == "0.11" and not r.null_block
+    r = plan_fit(spec, gpu, given_budget(4 * 512 * MIB - 1, **old))
+    assert (r.num_blocks, r.max_concurrent_requests) == (1023, 3)
+    r = plan_fit(spec, gpu, given_budget(4 * 512 * MIB, max_model_len=4097, engine_version="0.11"))
+    assert r.kv_bytes_per_request == 257 * 2 * MIB
+    assert r.max_concurrent_requests == 3
+    assert plan_fit(spec, gpu, given_budget(512 * MIB, **old)).max_model_len_fit == 4096
+    assert plan_fit(spec, gpu, given_budget(512 * MIB - 1, **old)).max_model_len_fit == 4080
 
 
 def test_vllm_budget_formula_by_hand():
@@ -92,11 +112,18 @@ def test_pp_splits_layers():
 
 def test_vllm_sliding_window_blocks():
     spec = load_bundled("gemma3-27b")
-    # full: 10 layers × 8,192 B = 81,920 B/token, 32,768 tokens = 2,048 blocks of 16
-    # sliding (vLLM): cdiv(min(1024 − 1 + 8192, 32768), 16) + 1 = 576 + 1 = 577 blocks × 16 tokens
-    #                 × 52 layers × 8,192 B = 425,984 B/token
-    expected = 81_920 * 32_768 + 425_984 * 577 * 16
+    # vLLM 0.33: groups of 10 layers (the 10 full layers; the 52 sliding ones in 6 groups, 8 padding layers),
+    # a block = 10 pages of 16 × 16 heads × 128 × 2 × 2 B = 1,310,720 B. Per request of 32,768 tokens:
+    # full cdiv(32768, 16) = 2048 blocks; sliding, 2 × 8192 tokens in flight (async scheduling):
+    # cdiv(min(1024 − 1 + 16384, 32768), 16) + 1 = 1089 blocks per group × 6
     r = plan_fit(spec, get_gpu("h200"), FitOptions(max_model_len=32768))
+    assert r.max_in_flight_tokens == 16384 and r.padding_layers == 8
+    assert r.blocks_per_request == 2048 + 6 * 1089
+    assert r.kv_bytes_per_request == (2048 + 6 * 1089) * 1_310_720
+    # vLLM up to 0.11: every layer counted, sliding ones cdiv(min(1023 + 8192, 32768), 16) + 1 = 577 blocks
+    # full: 10 layers × 8,192 B = 81,920 B/token; sliding: 52 layers × 8,192 B = 425,984 B/token
+    expected = 81_920 * 32_768 + 425_984 * 577 * 16
+    r = plan_fit(spec, get_gpu("h200"), FitOptions(max_model_len=32768, engine_version="0.11"))
     assert r.kv_bytes_per_request == expected
     # the other conventions keep min(S, window) tokens in a sliding layer
     c = stage_cache(spec, get_kv_dtype("bf16"), 1, range(62))
@@ -105,14 +132,21 @@ def test_vllm_sliding_window_blocks():
 
 def test_shared_prefix_counted_once():
     spec = load_bundled("llama3-8b")
-    # budget 2 GiB; 4096-token requests (512 MiB) sharing a 2048-token prefix (256 MiB, counted once):
-    # (2048 MiB − 256 MiB) // 256 MiB = 7 requests instead of 4
+    # budget 2 GiB = 1024 blocks of 2 MiB, 1023 usable (the null block); 4096-token requests (256 blocks)
+    # sharing a 2048-token prefix (128 blocks, counted once): (1023 − 128) // 128 = 6 requests instead of 3
     r = plan_fit(spec, get_gpu("h100"), given_budget(2 * GIB, max_model_len=4096, shared_prefix_tokens=2048))
     assert r.shared_prefix_bytes == 256 * MIB
-    assert r.max_concurrent_requests == 7
+    assert r.max_concurrent_requests == 6
     # only whole blocks are shared: 2050 tokens share 128 blocks, the same as 2048
     r = plan_fit(spec, get_gpu("h100"), given_budget(2 * GIB, max_model_len=4096, shared_prefix_tokens=2050))
     assert r.shared_prefix_tokens == 2048
+    # without the null block (vLLM 0.11): (2048 MiB − 256 MiB) // 256 MiB = 7
+    r = plan_fit(
+        spec,
+        get_gpu("h100"),
+        given_budget(2 * GIB, max_model_len=4096, shared_prefix_tokens=2048, engine_version="0.11"),
+    )
+    assert r.max_concurrent_requests == 7
 
 
 # --- calibration on real engine logs ----------------------------------------------------------------
@@ -145,6 +179,7 @@ def test_calibration_exact_block_counts():
     r = plan_fit(LLAMA31_8B, get_gpu("rtx3090"), replace(options(case), kv_cache_memory_bytes=1952 * 2 * MIB))
     assert r.num_blocks == case["printed"]["num_blocks"]
     assert round(r.max_concurrency, 2) == case["printed"]["max_concurrency"]
+    assert r.engine_log == "# GPU blocks: 1952; Maximum concurrency for 20000 tokens per request: 1.56x"  # V0
     # trtllm-02: 8219 blocks of 32 tokens × 65,536 B (fp8) → 263,008 tokens
     case = CALIBRATION["trtllm-02"]
     r = plan_fit(LLAMA31_8B, get_gpu("rtx5090"), replace(options(case), kv_cache_memory_bytes=8219 * 32 * 65_536))
@@ -154,6 +189,15 @@ def test_calibration_exact_block_counts():
     r = plan_fit(LLAMA31_8B, get_gpu("h100"), replace(options(case), kv_cache_memory_bytes=460_496 * 131_072))
     assert r.kv_capacity_tokens == 460_496
     assert round(r.max_concurrency, 2) == case["printed"]["max_concurrency"]
+    assert (
+        r.engine_log == "GPU KV cache size: 460,496 tokens, Maximum concurrency for 131,072 tokens per request: 3.51x"
+    )
+    # the same log under 0.33's rules: int(28,781 / 8,192 × 131,072) = 460,496 (full attention: the same
+    # number); the null block only changes whole requests: (28,781 − 1) // 8,192 = 3
+    now = plan_fit(
+        LLAMA31_8B, get_gpu("h100"), replace(options(case, current=True), kv_cache_memory_bytes=460_496 * 131_072)
+    )
+    assert (now.engine_version, now.engine_log, now.max_concurrent_requests) == ("0.33", r.engine_log, 3)
 
 
 def test_calibration_llamacpp_exact():
@@ -229,7 +273,7 @@ def test_does_not_fit_is_exit_1_with_suggestions(cli):
     assert err.count("\n") == 1
     assert err.startswith(
         "kvplan: error: llama3.1-8b on l4-24gb (TP=1, PP=1, vllm): one request of max_model_len 131,072 needs "
-        "16 GiB of KV per GPU but the KV budget is "
+        "16 GiB of KV per GPU (+ a null block of 0.001953 GiB) but the KV budget is "
     )
     assert "would fit: --max-model-len " in err and "--tp 2 (the smallest TP that fits)" in err
 
@@ -323,3 +367,96 @@ def test_given_budget_needs_no_param_count(tmp_path):
 
     r = plan_fit(load_hf_config(p), get_gpu("h100"), given_budget(GIB, max_model_len=4096))
     assert r.num_blocks == 512 and r.weights_bytes == 0
+
+
+# --- vLLM 0.33: max_num_seqs, batch defaults per GPU, versions, the new flags ---------------------------
+def test_short_requests_on_h200_are_capped_by_max_num_seqs(cli):
+    # llama3-8b fp8 at TP 8, 512 tokens: the pool holds ~31k requests, but vLLM runs at most max_num_seqs =
+    # 1,024 (its default on a ≥ 70 GiB GPU that is not an A100)
+    code, out, err = cli(
+        "fit", "llama3-8b", "--gpu", "h200", "--max-model-len", "512", "--kv-dtype", "fp8", "--tp", "8"
+    )
+    assert code == 0, err
+    assert "Max concurrent requests of 512 tokens: 1,024" in out
+    assert "bounded by max_num_seqs 1,024, not memory: the KV pool holds 30,951" in out
+    assert "Maximum concurrency for 512 tokens per request: 30951.47x" in out  # as vLLM prints it
+    code, out, _ = cli(
+        "fit", "llama3-8b", "--gpu", "h200", "--max-model-len", "512", "--kv-dtype", "fp8", "--tp", "8",
+        "--max-num-seqs", "50000", "--json",
+    )  # fmt: skip
+    d = json.loads(out)
+    assert d["max_concurrent_requests"] == d["max_requests_by_memory"] == 30_951 and d["max_num_seqs"] == 50_000
+
+
+@pytest.mark.parametrize(
+    "gpu, batched, seqs",
+    [("b200", 16384, 1024), ("h100", 8192, 1024), ("h200", 8192, 1024), ("a100-80gb", 2048, 256), ("l4", 2048, 256)],
+)
+def test_batch_defaults_per_gpu(gpu, batched, seqs):
+    # vLLM 0.33 EngineArgs.get_batch_defaults (OpenAI server): ≥ 160 GiB 16,384 / 1,024; ≥ 70 GiB and not an
+    # A100 8,192 / 1,024; else 2,048 / 256
+    r = plan_fit(LLAMA31_8B, get_gpu(gpu), FitOptions(max_model_len=4096, kv_cache_memory_bytes=GIB))
+    assert (r.max_num_batched_tokens, r.max_num_seqs) == (batched, seqs)
+    old = plan_fit(LLAMA31_8B, get_gpu(gpu), FitOptions(max_model_len=4096, engine_version="0.11"))
+    assert (old.max_num_batched_tokens, old.max_num_seqs) == (8192, 256)
+
+
+@pytest.mark.parametrize(
+    "version, rules",
+    [("0.33.0", "0.33"), ("0.40", "0.33"), ("0.20.1", "0.11"), ("0.11", "0.11"), ("0.6.4", "0.6"), ("0.2", "0.6")],
+)
+def test_engine_version_picks_the_newest_rules_not_newer(version, rules):
+    r = plan_fit(LLAMA31_8B, get_gpu("h100"), FitOptions(max_model_len=4096, engine_version=version))
+    assert r.engine_version == rules
+
+
+def test_engine_version_and_flags_on_the_cli(cli):
+    base = ["fit", "gemma3-27b", "--gpu", "h200", "--max-model-len", "32k", "--kv-cache-memory", "20GiB", "--json"]
+    runs = {
+        name: json.loads(cli(*base, *extra)[1])
+        for name, extra in {
+            "default": [],
+            "sync": ["--no-async-scheduling"],
+            "old": ["--engine-version", "0.11"],
+            "no-hma": ["--disable-hybrid-kv-cache-manager"],
+        }.items()
+    }
+    assert runs["default"]["max_in_flight_tokens"] == 16384 and runs["sync"]["max_in_flight_tokens"] == 8192
+    assert runs["default"]["padding_layers"] == 8 and runs["default"]["null_block"] is True
+    assert runs["old"]["engine_version"] == "0.11" and runs["old"]["kv_cache_groups"] == []
+    assert len(runs["no-hma"]["kv_cache_groups"]) == 1  # every layer cached as full: one group of 62
+    assert runs["sync"]["blocks_per_request"] < runs["default"]["blocks_per_request"]
+    assert runs["no-hma"]["blocks_per_request"] == 2048
+    code, _, err = cli(*base, "--engine-version", "latest-ish")
+    assert code == 2 and err.startswith("kvplan: error: --engine-version: 'latest-ish' is not a version number")
+
+
+def test_prefix_caching_flag_changes_mamba_pages(cli):
+    base = ["fit", "jamba-v0.1", "--gpu", "h100", "--max-model-len", "4096", "--kv-cache-memory", "10GiB", "--json"]
+    on = json.loads(cli(*base)[1])
+    off = json.loads(cli(*base, "--no-enable-prefix-caching")[1])
+    assert (on["blocks_per_request"], off["blocks_per_request"]) == (52 + 7 * 2, 52 + 7)
+    assert on["block_size"] == off["block_size"] == 80
+
+
+def test_chunked_attention_is_cached_as_full_by_default():
+    # vLLM 0.33 turns the hybrid KV cache manager off for chunked local attention (a latency regression),
+    # so Llama 4's chunked layers are allocated like full ones: one group of 48 layers
+    spec = load_bundled("llama4-scout")
+    r = plan_fit(spec, get_gpu("h200"), FitOptions(tensor_parallel_size=8, max_model_len=131072))
+    assert not r.hybrid_kv_cache_manager and len(r.kv_cache_groups) == 1
+    assert r.blocks_per_request == 131072 // 16
+    on = plan_fit(
+        spec, get_gpu("h200"), FitOptions(tensor_parallel_size=8, max_model_len=131072, hybrid_kv_cache_manager=True)
+    )
+    # 12 full + 36 chunked layers: 4 groups of 12; chunked cdiv(8192 + 16384, 16) = 1536 blocks per group
+    assert len(on.kv_cache_groups) == 4 and on.blocks_per_request == 8192 + 3 * 1536
+
+
+def test_weights_dtype_fp8_is_suggested_when_it_is_what_fits(cli):
+    # llama3.1-70b in bf16 (141 GB of weights) leaves no KV memory on one H200; in FP8 (70.6 GB) it fits
+    code, _, err = cli("fit", "llama3.1-70b", "--gpu", "h200", "--max-model-len", "8192")
+    assert code == 1 and "would fit: --weights-dtype fp8 (an FP8 checkpoint: half the weights), or --tp 2" in err
+    # an FP8 checkpoint already: nothing to suggest about weights
+    code, _, err = cli("fit", "llama3.1-70b", "--gpu", "l4", "--weights-dtype", "fp8")
+    assert code == 1 and "--weights-dtype" not in err

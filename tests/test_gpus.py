@@ -336,3 +336,59 @@ def test_generated_catalog_matches_yaml():
     from kvplan.gpus import catalog_path
 
     assert CATALOG == yaml.safe_load(catalog_path().read_text())
+
+
+# --- names as drivers print them ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("gpu", load_catalog(), ids=lambda g: g.id)
+def test_every_product_name_resolves(gpu):
+    # the name nvidia-smi, rocm-smi and torch.cuda.get_device_name() print, as the catalog records it
+    assert get_gpu(gpu.name) is gpu
+    assert get_gpu(f"  {gpu.name.upper()}  ") is gpu
+    assert get_gpu(gpu.name.lower().replace(" ", "  ")) is gpu
+
+
+@pytest.mark.parametrize(
+    "text, gid",
+    [
+        ("NVIDIA H100 80GB HBM3", "h100-sxm-80gb"),  # nvidia-smi and torch on an H100 SXM
+        ("NVIDIA L4", "l4-24gb"),
+        ("nvidia l4", "l4-24gb"),
+        ("NVIDIA GeForce RTX 4090", "rtx4090-24gb"),
+        ("GeForce RTX 4090", "rtx4090-24gb"),
+        ("Tesla T4", "t4-16gb"),
+        ("NVIDIA A100-SXM4-80GB", "a100-sxm-80gb"),
+        ("NVIDIA A100 80GB PCIe", "a100-pcie-80gb"),
+        ("NVIDIA H200", "h200-sxm-141gb"),
+        ("AMD Instinct MI300X", "mi300x-192gb"),
+        ("AMD Instinct MI300X OAM", "mi300x-192gb"),
+        ("Instinct MI325X", "mi325x-256gb"),
+        ("H100 80GB HBM3", "h100-sxm-80gb"),  # without the vendor word
+        ("A100-SXM4-80GB", "a100-sxm-80gb"),
+    ],
+)
+def test_driver_names(text, gid):
+    assert get_gpu(text).id == gid
+
+
+def test_cli_takes_the_name_fit_prints(cli):
+    code, out, err = cli("fit", "llama3-8b", "--gpu", "NVIDIA H100 80GB HBM3", "--json")
+    assert code == 0, err
+    assert json.loads(out)["gpu"] == "h100-sxm-80gb"
+
+
+@pytest.mark.parametrize(
+    "text, first",
+    [
+        ("h100-80gb", "h100-sxm-80gb"),  # not a100-80gb, one letter away but another GPU
+        ("H100 80GB", "h100-sxm-80gb"),
+        ("a100-sxm4-40", "a100-sxm-40gb"),
+        ("h200-141", "h200"),
+        ("NVIDIA H100 94GB", "h100-nvl"),
+    ],
+)
+def test_suggestions_rank_by_similarity(text, first):
+    with pytest.raises(UsageError) as e:
+        get_gpu(text)
+    assert str(e.value).startswith(f"--gpu: unknown GPU {text!r}; did you mean {first}")

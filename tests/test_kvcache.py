@@ -9,9 +9,61 @@ torch = pytest.importorskip("torch")
 from kvplan.calc import estimate  # noqa: E402
 from kvplan.errors import UsageError  # noqa: E402
 from kvplan.kvcache import StaticKVCache, ring_positions  # noqa: E402
-from kvplan.specs import load_bundled  # noqa: E402
+from kvplan.specs import load_bundled, load_spec_yaml  # noqa: E402
 
 # CPU tensors from torch.empty are virtual until written, so these allocations cost no time.
+
+# Tiny synthetic specs, one per new layer kind or geometry feature (bf16 model, H_q 4, H_kv 2, d 16 unless
+# overridden). SYNTHETIC_BYTES: bytes of a cache of 16 tokens × 2 requests, worked out by hand.
+_HEAD = "source: tests/test_kvcache.py\ndtype: bf16\nmax_model_len: 4096\n"
+_GQA = "num_q_heads: 4\nnum_kv_heads: 2\nhead_dim: 16\n"
+SYNTHETIC = {
+    "mamba2": _GQA + "num_layers: 3\nlayers: [mamba2, full, mamba2]\n"
+    "mamba2: {num_heads: 4, head_dim: 8, d_state: 16, n_groups: 2, d_conv: 4, ssm_dtype: fp32}\n",
+    "gdn": _GQA + "num_layers: 3\nlayers: [gdn, gdn, full]\n"
+    "gdn: {num_k_heads: 2, num_v_heads: 4, head_k_dim: 8, head_v_dim: 8, d_conv: 4}\n",
+    "short_conv": _GQA
+    + "num_layers: 2\nlayers: [short_conv, full]\nshort_conv: {d_inner: 64, d_conv: 3, conv_dtype: fp32}\n",
+    "linear_attention": _GQA + "num_layers: 2\nlayers: [linear_attention, full]\n"
+    "linear_attention: {num_heads: 4, head_dim: 16}\n",
+    "none": _GQA + "num_layers: 4\nsliding_window: 8\nlayers: [none, full, none, sliding]\n",
+    # [sliding, sliding, full, sliding, sliding, full]; the last 2 shared: 4 reads 3, 5 reads 2
+    "shared": _GQA + "num_layers: 6\nsliding_window: 8\n"
+    "layers: {default: sliding, rules: [{kind: full, period: 3, offset: 2}]}\nnum_kv_shared_layers: 2\n",
+    # Gemma-4-like: sliding layers 4 × 16, the global (full) layer its own 2 × 64
+    "geometry": "num_q_heads: 8\nnum_kv_heads: 4\nhead_dim: 16\nnum_layers: 4\nsliding_window: 8\n"
+    "layers: {default: sliding, rules: [{kind: full, indices: [3]}]}\n"
+    "geometry: {full: {num_kv_heads: 2, head_dim: 64}}\n",
+    # DeepSeek-V3.2-like: latent 32 + 16 and a 16-wide indexer key
+    "mla": "num_q_heads: 4\nnum_kv_heads: 4\nhead_dim: 24\nnum_layers: 2\n"
+    "mla: {kv_lora_rank: 32, qk_rope_head_dim: 16, index_head_dim: 16}\n",
+}
+SYNTHETIC_BYTES = {
+    # full: 2 × 2 heads × 16 × 2 B = 128 B/token × 16 = 2,048 B; mamba2 conv (3, 4·8 + 2·2·16 = 96) bf16 = 576 B,
+    # ssm (4, 8, 16) fp32 = 2,048 B: 2 layers × 2,624 = 5,248 B; (2,048 + 5,248) × 2 requests
+    "mamba2": (2_048 + 2 * (576 + 2_048)) * 2,
+    # gdn conv (3, 2·2·8 + 4·8 = 64) bf16 = 384 B, ssm (4, 8, 8) bf16 = 512 B; 2 layers + full 2,048 B
+    "gdn": (2 * (384 + 512) + 2_048) * 2,
+    # short_conv conv (2, 64) fp32 = 512 B + full 2,048 B
+    "short_conv": (512 + 2_048) * 2,
+    # linear_attention ssm (4, 16, 16) bf16 = 2,048 B + full 2,048 B
+    "linear_attention": (2_048 + 2_048) * 2,
+    # none layers 0 B; full 128 B × 16 + sliding 128 B × 8
+    "none": (2_048 + 1_024) * 2,
+    # sliding layers 0, 1, 3: 128 B × 8 each; full layer 2: 128 B × 16; shared layers 4, 5: 0 B
+    "shared": (3 * 1_024 + 2_048) * 2,
+    # sliding: 2 × 4 × 16 × 2 B = 256 B/token × 8 × 3 layers; full: 2 × 2 × 64 × 2 B = 512 B/token × 16
+    "geometry": (3 * 256 * 8 + 512 * 16) * 2,
+    # mla: (32 + 16 + 16) × 2 B = 128 B/token per layer × 2 layers × 16 tokens
+    "mla": 2 * 128 * 16 * 2,
+}
+
+
+def synthetic_spec(tmp_path, kind: str):
+    """Write the synthetic spec YAML of ``kind`` into tmp_path and load it."""
+    path = tmp_path / f"syn-{kind}.yaml"
+    path.write_text(f"name: syn-{kind}\n" + _HEAD + SYNTHETIC[kind])
+    return load_spec_yaml(path)
 
 
 @pytest.mark.parametrize(
@@ -87,7 +139,7 @@ def test_layer_shapes_per_kind():
     assert list(ds.layers[0].tensors) == ["latent"] and ds.layers[0].tensors["latent"].shape == (2, 7, 576)
     jamba = StaticKVCache(load_bundled("jamba-v0.1"), 7, 2, device="meta", layers=5)
     assert jamba.layers[0].kind == "mamba"
-    assert jamba.layers[0].tensors["conv"].shape == (2, 8192, 3)  # (B, d_inner, d_conv − 1)
+    assert jamba.layers[0].tensors["conv"].shape == (2, 3, 8192)  # (B, d_conv − 1, d_inner): vLLM "SD" layout
     assert jamba.layers[0].tensors["ssm"].shape == (2, 8192, 16)  # (B, d_inner, d_state)
     assert jamba.layers[4].kind == "full" and jamba.layers[4].tensors["v"].shape == (2, 8, 7, 128)
     scout = StaticKVCache(load_bundled("llama4-scout"), 10_000, 1, device="meta", layers=4)
@@ -188,3 +240,104 @@ def test_fp8_ring_writes_in_place(kv_dtype, torch_dtype):
         assert torch.equal(rk[1:, :, s].view(torch.uint8), want_k[:, :, p].view(torch.uint8))
         assert torch.equal(rv[1:, :, s].view(torch.uint8), want_v[:, :, p].view(torch.uint8))
     assert torch.count_nonzero(rk[0].view(torch.uint8)) == 0  # request 0 untouched
+
+
+# --- the per-layer spec model: new kinds, per-layer geometry, MLA indexer, shared layers ---------------
+
+
+@pytest.mark.parametrize("kind", list(SYNTHETIC))
+def test_synthetic_specs_bytes_equal_formula_per_layer(tmp_path, kind):
+    spec = synthetic_spec(tmp_path, kind)
+    cache = StaticKVCache(spec, 16, 2, device="cpu")
+    assert cache.nbytes == SYNTHETIC_BYTES[kind] == estimate(spec, 16, 2).total_bytes == cache.formula_bytes()
+    assert cache.mismatched_layers() == []
+    for layer in cache.layers:
+        assert layer.nbytes == cache.layer_formula_bytes(layer.index)
+        assert layer.spec is spec.layers[layer.index]
+
+
+@pytest.mark.parametrize("kind", list(SYNTHETIC))
+@pytest.mark.parametrize("kv_dtype", ["auto", "fp8", "q8_0", "nvfp4", "int8", "fp32"])
+def test_synthetic_specs_every_dtype_on_meta(tmp_path, kind, kv_dtype):
+    spec = synthetic_spec(tmp_path, kind)
+    for seq in (1, 7, 131_072):
+        cache = StaticKVCache(spec, seq, 3, kv_dtype, device="meta")
+        assert cache.nbytes == estimate(spec, seq, 3, kv_dtype).total_bytes
+        assert cache.mismatched_layers() == []
+
+
+def test_state_tensors_are_exactly_the_spec_shapes_with_a_batch_dim(tmp_path):
+    for kind in ("mamba2", "gdn", "short_conv", "linear_attention"):
+        spec = synthetic_spec(tmp_path, kind)
+        cache = StaticKVCache(spec, 16, 3, "fp8", device="meta")  # states keep their own dtypes, not fp8
+        layer = cache.layers[0]
+        want = spec.layers[0].state.tensors("bf16")
+        assert list(layer.tensors) == [t.name for t in want]
+        for t in want:
+            assert layer.tensors[t.name].shape == (3, *t.shape)
+            assert layer.tensors[t.name].dtype == {"bf16": torch.bfloat16, "fp32": torch.float32}[t.dtype]
+    m2 = StaticKVCache(synthetic_spec(tmp_path, "mamba2"), 1, 2, device="meta").layers[0].tensors
+    assert m2["conv"].shape == (2, 3, 96) and m2["conv"].dtype == torch.bfloat16  # (B, d_conv − 1, H·P + 2·G·N)
+    assert m2["ssm"].shape == (2, 4, 8, 16) and m2["ssm"].dtype == torch.float32  # (B, H, P, N), ssm_dtype fp32
+    gdn = StaticKVCache(synthetic_spec(tmp_path, "gdn"), 1, 2, device="meta").layers[0].tensors
+    assert gdn["conv"].shape == (2, 3, 64) and gdn["ssm"].shape == (2, 4, 8, 8)  # (B, Hv, dk, dv)
+    sc = StaticKVCache(synthetic_spec(tmp_path, "short_conv"), 1, 2, device="meta").layers[0].tensors
+    assert list(sc) == ["conv"] and sc["conv"].shape == (2, 2, 64) and sc["conv"].dtype == torch.float32
+    la = StaticKVCache(synthetic_spec(tmp_path, "linear_attention"), 1, 2, device="meta").layers[0].tensors
+    assert list(la) == ["ssm"] and la["ssm"].shape == (2, 4, 16, 16)  # (B, H, d, d)
+
+
+def test_each_layer_has_its_own_geometry(tmp_path):
+    c = StaticKVCache(synthetic_spec(tmp_path, "geometry"), 16, 2, device="meta")
+    assert c.layers[0].kind == "sliding" and c.layers[0].tensors["k"].shape == (2, 4, 8, 16)  # (B, H_kv, W, d)
+    assert c.layers[3].kind == "full" and c.layers[3].tensors["v"].shape == (2, 2, 16, 64)  # (B, H_kv, S, d_v)
+    q8 = StaticKVCache(synthetic_spec(tmp_path, "geometry"), 16, 2, "q8_0", device="meta")
+    # q8_0 rows: 4 × 16 = 64 elements = 2 blocks × 34 B = 68 B; 2 × 64 = 128 elements = 136 B
+    assert q8.layers[0].tensors["k"].shape == (2, 8, 68) and q8.layers[3].tensors["k"].shape == (2, 16, 136)
+
+
+def test_none_and_shared_layers_allocate_nothing(tmp_path):
+    none = StaticKVCache(synthetic_spec(tmp_path, "none"), 16, 2, device="meta")
+    assert [layer.kind for layer in none.layers] == ["none", "full", "none", "sliding"]
+    assert none.layers[0].tensors == {} and none.layers[2].nbytes == 0 and none.num_tensors == 4
+    with pytest.raises(ValueError, match="layer 0 .none"):
+        none.read(0, 1)
+    with pytest.raises(ValueError, match="layer 2 is none: it has no token cache"):
+        none.write(2, 0, torch.zeros(2, 2, 1, 16))
+    shared = StaticKVCache(synthetic_spec(tmp_path, "shared"), 16, 2, device="meta")
+    assert [layer.kind for layer in shared.layers][4:] == ["shared", "shared"]
+    assert [layer.source for layer in shared.layers] == [None, None, None, None, 3, 2]
+    assert shared.layers[4].tensors == {} and shared.num_tensors == 4 * 2
+
+
+def test_shared_layer_reads_its_source_storage(tmp_path):
+    c = StaticKVCache(synthetic_spec(tmp_path, "shared"), 16, 2, device="cpu", fill=0)
+    k = torch.randn(2, 2, 16, 16).bfloat16()
+    v = torch.randn(2, 2, 16, 16).bfloat16()
+    c.write(2, 0, k, v)  # the full source layer
+    rk, rv, pos = c.read(5, 16)  # layer 5 shares layer 2's cache
+    assert rk.data_ptr() == c.layers[2].tensors["k"].data_ptr() and rv.data_ptr() == c.layers[2].tensors["v"].data_ptr()
+    assert torch.equal(rk, k) and torch.equal(rv, v) and pos.tolist() == list(range(16))
+    c.write(3, 0, k, v)  # the sliding source: a ring of 8
+    rk, _, pos = c.read(4, 16)
+    assert rk.data_ptr() == c.layers[3].tensors["k"].data_ptr() and sorted(pos.tolist()) == list(range(8, 16))
+    with pytest.raises(ValueError, match="layer 4 is shared: it has no token cache to write .write layer 3"):
+        c.write(4, 0, k, v)
+
+
+def test_mla_indexer_keys_are_cached_beside_the_latent(tmp_path):
+    c = StaticKVCache(synthetic_spec(tmp_path, "mla"), 5, 2, device="cpu")
+    assert list(c.layers[0].tensors) == ["latent", "index_k"]
+    assert c.layers[0].tensors["latent"].shape == (2, 5, 48)  # (B, S, kv_lora_rank + qk_rope_head_dim)
+    assert c.layers[0].tensors["index_k"].shape == (2, 5, 16)  # (B, S, index_head_dim)
+    lat, idx = torch.randn(2, 5, 48).bfloat16(), torch.randn(2, 5, 16).bfloat16()
+    c.write(0, 0, lat[:, :3], idx[:, :3])  # prefill 3 tokens, latent and indexer keys together
+    c.write(0, 3, lat[:, 3:])  # the indexer keys may be left out of a write
+    c.write(0, 3, lat[:, 3:], idx[:, 3:])
+    assert torch.equal(c.read_index(0, 5), idx) and torch.equal(c.read(0, 5)[0][:, 0], lat)
+    assert c.read_index(0, 5).data_ptr() == c.layers[0].tensors["index_k"].data_ptr()
+    ds = StaticKVCache(load_bundled("deepseek-v3"), 5, 1, device="cpu", layers=1)
+    with pytest.raises(ValueError, match="no index_head_dim"):
+        ds.write(0, 0, lat[:1], idx[:1])
+    with pytest.raises(ValueError, match="no indexer keys"):
+        ds.read_index(0, 5)

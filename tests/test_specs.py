@@ -35,8 +35,18 @@ CONFIG_FACTS = {
 EXPECTED_MODELS = 43
 
 
+REFERENCE_43 = (
+    "command-r deepseek-v2-lite deepseek-v3 falcon-40b falcon-7b gemma2-27b gemma2-9b gemma3-12b gemma3-27b gemma3-4b "
+    "gpt-j-6b gpt-oss-120b gpt-oss-20b gpt2 jamba-v0.1 llama2-13b llama2-70b llama2-7b llama3-70b llama3-8b "
+    "llama3.1-405b llama3.1-70b llama3.1-8b llama3.2-1b llama3.2-3b llama4-scout mistral-7b-v0.1 mistral-7b-v0.3 "
+    "mistral-nemo-12b mixtral-8x22b mixtral-8x7b phi3-medium phi3-mini phi4 qwen2.5-14b qwen2.5-32b qwen2.5-72b "
+    "qwen2.5-7b qwen3-235b-a22b qwen3-30b-a3b qwen3-32b qwen3-8b yi-34b"
+).split()
+
+
 def test_all_43_reference_models_are_bundled():
-    assert len(bundled_names()) == EXPECTED_MODELS
+    assert len(REFERENCE_43) == EXPECTED_MODELS
+    assert set(REFERENCE_43) <= set(bundled_names())
 
 
 @pytest.mark.parametrize("name", bundled_names())
@@ -108,7 +118,8 @@ def test_good_spec_loads(tmp_path):
         ),
         (
             ("max_model_len: 1024\n", "max_model_len: 1024\nlayers: [full, full, full, attn]\n"),
-            "layers[3]='attn' is not a layer kind; allowed: full, sliding, chunked, mla, mamba, shared",
+            "layers[3]='attn' is not a layer kind; allowed: full, sliding, chunked, mla, mamba, mamba2, gdn, "
+            "short_conv, linear_attention, shared, none",
         ),
         (
             ("max_model_len: 1024\n", "max_model_len: 1024\nlayers: {rules: [{kind: full, indices: [9]}]}\n"),
@@ -116,7 +127,7 @@ def test_good_spec_loads(tmp_path):
         ),
         (
             ("max_model_len: 1024\n", "max_model_len: 1024\nlayers: {default: shared}\n"),
-            "every layer is shared; at least one layer must keep its own cache",
+            "no layer keeps a cache of its own (all shared or none)",
         ),
     ],
 )
@@ -205,7 +216,7 @@ def test_hf_reader_jamba_and_llama4_keys():
         "max_position_embeddings": 262144,
         "torch_dtype": "bfloat16",
     }
-    from kvplan.specs import spec_from_hf_config
+    from kvplan.readers import spec_from_hf_config
 
     s = spec_from_hf_config(jamba, "jamba/config.json")
     assert estimate(s, 4096).total_bytes == estimate(load_bundled("jamba-v0.1"), 4096).total_bytes
@@ -231,12 +242,14 @@ def test_hf_reader_jamba_and_llama4_keys():
     [
         ("{", "malformed JSON at line 1"),
         ("[1]", "a config.json must hold a JSON object"),
-        ('{"num_attention_heads": 8}', "missing num_hidden_layers (or n_layer)"),
-        ('{"num_hidden_layers": 2, "num_attention_heads": 8}', "missing hidden_size (or n_embd)"),
+        ('{"model_type": "llama", "num_attention_heads": 8}', "missing num_hidden_layers"),
+        ('{"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 8}', "missing hidden_size"),
         (
-            '{"num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 3, "head_dim": 4}',
+            '{"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 3, '
+            '"head_dim": 4}',
             "num_q_heads=8 is not a multiple of num_kv_heads=3",
         ),
+        ('{"num_hidden_layers": 2}', "no model_type: kvplan has no reader for it and will not guess its layout"),
     ],
 )
 def test_hf_reader_errors(tmp_path, text, message):
@@ -250,24 +263,42 @@ def test_hf_reader_errors(tmp_path, text, message):
 @pytest.mark.parametrize(
     "config, message",
     [
-        ({"attn_layer_period": 0}, "attn_layer_period=0 must be an integer >= 1"),
-        ({"attn_layer_period": "2"}, "attn_layer_period='2' must be an integer >= 1"),
-        ({"attn_layer_period": 2, "attn_layer_offset": 5}, "attn_layer_offset=5 must be below attn_layer_period=2"),
-        ({"attention_chunk_size": 8, "no_rope_layer_interval": 0}, "no_rope_layer_interval=0 must be an integer >= 1"),
-        ({"attention_chunk_size": 8, "no_rope_layers": ["a", 1, 1, 1]}, "no_rope_layers must hold 0 (NoPE, global)"),
+        ({"model_type": "jamba", "attn_layer_period": 0}, "attn_layer_period=0 must be an integer >= 1"),
+        ({"model_type": "jamba", "attn_layer_period": "2"}, "attn_layer_period='2' must be an integer >= 1"),
+        (
+            {"model_type": "jamba", "attn_layer_period": 2, "attn_layer_offset": 5},
+            "attn_layer_offset=5 must be below attn_layer_period=2",
+        ),
+        (
+            {"model_type": "llama4_text", "attention_chunk_size": 8, "no_rope_layer_interval": 0},
+            "no_rope_layer_interval=0 must be an integer >= 1",
+        ),
+        (
+            {"model_type": "llama4_text", "attention_chunk_size": 8, "no_rope_layers": ["a", 1, 1, 1]},
+            "no_rope_layers",
+        ),
         ({"model_type": "gemma3_text", "sliding_window": 4, "sliding_window_pattern": "x"}, "sliding_window_pattern='x'"),
-        ({"sliding_window": 8, "use_sliding_window": True, "max_window_layers": "x"}, "max_window_layers='x'"),
-        ({"sliding_window": 0}, "sliding_window=0 must be an integer >= 1"),
-        ({"layer_types": [[1], {}, 2, None]}, "layer_types[0]=[1] is not supported"),
-        ({"layer_types": "full_attention"}, "layer_types must be a list of 4 layer type names"),
-        ({"kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": "x"}, "qk_nope_head_dim='x'"),
+        (
+            {"model_type": "qwen2", "sliding_window": 8, "use_sliding_window": True, "max_window_layers": "x"},
+            "max_window_layers='x'",
+        ),
+        ({"model_type": "mistral", "sliding_window": -1}, "sliding_window=-1 must be an integer >= 1"),
+        ({"model_type": "llama", "layer_types": [[1], {}, 2, None]}, "layer_types[0]=[1] is not handled by the llama reader"),
+        ({"model_type": "llama", "layer_types": "full_attention"}, "layer_types must be a list of 4 values"),
+        (
+            {"model_type": "deepseek_v3", "kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": "x"},
+            "qk_nope_head_dim='x'",
+        ),
         ({"text_config": "abc"}, "text_config must be an object"),
-        ({"num_hidden_layers": 10**20}, "num_hidden_layers=100000000000000000000 is larger than kvplan handles"),
-        ({"num_key_value_heads": None, "multi_query": "false"}, "multi_query='false' must be true or false"),
+        (
+            {"model_type": "llama", "num_hidden_layers": 10**20},
+            "num_hidden_layers=100000000000000000000 is larger than kvplan handles",
+        ),
+        ({"model_type": "falcon", "num_key_value_heads": None, "multi_query": "false"}, "multi_query='false' must be"),
     ],
 )
 def test_hf_reader_rejects_odd_values(config, message):
-    from kvplan.specs import spec_from_hf_config
+    from kvplan.readers import spec_from_hf_config
 
     base = {"num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 16,
             "hidden_size": 128}  # fmt: skip

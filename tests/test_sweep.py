@@ -93,11 +93,23 @@ def test_sweep_equals_plan_fit_on_a_random_sample(engine):
     [
         FitOptions(engine=Engine.vllm, block_size=32, max_num_batched_tokens=2048, gpu_memory_utilization=0.5),
         FitOptions(engine=Engine.vllm, weights_dtype="fp8", kv_cache_memory_bytes=3 * GIB + 12345),
+        FitOptions(engine=Engine.vllm, engine_version="0.11"),
+        FitOptions(engine=Engine.vllm, async_scheduling=False, enable_prefix_caching=False, max_num_seqs=8),
+        FitOptions(engine=Engine.vllm, hybrid_kv_cache_manager=True, max_num_batched_tokens=512),
         FitOptions(engine=Engine.llamacpp, swa_full=True, max_num_batched_tokens=1024),
         FitOptions(engine=Engine.trtllm, max_batch_size=64, activation_bytes=GIB, overhead_bytes=0),
         FitOptions(engine=Engine.sglang, gpu_memory_utilization=0.7, weights_bytes=10 * GIB),
     ],
-    ids=["vllm-block32-util0.5", "vllm-given-budget", "llamacpp-swa-full", "trtllm-overrides", "sglang-weights"],
+    ids=[
+        "vllm-block32-util0.5",
+        "vllm-given-budget",
+        "vllm-0.11",
+        "vllm-sync-no-prefix-caching-8-seqs",
+        "vllm-hybrid-manager-512-tokens",
+        "llamacpp-swa-full",
+        "trtllm-overrides",
+        "sglang-weights",
+    ],
 )
 def test_sweep_equals_plan_fit_with_other_settings(opts):
     result = sweep(SPECS, SEQS, GPU_OBJS, DTYPES, TPS, opts)
@@ -159,14 +171,30 @@ def test_hand_checked_row_llama3_8b_h100():
 
 
 def test_both_sides_of_the_limit():
-    # 4 × 512 MiB given: 4096 tokens = 256 blocks of 2 MiB = 512 MiB → 4 requests; 4097 tokens need 257 → 3
+    # vLLM 0.33 holds one block back (the null block): 4 × 512 MiB + one 2 MiB block given: 4096 tokens =
+    # 256 blocks of 2 MiB → 1025 − 1 = 1024 usable blocks = 4 requests; 4097 tokens need 257 → 3
     spec, gpu = load_bundled("llama3-8b"), get_gpu("h100")
-    res = sweep([spec], [4096, 4097], [gpu], opts=FitOptions(kv_cache_memory_bytes=4 * 512 * MIB))
+    res = sweep([spec], [4096, 4097], [gpu], opts=FitOptions(kv_cache_memory_bytes=4 * 512 * MIB + 2 * MIB))
     assert res.columns["max_concurrent_requests"].tolist() == [4, 3]
     assert res.columns["kv_bytes_per_request"].tolist() == [512 * MIB, 257 * 2 * MIB]
-    # the longest single request: 512 MiB holds 4096 tokens; 1 B less holds 255 blocks = 4080 tokens
-    for budget, longest in ((512 * MIB, 4096), (512 * MIB - 1, 4080)):
+    # one byte less: 1024 blocks, 1023 usable, 3 requests of 4096 tokens
+    res = sweep([spec], [4096], [gpu], opts=FitOptions(kv_cache_memory_bytes=4 * 512 * MIB + 2 * MIB - 1))
+    assert res.columns["max_concurrent_requests"].tolist() == [3]
+    # the longest single request: 257 blocks hold 4096 tokens beside the null block; 1 B less: 255 = 4080
+    for budget, longest in ((514 * MIB, 4096), (514 * MIB - 1, 4080)):
         res = sweep([spec], [4096], [gpu], opts=FitOptions(kv_cache_memory_bytes=budget))
+        assert res.columns["max_model_len_fit"].tolist() == [longest]
+
+
+def test_both_sides_of_the_limit_vllm_0_11():
+    # the rules before 0.33 (no null block): 4 × 512 MiB → 4 requests of 4096 tokens, 3 of 4097
+    spec, gpu = load_bundled("llama3-8b"), get_gpu("h100")
+    old = FitOptions(kv_cache_memory_bytes=4 * 512 * MIB, engine_version="0.11")
+    res = sweep([spec], [4096, 4097], [gpu], opts=old)
+    assert res.columns["max_concurrent_requests"].tolist() == [4, 3]
+    assert res.columns["kv_bytes_per_request"].tolist() == [512 * MIB, 257 * 2 * MIB]
+    for budget, longest in ((512 * MIB, 4096), (512 * MIB - 1, 4080)):
+        res = sweep([spec], [4096], [gpu], opts=replace(old, kv_cache_memory_bytes=budget))
         assert res.columns["max_model_len_fit"].tolist() == [longest]
 
 

@@ -1,0 +1,208 @@
+"""Engine flag spellings accepted as aliases of kvplan's own flags, and comma lists.
+
+:func:`rewrite` turns the argv a user typed into the one kvplan's click commands parse, before they parse
+it, so ``kvplan fit --help`` keeps showing kvplan's names. Only the flags the invoked command has are
+targets: ``--seq`` becomes ``--max-model-len`` for ``fit`` and ``--max-model-len`` becomes ``--seq`` for
+``estimate``; an alias whose target the command lacks is left for click to refuse.
+
+========================================  ===========================  ==========================================
+typed (engine)                            kvplan flag                  where the spelling comes from
+========================================  ===========================  ==========================================
+``--tensor-parallel-size``, ``-tp``,      ``--tp``                     vLLM, SGLang (``--tp-size``)
+``--tp-size``
+``--pipeline-parallel-size``, ``-pp``,    ``--pp``                     vLLM, SGLang (``--pp-size``)
+``--pp-size``
+``--kv-cache-dtype``                      ``--kv-dtype``               vLLM, SGLang
+``--max-num-seqs``,                       ``--max-num-seqs``           vLLM, SGLang (where the command has it)
+``--max-running-requests``
+``--max-model-len``, ``--seq``,           ``--seq`` or                 vLLM, SGLang, llama.cpp: the context
+``--context-length``, ``--ctx-size``      ``--max-model-len``          flag of the command, either name
+``--mem-fraction-static``                 ``--gpu-memory-utilization`` SGLang, with ``--engine sglang`` only
+``--dtype``                               ``--weights-dtype``          vLLM (``auto`` = the model's dtype)
+``--quantization``, ``-q``                ``--weights-dtype``          vLLM (fp8, awq, gptq, mxfp4, ...)
+``--kv-cache-memory-bytes``               ``--kv-cache-memory``        vLLM
+``--page-size``                           ``--block-size``             SGLang
+========================================  ===========================  ==========================================
+
+Options that take several values (``--seq`` of ``estimate`` and ``sweep``, ``--tp``, ``--gpu``,
+``--kv-dtype`` where repeatable) also take them comma-separated: ``--seq 4k,32k,128k``.
+"""
+
+from __future__ import annotations
+
+from kvplan.errors import UsageError
+
+# typed spelling -> kvplan flags it stands for, in order of preference (the first one the command has wins)
+ALIASES: dict[str, tuple[str, ...]] = {
+    "--tensor-parallel-size": ("--tp",),
+    "-tp": ("--tp",),
+    "--tp-size": ("--tp",),
+    "--pipeline-parallel-size": ("--pp",),
+    "-pp": ("--pp",),
+    "--pp-size": ("--pp",),
+    "--kv-cache-dtype": ("--kv-dtype",),
+    "--max-num-seqs": ("--max-num-seqs",),
+    "--max-running-requests": ("--max-num-seqs",),
+    "--seq": ("--seq", "--max-model-len"),
+    "-s": ("-s", "--max-model-len"),
+    "--max-model-len": ("--max-model-len", "--seq"),
+    "--context-length": ("--max-model-len", "--seq"),
+    "--ctx-size": ("--max-model-len", "--seq"),
+    "--mem-fraction-static": ("--gpu-memory-utilization",),
+    "--dtype": ("--weights-dtype",),
+    "--quantization": ("--weights-dtype",),
+    "-q": ("--weights-dtype",),
+    "--kv-cache-memory-bytes": ("--kv-cache-memory",),
+    "--page-size": ("--block-size",),
+}
+
+COMMA_LISTS = ("--seq", "-s", "--tp", "--gpu", "-g", "--kv-dtype")
+
+# vLLM's --dtype values -> kvplan weight dtype names (None: the model's own dtype, i.e. no flag)
+DTYPE_VALUES: dict[str, str | None] = {
+    "auto": None,
+    "half": "fp16",
+    "float16": "fp16",
+    "fp16": "fp16",
+    "bfloat16": "bf16",
+    "bf16": "bf16",
+    "float": "fp32",
+    "float32": "fp32",
+    "fp32": "fp32",
+}
+
+# vLLM's --quantization methods -> kvplan weight dtypes (None: the checkpoint decides, no flag)
+QUANTIZATION_VALUES: dict[str, str | None] = {
+    "none": None,
+    "fp8": "fp8",
+    "fbgemm_fp8": "fp8",
+    "modelopt": "fp8",
+    "ptpc_fp8": "fp8",
+    "awq": "int4",
+    "awq_marlin": "int4",
+    "gptq": "int4",
+    "gptq_marlin": "int4",
+    "mxfp4": "mxfp4",
+    "modelopt_fp4": "nvfp4",
+    "nvfp4": "nvfp4",
+    "int8": "int8",
+    "int4": "int4",
+}
+
+
+def _options(command) -> tuple[set[str], set[str], set[str]]:
+    """(every option name, names of options that take a value, names of repeatable options)."""
+    names: set[str] = set()
+    valued: set[str] = set()
+    multiple: set[str] = set()
+    for p in getattr(command, "params", ()):
+        opts = [*getattr(p, "opts", ()), *getattr(p, "secondary_opts", ())]
+        if not opts or not opts[0].startswith("-"):
+            continue
+        names.update(opts)
+        if not getattr(p, "is_flag", False) and not getattr(p, "count", False):
+            valued.update(opts)
+        if getattr(p, "multiple", False):
+            multiple.update(opts)
+    return names, valued, multiple
+
+
+def _engine(argv: list[str]) -> str | None:
+    """The value of --engine / -e in argv, if given."""
+    for i, tok in enumerate(argv):
+        if tok in ("--engine", "-e") and i + 1 < len(argv):
+            return argv[i + 1].strip().lower()
+        if tok.startswith("--engine="):
+            return tok.split("=", 1)[1].strip().lower()
+    return None
+
+
+def _value(flag: str, typed: str, value: str, argv: list[str]) -> str | None:
+    """The value to pass on for an alias (None: drop the flag), checking what needs checking."""
+    key = value.strip().lower()
+    if typed == "--dtype":
+        if key not in DTYPE_VALUES:
+            raise UsageError(f"--dtype: unknown dtype {value!r}; allowed: {', '.join(DTYPE_VALUES)}")
+        return DTYPE_VALUES[key]
+    if typed in ("--quantization", "-q"):
+        if key not in QUANTIZATION_VALUES:
+            raise UsageError(
+                f"{typed}: kvplan cannot tell the weight bits of {value!r}; allowed: "
+                f"{', '.join(QUANTIZATION_VALUES)}, or give --weights-dtype (bf16, fp8, int8, int4, mxfp4, nvfp4)"
+            )
+        return QUANTIZATION_VALUES[key]
+    if typed == "--mem-fraction-static" and _engine(argv) != "sglang":
+        raise UsageError(
+            "--mem-fraction-static: SGLang's fraction; give it with --engine sglang "
+            "(or use --gpu-memory-utilization, which means the chosen engine's own fraction)"
+        )
+    return value
+
+
+def rewrite(argv: list[str], command) -> list[str]:
+    """``argv`` with engine spellings replaced by the flags of the command it invokes, and comma lists split.
+
+    ``command`` is the click command (or group) that will parse ``argv``; ``argv[0]`` names the
+    subcommand when it is a group. Tokens after ``--`` are left alone.
+
+    Raises:
+        UsageError: a ``--dtype`` or ``--quantization`` value with no known weight dtype,
+            ``--mem-fraction-static`` without ``--engine sglang``, an empty item in a comma list, or a
+            comma list for a flag that takes one value.
+    """
+    if not argv:
+        return argv
+    sub = command
+    commands = getattr(command, "commands", None)
+    start = 0
+    if commands is not None:
+        sub = commands.get(argv[0])
+        if sub is None:
+            return argv
+        start = 1
+    names, valued, multiple = _options(sub)
+    quantized = any(t in ("--quantization", "-q") or t.startswith("--quantization=") for t in argv)
+    out = list(argv[:start])
+    i = start
+    while i < len(argv):
+        tok = argv[i]
+        if tok == "--":
+            out.extend(argv[i:])
+            break
+        flag, eq, inline = tok.partition("=") if tok.startswith("-") else (tok, "", "")
+        target = flag
+        if flag not in names and flag in ALIASES:
+            target = next((t for t in ALIASES[flag] if t in names), flag)
+        if target not in valued:  # a positional, a boolean flag, or an unknown flag: click decides
+            out.append(tok)
+            i += 1
+            continue
+        if eq:
+            value, i = inline, i + 1
+        elif i + 1 < len(argv):
+            value, i = argv[i + 1], i + 2
+        else:
+            out.append(tok if target == flag else target)  # click reports the missing value
+            i += 1
+            continue
+        if target != flag:
+            if flag == "--dtype" and quantized:
+                continue  # --quantization says how the weights are stored; --dtype is the activation dtype
+            value = _value(target, flag, value, argv)
+            if value is None:
+                continue
+        if flag in COMMA_LISTS or target in COMMA_LISTS:
+            parts = value.split(",") if "," in value else [value]
+            if len(parts) > 1:
+                if any(not p.strip() for p in parts):
+                    raise UsageError(f"{flag}: empty item in the list {value!r}")
+                if target not in multiple:
+                    raise UsageError(
+                        f"{flag}: one value only for 'kvplan {argv[0]}' (got {value!r}); "
+                        "'kvplan estimate' and 'kvplan sweep' take several"
+                    )
+            for p in parts:
+                out.extend([target, p.strip()])
+            continue
+        out.extend([target, value])
+    return out

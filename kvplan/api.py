@@ -1,0 +1,224 @@
+"""kvplan's Python API: the objects the CLI renders, from the same inputs.
+
+    import kvplan
+
+    spec = kvplan.load_model("llama3-8b")             # or "meta-llama/Llama-3.1-8B", "model.gguf", "config.json"
+    est = kvplan.estimate(spec, "4k")                 # calc.Estimate: est.total_bytes == 536_870_912
+    plan = kvplan.fit("llama3.1-70b", "h100", tp=4, max_model_len="32k")   # fit.FitResult
+    rows = kvplan.fleet("llama3.1-70b", "examples/chat-and-rag.yaml", gpus=["h100", "h200"])
+
+Every function takes a model as a :class:`~kvplan.specs.ModelSpec` or as anything ``kvplan MODEL`` takes
+(a bundled name, a Hugging Face repo id, a GGUF file, a spec YAML, a config.json); token counts as ints or
+strings (``"128k"`` = 131,072); GPUs as catalog names, driver names (``"NVIDIA H100 80GB HBM3"``), sizes
+(``"80GiB"``) or :class:`~kvplan.gpus.GPU` objects. Byte counts in results are ints. Errors are
+:class:`kvplan.errors.UsageError` (bad input, with the one-line message the CLI prints; ``SpecError`` for
+models) and never a plan that does not fit: check ``FitResult.fits`` / ``FleetRow.fits``.
+
+``kvplan.fit`` and ``kvplan.fleet`` are also the modules of those names; calling them calls the functions
+here (the modules are made callable), so ``kvplan.fit.FitOptions`` keeps working.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+__all__ = ["load_model", "estimate", "fit", "fleet", "get_gpu"]
+
+
+def _spec(model):
+    from kvplan.specs import ModelSpec, load_model
+
+    return model if isinstance(model, ModelSpec) else load_model(str(model))
+
+
+def _tokens(value, flag: str) -> int:
+    from kvplan.units import parse_tokens
+
+    return parse_tokens(value, flag)
+
+
+def _bytes(value, flag: str) -> int | None:
+    from kvplan.units import parse_bytes
+
+    return None if value is None else parse_bytes(value, flag)
+
+
+def load_model(model):
+    """The :class:`~kvplan.specs.ModelSpec` of a bundled name, Hugging Face repo id (``org/name[@revision]``,
+    from the local HF cache or the Hub), GGUF file, spec YAML or config.json (or its folder).
+
+    Raises:
+        SpecError: nothing matches (close names suggested), an unreadable or inconsistent file, or a repo
+            that is not cached while offline (``HF_HUB_OFFLINE``).
+    """
+    return _spec(model)
+
+
+def get_gpu(gpu):
+    """The :class:`~kvplan.gpus.GPU` of a catalog id or alias, a driver's product name or a size.
+
+    Raises:
+        UsageError: unknown name (close names suggested) or a malformed size.
+    """
+    from kvplan.gpus import GPU, get_gpu
+
+    return gpu if isinstance(gpu, GPU) else get_gpu(str(gpu))
+
+
+def estimate(model, seq, batch: int = 1, kv_dtype: str = "auto", block_size: int | None = None, tp: int = 1):
+    """KV-cache bytes of ``batch`` requests of ``seq`` tokens, per layer kind: what ``kvplan estimate`` prints.
+
+    Args:
+        model: a ModelSpec or a MODEL string (see :func:`load_model`).
+        seq: tokens per request, int or string (``"128k"`` = 131,072).
+        batch: concurrent requests.
+        kv_dtype: ``auto`` (the model's dtype), ``fp16``, ``bf16``, ``fp8``, ``q8_0``, ``nvfp4``, ...
+        block_size: round each request up to whole blocks of this many tokens (paged engines), or None.
+        tp: tensor-parallel size: bytes per GPU.
+
+    Returns:
+        :class:`kvplan.calc.Estimate`: ``bytes_per_request`` and ``total_bytes`` in B (ints), ``groups``
+        per layer kind; ``exceeds_max_model_len`` when ``seq`` is beyond the model's context.
+
+    Raises:
+        UsageError: a bad count, dtype or TP; SpecError for the model.
+    """
+    from kvplan import calc
+
+    return calc.estimate(_spec(model), _tokens(seq, "--seq"), batch, kv_dtype, block_size, tp)
+
+
+def fit(
+    model,
+    gpu,
+    *,
+    max_model_len=None,
+    tp: int = 1,
+    pp: int = 1,
+    engine: str = "vllm",
+    kv_dtype: str = "auto",
+    weights_dtype: str | None = None,
+    gpu_memory_utilization: float | None = None,
+    block_size: int | None = None,
+    max_num_batched_tokens: int | None = None,
+    max_batch_size: int | None = None,
+    activation_bytes=None,
+    overhead_bytes=None,
+    weights_bytes=None,
+    kv_cache_memory_bytes=None,
+    shared_prefix: int = 0,
+    swa_full: bool = False,
+):
+    """One GPU's plan, as ``kvplan fit`` computes it: weights, activation, overhead, KV budget, capacity.
+
+    Args:
+        model: a ModelSpec or a MODEL string (see :func:`load_model`).
+        gpu: catalog name, driver name, size (``"80GiB"``, taken as the CUDA-visible total) or a GPU.
+        max_model_len: tokens per request (int or ``"32k"``); None: the model's max context.
+        tp, pp: tensor- and pipeline-parallel sizes.
+        engine: ``vllm``, ``sglang``, ``trtllm`` or ``llamacpp`` (whose memory convention applies).
+        kv_dtype, weights_dtype: dtypes (None/``auto``: the model's; weights from a GGUF or safetensors
+            headers are exact unless ``weights_dtype`` is given).
+        gpu_memory_utilization: the engine's memory fraction (None: its default).
+        block_size, max_num_batched_tokens, max_batch_size: engine settings (None: defaults).
+        activation_bytes, overhead_bytes, weights_bytes: per-GPU overrides in B (int, or a string with a
+            unit: ``"2GiB"``).
+        kv_cache_memory_bytes: a KV budget per GPU that bypasses the memory model (vLLM's
+            ``--kv-cache-memory-bytes``).
+        shared_prefix: prompt tokens every request shares, cached once.
+        swa_full: llama.cpp's ``--swa-full``.
+
+    Returns:
+        :class:`kvplan.fit.FitResult`, bytes per GPU as ints; ``fits`` is False when not one request fits
+        (no exception: the CLI turns that into exit 1).
+
+    Raises:
+        UsageError: bad settings (a TP the heads do not allow, unknown dtype or engine ...); SpecError for
+            the model, including a model without weights information and no ``weights_bytes``.
+    """
+    from kvplan.fit import FitOptions, get_engine, plan_fit
+
+    opts = FitOptions(
+        engine=get_engine(engine),
+        tensor_parallel_size=tp,
+        pipeline_parallel_size=pp,
+        max_model_len=None if max_model_len is None else _tokens(max_model_len, "--max-model-len"),
+        kv_dtype=kv_dtype,
+        weights_dtype=weights_dtype,
+        gpu_memory_utilization=gpu_memory_utilization,
+        block_size=block_size,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_batch_size=max_batch_size,
+        activation_bytes=_bytes(activation_bytes, "activation_bytes"),
+        overhead_bytes=_bytes(overhead_bytes, "overhead_bytes"),
+        weights_bytes=_bytes(weights_bytes, "weights_bytes"),
+        kv_cache_memory_bytes=_bytes(kv_cache_memory_bytes, "kv_cache_memory_bytes"),
+        shared_prefix_tokens=shared_prefix,
+        swa_full=swa_full,
+    )
+    return plan_fit(_spec(model), get_gpu(gpu), opts)
+
+
+def fleet(
+    model,
+    workload=None,
+    *,
+    concurrency: int | None = None,
+    seq=None,
+    gpus=None,
+    tps: list[int] | None = None,
+    pp: int = 1,
+    engine: str = "vllm",
+    kv_dtype: str = "auto",
+    weights_dtype: str | None = None,
+    gpu_memory_utilization: float | None = None,
+    prices: dict[str, float] | None = None,
+    sort: str = "gpus",
+):
+    """Replicas and GPUs a workload needs per GPU type and TP, as ``kvplan fleet`` ranks them.
+
+    Args:
+        model: a ModelSpec or a MODEL string (see :func:`load_model`).
+        workload: a workload YAML path, a mapping ``{name, classes: [{name, concurrency, tokens,
+            shared_prefix}]}``, or a :class:`kvplan.fleet.Workload`; or None with ``concurrency`` and ``seq``.
+        gpus: candidate GPUs (names or GPU objects); None: the whole catalog.
+        tps: candidate TPs; None: every TP ≤ 8 the heads allow.
+        prices: USD per GPU-hour by GPU name (``{"h100": 2.49}``).
+        sort: ``gpus`` or ``cost``.
+
+    Returns:
+        A list of :class:`kvplan.fleet.FleetRow`, feasible first, the best layout per GPU with
+        ``best_for_gpu`` set; GPU counts are ints, ``kv_budget_bytes`` in B.
+
+    Raises:
+        UsageError: no or two workload sources, a malformed workload, unknown GPU, bad TP or sort.
+    """
+    from kvplan import fleet as fleetmod
+    from kvplan.errors import UsageError
+    from kvplan.fit import FitOptions, get_engine
+    from kvplan.gpus import load_catalog
+
+    if workload is not None and (concurrency is not None or seq is not None):
+        raise UsageError("workload: give either a workload or concurrency and seq, not both")
+    if workload is None:
+        if concurrency is None or seq is None:
+            raise UsageError("workload: give a workload, or concurrency with seq")
+        data: Any = {"name": "single", "classes": [{"name": "requests", "concurrency": concurrency, "tokens": seq}]}
+        wl = fleetmod.workload_from_data(data, "concurrency/seq")
+    elif isinstance(workload, fleetmod.Workload):
+        wl = workload
+    elif isinstance(workload, dict):
+        wl = fleetmod.workload_from_data(workload, "workload")
+    else:
+        wl = fleetmod.load_workload(Path(workload))
+    opts = FitOptions(
+        engine=get_engine(engine),
+        pipeline_parallel_size=pp,
+        kv_dtype=kv_dtype,
+        weights_dtype=weights_dtype,
+        gpu_memory_utilization=gpu_memory_utilization,
+    )
+    candidates = [get_gpu(g) for g in gpus] if gpus else load_catalog()
+    price_ids = {get_gpu(name).id: float(usd) for name, usd in (prices or {}).items()}
+    return fleetmod.plan_fleet(_spec(model), wl, candidates, opts, tps=tps or None, prices=price_ids, sort=sort)

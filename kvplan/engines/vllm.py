@@ -1,0 +1,523 @@
+"""vLLM's KV-cache sizing rules, by version: what ``kvplan fit --engine vllm [--engine-version V]`` applies.
+
+Rule sets (``--engine-version`` picks the newest set not newer than the version given):
+
+==========  ==============================================================================================
+``0.33``    (default) vLLM 0.33.0, mirrored function by function below and checked exactly against vLLM's
+            own planning functions (tests/fixtures/vllm_golden.json, scripts/vllm_golden.py): KV cache
+            groups with padding layers, a null block held back, async scheduling (2 batches in flight),
+            "GPU KV cache size" = ``int(max_concurrency × max_model_len)``, Mamba page alignment, the
+            Hopper backends' block sizes, per-GPU batch defaults.
+``0.11``    kvplan's rules before 0.33 support, which reproduce V1 logs up to 0.11 (calibration case
+            vllm-06): one pool counted per layer, synchronous scheduling, no null block, "GPU KV cache
+            size" = blocks × block_size, 16-token blocks, 8,192 batched tokens.
+``0.6``     the V0 engine (calibration cases vllm-01, vllm-17): the same KV rules as ``0.11``.
+==========  ==============================================================================================
+
+Versions between 0.11 and 0.33 are not modelled separately: kvplan applies the 0.11 set and says so.
+
+Hardware: block sizes follow the backends vLLM picks on a Hopper GPU (SM 9.0: H100, H200, H20, GH200)
+unless a rule names another family; a GPU given by size is taken as Hopper-class.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from math import lcm
+
+from kvplan.calc import cdiv, kv_heads_per_rank, layer_state_bytes, layer_token_bytes
+from kvplan.dtypes import KVDtype
+from kvplan.errors import UsageError
+from kvplan.specs import KV_HEAD_KINDS, STATE_KINDS, ModelSpec
+
+GIB = 1 << 30
+DEFAULT_BLOCK_SIZE = 16  # vllm/config/cache.py CacheConfig.DEFAULT_BLOCK_SIZE
+FLASH_ATTN_KERNEL_BLOCK = 16  # v1/attention/backends/flash_attn.py: MultipleOf(16)
+GDN_CHECKPOINT_ALIGNMENT = 64  # v1/attention/backends/gdn_attn.py FLASHINFER_GDN_CHECKPOINT_ALIGNMENT
+
+
+@dataclass(frozen=True)
+class VllmRules:
+    """One version's KV-cache conventions.
+
+    Attributes:
+        version: the rule set (``0.33``).
+        kv_cache_groups: layers grouped by spec into equal-size groups sharing one block pool, padding
+            layers where the groups do not divide (``kv_cache_planning.py``); else one pool counted per
+            layer.
+        null_block: one block is held back before the fit check (``get_kv_cache_configs``).
+        async_scheduling: async scheduling on by default (``VllmConfig.__post_init__``).
+        log_from_concurrency: "GPU KV cache size" = ``int(max_concurrency × max_model_len)``
+            (``get_kv_cache_capacity``); else blocks × block_size.
+        batch_defaults_per_gpu: ``max_num_batched_tokens`` / ``max_num_seqs`` from the GPU's memory
+            (``EngineArgs.get_batch_defaults``); else 8,192 / 256.
+        description: one line for the output.
+    """
+
+    version: str
+    kv_cache_groups: bool
+    null_block: bool
+    async_scheduling: bool
+    log_from_concurrency: bool
+    batch_defaults_per_gpu: bool
+    description: str
+
+
+RULE_SETS = (
+    VllmRules("0.33", True, True, True, True, True, "vLLM 0.33.0 (checked against its planning functions)"),
+    VllmRules("0.11", False, False, False, False, False, "vLLM V1 up to 0.11 (calibration log vllm-06)"),
+    VllmRules("0.6", False, False, False, False, False, "vLLM V0 engine (calibration logs vllm-01, vllm-17)"),
+)
+LATEST = RULE_SETS[0]
+OLD_DEFAULT_BATCHED_TOKENS = 8192
+OLD_DEFAULT_MAX_NUM_SEQS = 256
+
+
+def _version_tuple(text: str) -> tuple[int, ...] | None:
+    m = re.fullmatch(r"v?(\d+)(?:\.(\d+))?(?:\.(\d+))?(?:[.+-].*)?", text.strip().lower())
+    return None if m is None else tuple(int(g or 0) for g in m.groups())
+
+
+def resolve_rules(version: str | None) -> VllmRules:
+    """The rule set for a vLLM version (None, ``latest``: the newest): the newest set not newer than it.
+
+    Raises:
+        UsageError: not a version number.
+    """
+    if version is None or str(version).strip().lower() in ("", "latest", "current"):
+        return LATEST
+    asked = _version_tuple(str(version))
+    if asked is None:
+        allowed = ", ".join(r.version for r in RULE_SETS)
+        raise UsageError(f"--engine-version: {version!r} is not a version number (e.g. 0.33); rule sets: {allowed}")
+    for rules in RULE_SETS:
+        if asked >= _version_tuple(rules.version):
+            return rules
+    return RULE_SETS[-1]
+
+
+# --- hardware-dependent defaults -------------------------------------------------------------------
+
+
+def gpu_family(gpu_name: str, is_custom: bool = False) -> str:
+    """``sm90`` (Hopper: H100, H200, H20, H800, GH200; also a GPU given by size), ``sm100`` (B200, B300,
+    GB200, GB300) or ``other``, from the name nvidia-smi prints."""
+    name = gpu_name.upper()
+    if is_custom or re.search(r"\bG?H(100|200|20|800)\b", name):
+        return "sm90"
+    if re.search(r"\bG?B(200|300)\b", name):
+        return "sm100"
+    return "other"
+
+
+def batch_defaults(cuda_total_bytes: int, gpu_name: str) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) the OpenAI server defaults to on this GPU.
+
+    vLLM 0.33 ``engine/arg_utils.py EngineArgs.get_batch_defaults``: total memory ≥ 160 GiB: 16,384 /
+    1,024; ≥ 70 GiB and not an A100 (nor a GB10): 8,192 / 1,024; otherwise 2,048 / 256.
+    """
+    if cuda_total_bytes >= 160 * GIB:
+        return 16384, 1024
+    if cuda_total_bytes >= 70 * GIB and "a100" not in gpu_name.lower() and "gb10" not in gpu_name.lower():
+        return 8192, 1024
+    return 2048, 256
+
+
+def in_flight_tokens(max_num_batched_tokens: int, pipeline_parallel_size: int, async_scheduling: bool) -> int:
+    """Tokens scheduled but not yet settled: ``max_concurrent_batches × max_num_batched_tokens``.
+
+    vLLM 0.33 ``config/vllm.py VllmConfig.max_in_flight_tokens`` / ``max_concurrent_batches``: with
+    async scheduling (Model Runner V2) PP + 1 batches, else PP.
+    """
+    batches = pipeline_parallel_size + 1 if async_scheduling else pipeline_parallel_size
+    return batches * max_num_batched_tokens
+
+
+def pp_ranges(num_layers: int, pipeline_parallel_size: int) -> list[range]:
+    """Layers of each PP stage: vLLM ``distributed/utils.py get_pp_indices`` (the remainder goes one layer
+    each to the stages just before the last)."""
+    pp = pipeline_parallel_size
+    parts = [num_layers // pp] * pp
+    for i in range(2, num_layers % pp + 2):
+        parts[-i] += 1
+    out, start = [], 0
+    for n in parts:
+        out.append(range(start, start + n))
+        start += n
+    return out
+
+
+def mla_block_size(family: str, kv_dtype: KVDtype) -> int:
+    """Block size of an MLA model's cache: the backend vLLM 0.33 picks (``platforms/cuda.py``
+    ``_get_backend_priorities``) and its kernel block sizes.
+
+    Hopper: FLASH_ATTN_MLA (``MultipleOf(16)``: 16) for a 16-bit cache; it takes no fp8 cache, so fp8
+    runs on FLASHMLA (fixed 64-token blocks, ``backends/mla/flashmla.py``). SM100: FLASHINFER_MLA
+    (kernel blocks 32 or 64: 32). Elsewhere TRITON_MLA (``MultipleOf(16)``: 16).
+    """
+    if family == "sm90":
+        return 64 if kv_dtype.name.startswith("fp8") else DEFAULT_BLOCK_SIZE
+    if family == "sm100":
+        return 32
+    return DEFAULT_BLOCK_SIZE
+
+
+# --- layer specs and groups ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Layer:
+    """One layer's cache on one rank, as vLLM's spec for it (``kv_cache_interface.py``)."""
+
+    index: int
+    kind: str  # full, sliding, chunked, mla, or a state kind
+    key: tuple  # equal keys: equal (or mergeable) specs
+    block_size: int
+    page: int  # bytes of one block of this layer (padded)
+    window: int | None = None
+    state_pages: int = 0  # pages one request holds (state layers)
+
+    @property
+    def is_state(self) -> bool:
+        return self.kind in STATE_KINDS
+
+
+@dataclass(frozen=True)
+class KVGroup:
+    """A KV cache group: layers sharing one block table (vLLM ``KVCacheGroupSpec``).
+
+    Attributes:
+        kind: ``full``, ``sliding``, ``chunked``, ``mla`` or a state kind (``mamba``, ``gdn`` ...).
+        layers: layer indices in the group.
+        block_size: tokens per block of this group.
+        layer_pages: bytes of one block of each layer (padded pages included).
+        window: the sliding window / attention chunk, tokens (None otherwise).
+        state_pages: pages one request holds in a state group (0 for attention groups).
+        uniform_type: one group of layers of one kind but different sizes (vLLM
+            ``UniformTypeKVCacheSpecs``, whose page is the sum of the layers' pages).
+    """
+
+    kind: str
+    layers: tuple[int, ...]
+    block_size: int
+    layer_pages: tuple[int, ...]
+    window: int | None = None
+    state_pages: int = 0
+    uniform_type: bool = False
+
+    @property
+    def page_bytes(self) -> int:
+        """The group spec's page, B: one layer's (the sum of all for a uniform-type group)."""
+        return sum(self.layer_pages) if self.uniform_type else self.layer_pages[0]
+
+    def blocks_per_request(self, seq_len: int, in_flight: int) -> int:
+        """Blocks one request of ``seq_len`` tokens takes from the pool for this group.
+
+        vLLM 0.33 ``kv_cache_interface.py`` ``max_memory_usage_bytes`` / page: full and MLA
+        ``cdiv(S, block)``; sliding ``cdiv(min(window − 1 + in_flight, S), block) + 1``
+        (``SlidingWindowSpec.max_admission_blocks_per_request``); chunked
+        ``cdiv(min(chunk + in_flight, S), block)`` (``ChunkedLocalAttentionSpec``); state: its pages
+        (``MambaSpec``: 2 with prefix caching, "align" mode, 1 without).
+        """
+        if self.kind == "sliding":
+            return cdiv(min(self.window - 1 + in_flight, seq_len), self.block_size) + 1
+        if self.kind == "chunked":
+            return cdiv(min(self.window + in_flight, seq_len), self.block_size)
+        if self.kind in STATE_KINDS:
+            return self.state_pages
+        return cdiv(seq_len, self.block_size)
+
+    def prefix_blocks(self, prefix_tokens: int) -> int:
+        """Whole blocks of a shared prefix this group keeps once (full and MLA groups only)."""
+        return prefix_tokens // self.block_size if self.kind in ("full", "mla") else 0
+
+
+@dataclass(frozen=True)
+class VllmLayout:
+    """How vLLM 0.33 lays out a model's KV cache on one rank.
+
+    Attributes:
+        groups: the KV cache groups (empty for a model without any cache).
+        attention_block_size: ``cache_config.block_size`` after the backend and hybrid alignment.
+        block_size: the block size vLLM reports (smallest group block size).
+        mamba_page_padded: the padded Mamba page, B (None when not padded).
+        mamba_cache_mode: ``align`` (prefix caching on a model with state layers), ``none`` otherwise.
+        padding_layers: layers added so groups are equal ("Add N padding layers").
+        bytes_per_block: bytes one block takes in the pool of each PP stage.
+        hybrid_kv_cache_manager: whether layers kept their own kinds (off: local layers cached as full).
+    """
+
+    groups: tuple[KVGroup, ...]
+    attention_block_size: int
+    block_size: int
+    mamba_page_padded: int | None
+    mamba_cache_mode: str
+    padding_layers: int
+    bytes_per_block: tuple[int, ...]
+    hybrid_kv_cache_manager: bool
+
+    def blocks_per_request(self, seq_len: int, in_flight: int) -> int:
+        """Blocks one request of ``seq_len`` tokens takes, all groups (vLLM
+        ``get_max_concurrency_for_kv_cache_config``: the groups share one pool)."""
+        return sum(g.blocks_per_request(seq_len, in_flight) for g in self.groups)
+
+    @property
+    def worst_bytes_per_block(self) -> int:
+        """The largest stage's bytes per block (that stage holds the fewest blocks)."""
+        return max(self.bytes_per_block, default=0)
+
+
+def _attention_key(layer, kv_dtype: KVDtype, tp: int) -> tuple:
+    if layer.kind == "mla":
+        return ("mla", layer.mla.latent_dim, layer.mla.index_head_dim or 0)
+    h = kv_heads_per_rank(layer.num_kv_heads, tp)
+    return (layer.kind, h, layer.head_dim, layer.v_head_dim, layer.window)
+
+
+def _state_key(layer, model_dtype: str, tp: int) -> tuple:
+    return (layer.kind, tuple((t.shape, t.dtype) for t in layer.state.tensors(model_dtype, tp)))
+
+
+def hybrid_block_size(
+    spec: ModelSpec,
+    kv_dtype: KVDtype,
+    tp: int,
+    block_size: int,
+    mamba_page: int,
+    checkpoint_alignment: int | None,
+    align_mode: bool,
+) -> tuple[int, int | None]:
+    """(attention block size, padded Mamba page or None) of a hybrid attention + state model.
+
+    vLLM 0.33 ``platforms/interface.py Platform._align_hybrid_block_size``: the attention page of one
+    token (the model's default KV heads per rank and head size, K and V; the MLA latent for MLA models)
+    is scaled to the smallest block that covers the Mamba page, a multiple of the kernel block
+    (``max(16, block_size)``; 128 for MLA; ``lcm`` with the prefill-checkpoint alignment in align mode),
+    rounded to FlashAttention's 16; the Mamba page is then padded to the attention page.
+    """
+    if "mla" in spec.layer_kinds:
+        mla = next(x for x in spec.layers if x.kind == "mla")
+        per_token = kv_dtype.row_bytes(mla.mla.latent_dim, 1)
+    else:
+        h = kv_heads_per_rank(spec.num_kv_heads, tp)
+        per_token = 2 * kv_dtype.row_bytes(h * spec.head_dim, h)
+    if mamba_page == 0:
+        return block_size, None
+    kernel = max(FLASH_ATTN_KERNEL_BLOCK, block_size)
+    if "mla" in spec.layer_kinds:
+        kernel = max(kernel, 128)
+    if align_mode:
+        kernel = lcm(kernel, checkpoint_alignment or 1)
+    block = kernel * cdiv(mamba_page, kernel * per_token)
+    block = FLASH_ATTN_KERNEL_BLOCK * cdiv(block, FLASH_ATTN_KERNEL_BLOCK)
+    block = max(block_size, block)
+    page = block * per_token
+    return block, (page if page != mamba_page else None)
+
+
+def _layer_specs(
+    spec: ModelSpec,
+    kv_dtype: KVDtype,
+    tp: int,
+    block: int,
+    mamba_block: int,
+    mamba_padded: int | None,
+    state_pages: int,
+) -> list[_Layer]:
+    """One :class:`_Layer` per layer that caches anything (vLLM ``Attention.get_kv_cache_spec``,
+    ``MLAAttention``, ``ChunkedLocalAttention``, ``MambaBase.get_kv_cache_spec``)."""
+    out = []
+    for i, layer in enumerate(spec.layers):
+        if layer.kind in (*KV_HEAD_KINDS, "mla"):
+            per_token = layer_token_bytes(layer, kv_dtype, tp)
+            out.append(
+                _Layer(i, layer.kind, _attention_key(layer, kv_dtype, tp), block, per_token * block, layer.window)
+            )
+        elif layer.kind in STATE_KINDS:
+            page = layer_state_bytes(layer, spec.dtype, tp)
+            if mamba_padded is not None:
+                page = max(page, mamba_padded)
+            key = (*_state_key(layer, spec.dtype, tp), mamba_padded)
+            out.append(_Layer(i, layer.kind, key, mamba_block, page, state_pages=state_pages))
+    return out
+
+
+def _promote_local(layers: list[_Layer]) -> list[_Layer]:
+    """The hybrid KV cache manager off: sliding and chunked layers are cached as full ones when the model
+    also has full (or MLA) layers (vLLM ``kv_cache_planning.py _promote_local_kv_cache_specs``)."""
+    kinds = {x.kind for x in layers}
+    if not (kinds & {"full", "mla"} and kinds & {"sliding", "chunked"}):
+        return layers
+    out = []
+    for x in layers:
+        if x.kind in ("sliding", "chunked"):
+            key = ("full", *x.key[1:4], None)
+            x = _Layer(x.index, "full", key, x.block_size, x.page)
+        out.append(x)
+    return out
+
+
+def _uniform_type(layers: list[_Layer]) -> bool:
+    """vLLM ``UniformTypeKVCacheSpecs.is_uniform_type``: one block size and one kind (one window for
+    sliding / chunked layers, one page for state layers)."""
+    first = layers[0]
+    same = all(x.block_size == first.block_size and x.kind == first.kind for x in layers)
+    if not same:
+        return False
+    if first.kind in ("sliding", "chunked"):
+        return all(x.window == first.window for x in layers)
+    if first.is_state:
+        return all(x.page == first.page and x.key == first.key for x in layers)
+    return True
+
+
+def _unify_pages(layers: list[_Layer]) -> list[_Layer]:
+    """vLLM ``unify_kv_cache_spec_page_size``: smaller pages grow to the largest by a larger block size
+    when they divide it, else are padded (state layers and non-MLA attention).
+
+    Raises:
+        UsageError: an MLA page that does not divide the largest page (vLLM refuses the model).
+    """
+    largest = max(x.page for x in layers)
+    out = []
+    for x in layers:
+        if x.page != largest:
+            if x.is_state:
+                x = _Layer(x.index, x.kind, (*x.key, largest), x.block_size, largest, x.window, x.state_pages)
+            elif largest % x.page == 0:
+                ratio = largest // x.page
+                x = _Layer(x.index, x.kind, x.key, x.block_size * ratio, largest, x.window, x.state_pages)
+            elif x.kind != "mla":
+                x = _Layer(x.index, x.kind, (*x.key, largest), x.block_size, largest, x.window, x.state_pages)
+            else:
+                raise UsageError(
+                    f"--engine vllm: layer {x.index}'s MLA page ({x.page:,} B) does not divide the largest page "
+                    f"({largest:,} B); vLLM 0.33 cannot unify this model's pages"
+                )
+        out.append(x)
+    return out
+
+
+def _group(kind_layers: list[_Layer], uniform_type: bool = False) -> KVGroup:
+    first = kind_layers[0]
+    return KVGroup(
+        kind=first.kind,
+        layers=tuple(x.index for x in kind_layers),
+        block_size=first.block_size,
+        layer_pages=tuple(x.page for x in kind_layers),
+        window=first.window,
+        state_pages=first.state_pages,
+        uniform_type=uniform_type,
+    )
+
+
+def _hybrid_groups(layers: list[_Layer]) -> tuple[list[KVGroup], int]:
+    """(groups, padding layers) of layers with one page size: vLLM
+    ``_get_kv_cache_groups_uniform_page_size``.
+
+    Layers are bucketed by spec (first appearance order); the group size is the smallest bucket (the
+    largest when it is below 1.5 × the smallest); each bucket splits into ``cdiv(len, size)`` groups,
+    the i-th taking ``layers[i::n]``; padding layers fill the groups up to the widest.
+    """
+    buckets: dict[tuple, list[_Layer]] = {}
+    for x in layers:
+        buckets.setdefault((x.key, x.block_size), []).append(x)
+    sizes = [len(b) for b in buckets.values()]
+    size = max(sizes) if max(sizes) < min(sizes) * 1.5 else min(sizes)
+    groups = []
+    for bucket in buckets.values():
+        n = cdiv(len(bucket), size)
+        groups.extend(_group(bucket[i::n]) for i in range(n))
+    widest = max(len(g.layers) for g in groups)
+    return groups, sum(widest - len(g.layers) for g in groups)
+
+
+def build_layout(
+    spec: ModelSpec,
+    kv_dtype: KVDtype,
+    tp: int,
+    pp: int,
+    max_model_len: int,
+    block_size: int | None,
+    prefix_caching: bool,
+    hybrid_kv_cache_manager: bool,
+    family: str,
+) -> VllmLayout:
+    """vLLM 0.33's KV cache groups and block sizes for ``spec`` on one rank.
+
+    Follows ``v1/core/kv_cache_planning.py get_kv_cache_groups`` (uniform spec: one group; one kind with
+    different sizes: one group whose page is the sum; otherwise pages unified and layers bucketed into
+    equal groups), after the hybrid alignment of ``platforms/interface.py`` for models with state layers,
+    and the stage split of ``get_pp_indices``. ``block_size`` None: the backend's default
+    (:func:`mla_block_size` for MLA models, 16 otherwise).
+
+    Raises:
+        UsageError: pages vLLM cannot unify.
+    """
+    has_state = any(x.kind in STATE_KINDS for x in spec.layers)
+    has_attention = any(x.kind in (*KV_HEAD_KINDS, "mla") for x in spec.layers)
+    block = block_size or (mla_block_size(family, kv_dtype) if "mla" in spec.layer_kinds else DEFAULT_BLOCK_SIZE)
+    align = has_state and prefix_caching
+    state_kinds = {x.kind for x in spec.layers if x.kind in STATE_KINDS}
+    # GDN prefill on FlashInfer (Hopper) exports prefill checkpoints in align mode: a 64-token grid and one
+    # more page per layer (model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py); only when every
+    # state layer can (layers/mamba/abstract.py get_mamba_prefill_checkpoint_alignment).
+    checkpoint = GDN_CHECKPOINT_ALIGNMENT if align and family == "sm90" and state_kinds == {"gdn"} else None
+    mamba_padded = None
+    if has_state and has_attention:
+        mamba_page = max(layer_state_bytes(x, spec.dtype, tp) for x in spec.layers if x.kind in STATE_KINDS)
+        block, mamba_padded = hybrid_block_size(spec, kv_dtype, tp, block, mamba_page, checkpoint, align)
+    state_pages = (2 + (1 if checkpoint else 0)) if align else 1
+    mamba_block = block if align else max_model_len
+    layers = _layer_specs(spec, kv_dtype, tp, block, mamba_block, mamba_padded, state_pages)
+    if not hybrid_kv_cache_manager:
+        layers = _promote_local(layers)
+    padding = 0
+    if not layers:
+        groups: list[KVGroup] = []
+    elif len({x.key for x in layers}) == 1:
+        groups = [_group(layers)]  # _get_kv_cache_groups_uniform_spec
+    elif _uniform_type(layers):
+        groups = [_group(layers, uniform_type=True)]  # _get_kv_cache_groups_uniform_type
+    else:
+        groups, padding = _hybrid_groups(_unify_pages(layers))
+    per_block = []
+    for stage in pp_ranges(spec.num_layers, pp):
+        per_block.append(
+            max(
+                (sum(p for i, p in zip(g.layers, g.layer_pages, strict=True) if i in stage) for g in groups),
+                default=0,
+            )
+        )
+    return VllmLayout(
+        groups=tuple(groups),
+        attention_block_size=block,
+        block_size=min((g.block_size for g in groups), default=block),
+        mamba_page_padded=mamba_padded,
+        mamba_cache_mode="align" if align else "none",
+        padding_layers=padding,
+        bytes_per_block=tuple(per_block),
+        hybrid_kv_cache_manager=hybrid_kv_cache_manager,
+    )
+
+
+def default_hybrid_kv_cache_manager(spec: ModelSpec) -> bool:
+    """vLLM 0.33 ``VllmConfig.__post_init__``: the hybrid KV cache manager is on, except for models with
+    chunked local attention (Llama 4), where it is off unless
+    ``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1`` (a latency regression)."""
+    return "chunked" not in spec.layer_kinds
+
+
+def default_prefix_caching(spec: ModelSpec) -> bool:
+    """vLLM 0.33 ``ModelConfig.is_prefix_caching_supported``: on for generative models, hybrids included;
+    off for attention-free ones (only state layers)."""
+    return any(x.kind in (*KV_HEAD_KINDS, "mla") for x in spec.layers)
+
+
+def log_line(kv_cache_tokens: int, max_model_len: int, max_concurrency: float) -> str:
+    """The start-up log line (vLLM ``kv_cache_utils.py update_kv_cache_capacity``)."""
+    return (
+        f"GPU KV cache size: {kv_cache_tokens:,} tokens, Maximum concurrency for {max_model_len:,} tokens per "
+        f"request: {max_concurrency:.2f}x"
+    )

@@ -1,0 +1,141 @@
+"""Hugging Face config.json readers: one small reader per architecture family, registered by model_type.
+
+Each family module holds ``READERS: dict[model_type, read]``; only the module of the config's model_type
+is imported (``kvplan estimate llama3-8b`` imports none). A reader mirrors one transformers config class,
+with that class's defaults for absent keys, and returns a spec mapping (see :mod:`kvplan.specs`).
+
+An unknown model_type, an encoder-only or non-causal config, a layout key the reader does not handle, or a
+likely misspelt key is refused with one line: kvplan never guesses a layout.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvplan.errors import SpecError
+
+# model_type -> module under kvplan.readers that reads it
+REGISTRY: dict[str, str] = {
+    # plain decoders: LlamaConfig-shaped
+    "llama": "decoder",
+    "mistral": "decoder",
+    "mixtral": "decoder",
+    "qwen2": "decoder",
+    "qwen2_moe": "decoder",
+    "qwen3": "decoder",
+    "qwen3_moe": "decoder",
+    "phi3": "decoder",
+    "olmo2": "decoder",
+    "olmo3": "decoder",
+    "glm4": "decoder",
+    "glm4_moe": "decoder",
+    # --- gemma / gpt_oss / llama4 / cohere2 family readers (gemma.py, gpt_oss.py, llama4.py, cohere2.py) ---
+    "gemma2": "gemma",
+    "gemma3": "gemma",
+    "gemma3_text": "gemma",
+    "gemma3n": "gemma",
+    "gemma3n_text": "gemma",
+    "gemma4": "gemma",
+    "gemma4_text": "gemma",
+    "gpt_oss": "gpt_oss",
+    "llama4": "llama4",
+    "llama4_text": "llama4",
+    "cohere2": "cohere2",
+    # --- end gemma section ---
+    # --- mla / hybrid / linear readers (deepseek.py, hybrid.py, linear.py) ---
+    "deepseek_v2": "deepseek",
+    "deepseek_v3": "deepseek",
+    "kimi_k2": "deepseek",
+    "deepseek_v32": "deepseek",
+    "kimi_linear": "deepseek",
+    "jamba": "hybrid",
+    "nemotron_h": "hybrid",
+    "granitemoehybrid": "hybrid",
+    "bamba": "hybrid",
+    "falcon_h1": "hybrid",
+    "zamba2": "hybrid",
+    "qwen3_next": "linear",
+    "qwen3_5": "linear",
+    "qwen3_5_text": "linear",
+    "qwen3_5_moe": "linear",
+    "qwen3_5_moe_text": "linear",
+    "lfm2": "linear",
+    "lfm2_moe": "linear",
+    "minimax": "linear",
+    "minimax_text_01": "linear",
+    "minimax_m1": "linear",
+    "minimax_m2": "linear",
+    # --- end hybrid section ---
+    # legacy names
+    "gpt2": "legacy",
+    "gptj": "legacy",
+    "falcon": "legacy",
+    "RefinedWeb": "legacy",
+    "RefinedWebModel": "legacy",
+}
+
+
+def registered_model_types() -> list[str]:
+    """Every model_type a reader is registered for, sorted."""
+    return sorted(REGISTRY)
+
+
+def reader_for(model_type: str, where: str):
+    """The read function for ``model_type`` (its module imported on first use).
+
+    Raises:
+        SpecError: no reader is registered (with a did-you-mean, and what to do instead).
+    """
+    import importlib
+
+    module = REGISTRY.get(model_type)
+    if module is None:
+        import difflib
+
+        from kvplan.readers.base import ENCODER_TYPES
+
+        if model_type in ENCODER_TYPES:
+            raise SpecError(f"{where}: model_type {model_type!r} is encoder-only: it keeps no KV cache to plan")
+        close = difflib.get_close_matches(model_type, list(REGISTRY), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        what = f"model_type {model_type!r}" if model_type else "no model_type"
+        raise SpecError(
+            f"{where}: {what}{hint}: kvplan has no reader for it and will not guess its layout; "
+            "write a spec YAML instead (see README, 'Spec format')"
+        )
+    return importlib.import_module(f"kvplan.readers.{module}").READERS[model_type]
+
+
+def spec_from_hf_config(config: Any, where: str, name: str | None = None):
+    """Build a :class:`~kvplan.specs.ModelSpec` from a parsed Hugging Face ``config.json``.
+
+    ``param_count`` is not in config.json and is left None.
+
+    Raises:
+        SpecError: not a JSON object, an unknown or encoder-only model_type, a non-causal config, a missing
+            or inconsistent value, a layout key the reader does not handle, or a likely misspelt key (the
+            message names the file and key).
+    """
+    from pathlib import Path
+
+    from kvplan.readers.base import HFConfig
+    from kvplan.specs import build_spec
+
+    if not isinstance(config, dict):
+        raise SpecError(f"{where}: a config.json must hold a JSON object")
+    cfg = HFConfig(config, where)
+    read = reader_for(cfg.model_type, where)
+    for key in ("is_encoder_decoder",):
+        if cfg.raw.get(key) is True or config.get(key) is True:
+            raise SpecError(f"{where}: {key} is true: kvplan plans decoder-only (causal) models")
+    if cfg.raw.get("is_causal") is False or cfg.raw.get("use_bidirectional_attention") is True:
+        raise SpecError(f"{where}: the config is not causal (is_causal/use_bidirectional_attention): no KV cache")
+    cfg.ignore("is_causal", "use_bidirectional_attention", "is_encoder_decoder")
+    data = read(cfg)
+    cfg.check_unhandled()
+    if not name:  # the file's stem (my-model.json), its folder for a config.json, else the config's own name
+        p = Path(where)
+        name = p.stem if p.name != "config.json" else p.parent.name
+        name = name or str(cfg.raw.get("_name_or_path") or config.get("_name_or_path") or "model")
+    data = {"name": name, "source": where, **data}
+    return build_spec(data, where)

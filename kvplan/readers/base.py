@@ -1,0 +1,284 @@
+"""What every config.json reader shares: a view of the config that records what was read, the class
+defaults, and the checks that keep a reader from guessing.
+
+A reader is a function ``read(cfg: HFConfig) -> dict`` that returns the fields of a spec YAML (see
+:mod:`kvplan.specs`), without ``name`` and ``source``. It reads every key through ``cfg`` so that, when it
+returns, :meth:`HFConfig.check_unhandled` can refuse:
+
+- a key from :data:`LAYOUT_KEYS` (one that changes which layer is which, or a layer's geometry) that the
+  config sets and the reader never looked at;
+- a key that is one edit away from a key the reader asked for and did not find (``num_key_value_head``
+  for ``num_key_value_heads``): a typo that would otherwise silently fall back to a default.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvplan.errors import SpecError
+from kvplan.specs import MAX_DIMENSION
+
+_MISSING = object()
+
+# Keys that change which layer is which kind, or a layer's cache geometry. A config that sets one the
+# reader did not consume is refused: kvplan would otherwise print a number for a model it misreads.
+LAYOUT_KEYS = (
+    "layer_types",
+    "layers_block_type",
+    "hybrid_override_pattern",
+    "full_attn_idxs",
+    "attn_layer_indices",
+    "attn_layer_period",
+    "attn_layer_offset",
+    "attn_type_list",
+    "num_kv_shared_layers",
+    "global_head_dim",
+    "num_global_key_value_heads",
+    "attention_k_eq_v",
+    "block_configs",
+    "index_head_dim",
+    "index_n_heads",
+    "kv_lora_rank",
+    "sliding_window",
+    "sliding_window_pattern",
+    "attention_chunk_size",
+    "no_rope_layers",
+    "linear_num_value_heads",
+    "linear_num_key_heads",
+    "mamba_n_heads",
+    "mamba_num_heads",
+    "mamba_d_state",
+    "ssm_state_size",
+    "num_kv_heads_per_layer",
+    "num_kv_heads",
+    "head_dim_per_layer",
+    "layer_head_dims",
+    "swa_layers",
+    "full_attention_layers",
+    "global_attn_every_n_layers",
+    "mlp_only_layers",
+    "per_layer_config",
+)
+
+# Model types whose configs are encoder-only or bidirectional: they keep no KV cache when serving.
+ENCODER_TYPES = (
+    "bert",
+    "roberta",
+    "xlm-roberta",
+    "distilbert",
+    "albert",
+    "electra",
+    "deberta",
+    "deberta-v2",
+    "modernbert",
+    "mpnet",
+    "camembert",
+    "ernie",
+    "nomic_bert",
+)
+
+# config.json dtype names -> kvplan's model dtypes. vLLM's dtype=auto serves float32 checkpoints in a
+# 16-bit dtype (vllm/config/model.py: _get_and_verify_dtype; bf16 on Ampere or newer, fp16 before): a
+# float32 checkpoint caches 2 bytes per element either way.
+HF_DTYPES = {
+    "bfloat16": "bf16",
+    "float16": "fp16",
+    "half": "fp16",
+    "float32": "fp16",
+    "float": "fp16",
+}
+
+
+class HFConfig:
+    """A config.json (its ``text_config`` for multimodal models) with the keys each reader read.
+
+    Attributes:
+        where: file name for messages.
+        raw: the decoder's config mapping (``text_config`` merged over the outer dtype and model_type).
+        outer: the whole config.json.
+        model_type: the decoder's ``model_type`` (``text_config.model_type`` first, as transformers does).
+    """
+
+    def __init__(self, config: dict, where: str):
+        if config.get("text_config") is not None and not isinstance(config["text_config"], dict):
+            raise SpecError(f"{where}: text_config must be an object")
+        self.where = where
+        self.outer = config
+        self.raw = dict(config.get("text_config") or config)
+        for k in ("torch_dtype", "dtype"):
+            if self.raw.get(k) is None and config.get(k) is not None:
+                self.raw[k] = config[k]
+        self.model_type = str(self.raw.get("model_type") or config.get("model_type") or "")
+        self.read: set[str] = {"model_type"}
+        self.asked: set[str] = set()
+
+    def error(self, message: str) -> SpecError:
+        """A SpecError naming the file."""
+        return SpecError(f"{self.where}: {message}")
+
+    def has(self, key: str) -> bool:
+        """True when the key is set (not null); records that the reader looked at it."""
+        self.read.add(key)
+        self.asked.add(key)
+        return self.raw.get(key) is not None
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The raw value, or ``default`` (the config class default) when absent or null."""
+        self.read.add(key)
+        self.asked.add(key)
+        value = self.raw.get(key)
+        return default if value is None else value
+
+    def int(self, key: str, default: Any = _MISSING, minimum: int = 1) -> int:
+        """An integer value >= minimum, or ``default`` when absent.
+
+        Raises:
+            SpecError: absent with no default, not an integer, below minimum or above kvplan's bound.
+        """
+        value = self.get(key)
+        if value is None:
+            if default is _MISSING:
+                raise self.error(f"missing {key}")
+            return default
+        return self.check_int(key, value, minimum)
+
+    def check_int(self, key: str, value: Any, minimum: int = 1) -> int:
+        """Validate an integer read from ``key`` (or an element of it)."""
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise self.error(f"{key}={value!r} must be an integer >= {minimum}")
+        if value > MAX_DIMENSION:
+            raise self.error(f"{key}={value} is larger than kvplan handles ({MAX_DIMENSION:,})")
+        return value
+
+    def first_int(self, *keys: str, default: Any = _MISSING, minimum: int = 1) -> int:
+        """The first of ``keys`` that is set, as :meth:`int`; the message names them all when none is."""
+        for key in keys:
+            if self.has(key):
+                return self.int(key, minimum=minimum)
+        if default is _MISSING:
+            raise self.error(f"missing {keys[0]}" + (f" (or {', '.join(keys[1:])})" if len(keys) > 1 else ""))
+        return default
+
+    def flag(self, key: str, default: bool = False) -> bool:
+        """A boolean value, or ``default`` when absent.
+
+        Raises:
+            SpecError: set to something other than true/false.
+        """
+        value = self.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise self.error(f"{key}={value!r} must be true or false")
+        return value
+
+    def list(self, key: str, length: int | None = None) -> list | None:
+        """A list value (None when absent), of ``length`` items when given.
+
+        Raises:
+            SpecError: not a list, or the wrong length.
+        """
+        value = self.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, list):
+            raise self.error(f"{key} must be a list" + (f" of {length} values" if length else ""))
+        if length is not None and len(value) != length:
+            raise self.error(f"{key} has {len(value)} entries, num_hidden_layers={length}")
+        return value
+
+    def ignore(self, *keys: str) -> None:
+        """Mark keys as handled on purpose (a reader that knows a key does not matter for the cache)."""
+        self.read.update(keys)
+
+    def dtype(self, default: str = "float32") -> str:
+        """The model dtype (``torch_dtype`` or transformers 5's ``dtype``), as a kvplan dtype name.
+
+        ``default`` is the config class default when neither key is set (PretrainedConfig: float32).
+        """
+        raw = self.get("torch_dtype") or self.get("dtype") or default
+        name = HF_DTYPES.get(str(raw).lower())
+        if name is None:
+            raise self.error(f"torch_dtype={raw!r} is not a model dtype; allowed: {', '.join(HF_DTYPES)}")
+        return name
+
+    def layer_types(self, num_layers: int, mapping: dict[str, str]) -> list[str] | None:
+        """``layer_types`` mapped to kvplan kinds, or None when absent.
+
+        Raises:
+            SpecError: wrong length, or a value ``mapping`` does not handle (named, with what is handled).
+        """
+        types = self.list("layer_types", num_layers)
+        if types is None:
+            return None
+        out = []
+        for i, t in enumerate(types):
+            if not isinstance(t, str) or t not in mapping:
+                raise self.error(
+                    f"layer_types[{i}]={t!r} is not handled by the {self.model_type or 'generic'} reader; "
+                    f"handled: {', '.join(mapping)}"
+                )
+            out.append(mapping[t])
+        return out
+
+    def check_unhandled(self) -> None:
+        """Refuse layout keys the reader did not read and likely misspellings of keys it asked for.
+
+        Raises:
+            SpecError: naming the key.
+        """
+        import difflib
+
+        for key in LAYOUT_KEYS:
+            if key not in self.read and self.raw.get(key) not in (None, [], {}, False):
+                reader = self.model_type or "generic"
+                raise self.error(
+                    f"{key} is set, and it changes the layer layout or geometry, but the {reader} reader "
+                    "does not handle it; kvplan will not guess (write a spec YAML, see 'kvplan models')"
+                )
+        missing = sorted(k for k in self.asked if self.raw.get(k) is None)
+        for key in sorted(self.raw):
+            if key in self.read or not isinstance(key, str):
+                continue
+            close = difflib.get_close_matches(key, missing, n=1, cutoff=0.9)
+            if close:
+                raise self.error(f"unknown key {key!r} (did you mean {close[0]!r}?); a misspelt key is not guessed")
+
+
+def attention_dims(cfg: HFConfig, *, head_dim_default: Any = _MISSING) -> dict:
+    """The decoder's common fields: layers, query/KV heads, head_dim, hidden_size, as spec keys.
+
+    ``num_key_value_heads`` absent means H_kv = H_q (transformers' default in every decoder config);
+    ``head_dim`` absent means ``hidden_size // num_attention_heads`` unless ``head_dim_default`` is given
+    (a config class that has its own default, e.g. Gemma's 256).
+
+    Raises:
+        SpecError: a missing or non-integer value, or hidden_size not a multiple of the heads.
+    """
+    num_layers = cfg.int("num_hidden_layers")
+    num_q = cfg.int("num_attention_heads")
+    num_kv = cfg.int("num_key_value_heads", num_q)
+    hidden = cfg.int("hidden_size", None)
+    if cfg.has("head_dim"):
+        head_dim = cfg.int("head_dim")
+    elif head_dim_default is not _MISSING and head_dim_default is not None:
+        head_dim = head_dim_default
+    else:
+        if hidden is None:
+            raise cfg.error("missing hidden_size (needed for head_dim = hidden_size / num_attention_heads)")
+        if hidden % num_q:
+            raise cfg.error(f"hidden_size={hidden} is not a multiple of num_attention_heads={num_q}")
+        head_dim = hidden // num_q
+    return {
+        "num_layers": num_layers,
+        "num_q_heads": num_q,
+        "num_kv_heads": num_kv,
+        "head_dim": head_dim,
+        "hidden_size": hidden,
+    }
+
+
+def max_len(cfg: HFConfig, default: int, *keys: str) -> int:
+    """The maximum context: the first of ``keys`` (default ``max_position_embeddings``) that is set, else
+    the config class default."""
+    return cfg.first_int(*(keys or ("max_position_embeddings",)), default=default)

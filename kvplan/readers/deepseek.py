@@ -1,0 +1,198 @@
+"""Multi-head latent attention (MLA): DeepSeek-V2, DeepSeek-V3 (and Kimi-K2), DeepSeek-V3.2, Kimi Linear.
+
+Mirrors transformers 5.23's ``DeepseekV2Config``, ``DeepseekV3Config``, ``DeepseekV32Config`` and
+``KimiLinearConfig``, with their defaults for absent keys, and was checked against vLLM 0.33's
+``model_executor/models/deepseek_v2.py`` (V2, V3; ``Indexer`` / ``DeepseekV32IndexerCache`` for V3.2),
+``vllm/models/deepseek_v32/attention.py`` and ``vllm/models/kimi_k3/nvidia/model.py``
+(``KimiLinearForCausalLM``).
+
+An MLA layer caches one latent of ``kv_lora_rank + qk_rope_head_dim`` elements per token (576 in every
+model here), whatever the head count: ``first_k_dense_replace`` / ``moe_layer_freq`` / ``mlp_layer_types``
+only choose a dense MLP or an MoE block and do not change the cache. The spec's ``num_kv_heads`` is
+nominal (= ``num_attention_heads``; ``num_key_value_heads`` means nothing for MLA), ``head_dim`` is
+``qk_nope_head_dim + qk_rope_head_dim`` (192) and ``v_head_dim`` as given (128): they describe the
+uncompressed attention, not the cache. config.json's ``head_dim`` is ignored (the classes overwrite it with
+``qk_rope_head_dim``, the RoPE width). MTP layers (``num_nextn_predict_layers``) are not decoder layers and
+are not counted.
+
+=============  ======  =====  =========  ============  ===================================================
+model_type     layers  H_q    max len    index_head    notes
+=============  ======  =====  =========  ============  ===================================================
+deepseek_v2    32      32     2048       --            kv_lora_rank 512, qk_rope 64, qk_nope 128, v 128
+deepseek_v3    61      128    4096       --            same defaults
+kimi_k2        61      128    4096       --            Kimi-K2 ships model_type ``kimi_k2``: vLLM loads it
+                                                       with DeepseekV3Config (``transformers_utils/config``
+                                                       ``_CONFIG_REGISTRY``); transformers 5.23 has no class
+deepseek_v32   61      128    163840     128           DSA indexer key cached beside the latent (below)
+kimi_linear    27      32     1048576    --            KDA linear-attention layers + MLA layers (below)
+=============  ======  =====  =========  ============  ===================================================
+
+DeepSeek-V3.2 (DeepSeek Sparse Attention): every layer also caches one indexer key of ``index_head_dim``
+elements per token (transformers ``DynamicIndexedLayer.indexer_keys`` ``[B, S, index_head_dim]`` in the model
+dtype; vLLM ``DeepseekV32IndexerCache``). Without it kvplan was 18 % low: 576 / (576 + 128) = 0.82.
+``index_n_heads`` is the indexer's query heads (its key is single-head) and ``index_topk`` the tokens each
+query attends; neither changes the cache. ``layer_types`` may only say ``indexed_attention`` (legacy
+``deepseek_sparse_attention``), the class default. vLLM stores the indexer key as FP8 plus one fp32 scale
+per 128 elements (``head_dim + head_dim // 128 * 4`` = 132 bytes, uint8), whatever ``--kv-cache-dtype``;
+kvplan prices it as ``index_head_dim`` elements of the KV dtype (:func:`kvplan.calc.layer_token_bytes`).
+
+Kimi Linear: layers are KDA (Kimi Delta Attention) or MLA. The layout comes from
+``linear_attn_config.kda_layers`` / ``full_attn_layers`` (1-based layer numbers), which is what vLLM reads
+(``KimiLinearConfig.is_kda_layer``); a config without ``linear_attn_config`` is refused, because vLLM then
+builds every layer as MLA while transformers falls back to one MLA layer in four. A KDA layer's state has
+exactly Gated DeltaNet's shapes with ``num_k_heads = num_v_heads = num_heads`` and ``head_k_dim =
+head_v_dim = head_dim`` (vLLM ``MambaStateShapeCalculator.kda_state_shape``: conv ``(d_conv − 1,
+3·H·d / TP)``, recurrent ``(H / TP, d, d)``), so it is planned as kind ``gdn``; its recurrent state is fp32
+(vLLM ``MambaStateDtypeCalculator.kda_state_dtype`` with ``mamba_ssm_cache_dtype`` auto; transformers also
+stores it ``.to(torch.float32)``), its conv state in the model dtype. transformers keeps ``d_conv`` conv
+columns where vLLM keeps ``d_conv − 1``; kvplan follows vLLM. MLA layers of Kimi Linear are NoPE
+(``mla_use_nope``) but still cache ``kv_lora_rank + qk_rope_head_dim`` (vLLM ``MultiHeadLatentAttention``
+``head_size``).
+"""
+
+from __future__ import annotations
+
+from kvplan.readers.base import HFConfig
+
+# model_type -> class defaults
+_DEFAULTS: dict[str, dict] = {
+    "deepseek_v2": {"layers": 32, "heads": 32, "max_len": 2048},
+    "deepseek_v3": {"layers": 61, "heads": 128, "max_len": 4096},
+    "kimi_k2": {"layers": 61, "heads": 128, "max_len": 4096},
+    "deepseek_v32": {"layers": 61, "heads": 128, "max_len": 163840, "index_head_dim": 128},
+    "kimi_linear": {"layers": 27, "heads": 32, "max_len": 1048576},
+}
+# the latent dims share their defaults in every class above
+_MLA_DEFAULTS = {"kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128}
+_INDEXED = ("indexed_attention", "deepseek_sparse_attention")
+
+
+def _mla_dims(cfg: HFConfig) -> dict:
+    """The spec fields every MLA model shares: layers, nominal heads, head dims, hidden size, dtype, mla."""
+    d = _DEFAULTS[cfg.model_type]
+    heads = cfg.int("num_attention_heads", d["heads"])
+    rope = cfg.int("qk_rope_head_dim", _MLA_DEFAULTS["qk_rope_head_dim"], minimum=0)
+    nope = cfg.int("qk_nope_head_dim", _MLA_DEFAULTS["qk_nope_head_dim"], minimum=0)
+    if rope + nope < 1:
+        raise cfg.error("qk_nope_head_dim + qk_rope_head_dim must be at least 1")
+    cfg.ignore("num_key_value_heads", "head_dim", "q_lora_rank", "first_k_dense_replace", "moe_layer_freq")
+    return {
+        "num_layers": cfg.int("num_hidden_layers", d["layers"]),
+        "num_q_heads": heads,
+        "num_kv_heads": heads,
+        "head_dim": rope + nope,
+        "v_head_dim": cfg.int("v_head_dim", _MLA_DEFAULTS["v_head_dim"]),
+        "hidden_size": cfg.int("hidden_size", None),
+        "dtype": cfg.dtype(),
+        "mla": {
+            "kv_lora_rank": cfg.int("kv_lora_rank", _MLA_DEFAULTS["kv_lora_rank"]),
+            "qk_rope_head_dim": rope,
+        },
+    }
+
+
+def read_deepseek(cfg: HFConfig) -> dict:
+    """DeepSeek-V2 / V3 / Kimi-K2: MLA on every layer (one latent per token and layer).
+
+    Raises:
+        SpecError: a missing or non-integer dimension (``kvplan.readers.base.HFConfig.int``).
+    """
+    data = _mla_dims(cfg)
+    data["max_model_len"] = cfg.int("max_position_embeddings", _DEFAULTS[cfg.model_type]["max_len"])
+    return data
+
+
+def read_deepseek_v32(cfg: HFConfig) -> dict:
+    """DeepSeek-V3.2: MLA on every layer plus the DSA indexer key (``index_head_dim`` per token and layer).
+
+    Raises:
+        SpecError: ``layer_types`` naming anything but ``indexed_attention``, or a bad dimension.
+    """
+    data = _mla_dims(cfg)
+    n = data["num_layers"]
+    types = cfg.list("layer_types", n)
+    for i, t in enumerate(types or []):
+        if t not in _INDEXED:
+            raise cfg.error(f"layer_types[{i}]={t!r}: the deepseek_v32 reader handles only indexed_attention layers")
+    data["mla"]["index_head_dim"] = cfg.int("index_head_dim", _DEFAULTS["deepseek_v32"]["index_head_dim"])
+    cfg.ignore("index_n_heads", "index_topk", "mlp_layer_types")
+    data["max_model_len"] = cfg.int("max_position_embeddings", _DEFAULTS["deepseek_v32"]["max_len"])
+    data["notes"] = (
+        f"every layer caches the {data['mla']['kv_lora_rank'] + data['mla']['qk_rope_head_dim']}-element MLA "
+        f"latent plus a {data['mla']['index_head_dim']}-element DSA indexer key per token"
+    )
+    return data
+
+
+def _layer_numbers(cfg: HFConfig, block: dict, key: str, n: int) -> list[int]:
+    """``linear_attn_config[key]``: 1-based layer numbers, each in 1..n."""
+    value = block.get(key)
+    if not isinstance(value, list):
+        raise cfg.error(f"linear_attn_config.{key} must be a list of 1-based layer numbers")
+    for v in value:
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= n:
+            raise cfg.error(f"linear_attn_config.{key} has {v!r}; allowed: 1..{n} (1-based layer numbers)")
+    return value
+
+
+def read_kimi_linear(cfg: HFConfig) -> dict:
+    """Kimi Linear: KDA layers (planned as ``gdn`` states, fp32 recurrent state) and MLA layers.
+
+    Raises:
+        SpecError: no ``linear_attn_config`` (vLLM and transformers disagree on the layout then), a layer in
+            both or neither of its lists, ``layer_types`` that disagree with it, or a bad dimension.
+    """
+    data = _mla_dims(cfg)
+    n = data["num_layers"]
+    block = cfg.get("linear_attn_config")
+    if not isinstance(block, dict):
+        raise cfg.error(
+            "linear_attn_config is missing: vLLM then builds every layer as MLA while transformers uses one "
+            "MLA layer in four; kvplan will not guess (write a spec YAML)"
+        )
+    kda = set(_layer_numbers(cfg, block, "kda_layers", n))
+    full = set(_layer_numbers(cfg, block, "full_attn_layers", n))
+    both = sorted(kda & full)
+    neither = sorted(set(range(1, n + 1)) - kda - full)
+    if both or neither:
+        what = f"layer {both[0]} is in both" if both else f"layer {neither[0]} is in neither"
+        raise cfg.error(f"linear_attn_config: {what} of kda_layers and full_attn_layers (1-based, {n} layers)")
+    kinds = ["gdn" if i + 1 in kda else "mla" for i in range(n)]
+    types = cfg.list("layer_types", n)
+    if types is not None:
+        named = {"linear_attention": "gdn", "full_attention": "mla"}
+        if [named.get(t) for t in types] != kinds:
+            raise cfg.error("layer_types disagrees with linear_attn_config.kda_layers / full_attn_layers")
+    heads = block.get("num_heads", 32)
+    head_dim = block.get("head_dim", 128)
+    d_conv = block.get("short_conv_kernel_size", 4)
+    heads = cfg.check_int("linear_attn_config.num_heads", heads)
+    head_dim = cfg.check_int("linear_attn_config.head_dim", head_dim)
+    d_conv = cfg.check_int("linear_attn_config.short_conv_kernel_size", d_conv, minimum=2)
+    cfg.ignore("linear_num_heads", "linear_head_dim", "linear_conv_kernel_dim", "mla_use_nope", "mlp_layer_types")
+    data["layers"] = kinds
+    data["gdn"] = {
+        "num_k_heads": heads,
+        "num_v_heads": heads,
+        "head_k_dim": head_dim,
+        "head_v_dim": head_dim,
+        "d_conv": d_conv,
+        "ssm_dtype": "fp32",
+    }
+    data["max_model_len"] = cfg.first_int(
+        "max_position_embeddings", "model_max_length", default=_DEFAULTS["kimi_linear"]["max_len"]
+    )
+    data["notes"] = (
+        f"{len(kda)} KDA layers planned as kind gdn (vLLM kda_state_shape: conv (d_conv-1, 3*{heads}*{head_dim}), "
+        f"recurrent ({heads}, {head_dim}, {head_dim}) fp32) and {len(full)} MLA layers"
+    )
+    return data
+
+
+READERS = {
+    "deepseek_v2": read_deepseek,
+    "deepseek_v3": read_deepseek,
+    "kimi_k2": read_deepseek,
+    "deepseek_v32": read_deepseek_v32,
+    "kimi_linear": read_kimi_linear,
+}

@@ -1,0 +1,388 @@
+"""Hugging Face Hub repo ids as MODEL: ``org/name`` or ``org/name@revision``.
+
+A repo id resolves, in this order, to:
+
+1. a bundled spec whose ``hf_repo`` is the id (compared case-insensitively; only without ``@revision``);
+2. the repo's ``config.json`` in the local Hugging Face cache (``huggingface_hub.try_to_load_from_cache``;
+   the cache folder is ``HF_HUB_CACHE``, else ``HF_HOME/hub``, else ``~/.cache/huggingface/hub``, read
+   when the model is loaded);
+3. unless ``HF_HUB_OFFLINE`` is set, ``config.json`` alone downloaded with ``hf_hub_download``
+   (``HF_TOKEN`` for gated and private repos).
+
+The config is read by :func:`kvplan.readers.spec_from_hf_config`; the spec is named after the repo id and
+its source is the config's URL on the Hub.
+
+Weights for ``kvplan fit`` (:attr:`~kvplan.specs.ModelSpec.weights_bytes`): from the safetensors headers
+when every shard's header is in the cache (the first 8 + N bytes of each file; no tensor data read), else
+from ``model.safetensors.index.json``'s ``metadata.total_size`` (cached, or downloaded when online), else,
+online, from the single ``model.safetensors`` header through ``get_safetensors_metadata`` (HTTP range
+reads). Without any of them the spec has no weights and ``fit`` asks for ``--weights-gib``.
+
+huggingface_hub is imported only when a repo id is neither bundled nor a path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from kvplan.errors import SpecError
+
+# org/name[@revision]: the Hub's repo name rules (letters, digits, '-', '_', '.'; at most 96 characters each)
+_REPO_RE = re.compile(
+    r"(?P<repo>[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9._-]{1,96})(?:@(?P<revision>[A-Za-z0-9._/-]{1,255}))?"
+)
+_FILE_SUFFIXES = (".json", ".yaml", ".yml", ".gguf")
+_HF_URL = "https://huggingface.co"
+MAX_HEADER_BYTES = 100 << 20  # a safetensors header larger than this is refused (safetensors' own limit)
+_FLOAT_DTYPES = {"F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2", "F8_E8M0"}
+
+
+def is_repo_id(ref: str) -> bool:
+    """True when ``ref`` reads as ``org/name[@revision]`` (and not as a file name like ``dir/config.json``)."""
+    m = _REPO_RE.fullmatch(str(ref).strip())
+    if m is None:
+        return False
+    repo = m["repo"]
+    if ".." in repo or "--" in repo or repo.lower().endswith(_FILE_SUFFIXES):
+        return False
+    return not repo.split("/")[1].startswith((".", "-"))
+
+
+def parse_repo_id(ref: str) -> tuple[str, str | None]:
+    """(repo id, revision or None) of ``org/name[@revision]``.
+
+    Raises:
+        SpecError: ``ref`` is not a repo id.
+    """
+    m = _REPO_RE.fullmatch(str(ref).strip())
+    if m is None or not is_repo_id(ref):
+        raise SpecError(f"{ref!r}: not a Hugging Face repo id (org/name or org/name@revision)")
+    return m["repo"], m["revision"]
+
+
+def hub_cache_dir() -> Path:
+    """The Hugging Face cache folder as huggingface_hub computes it, from the environment now."""
+    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if os.environ.get(var):
+            return Path(os.environ[var]).expanduser()
+    home = os.environ.get("HF_HOME")
+    if not home:
+        xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        home = os.path.join(xdg, "huggingface")
+    return Path(home).expanduser() / "hub"
+
+
+def hub_offline() -> bool:
+    """True when ``HF_HUB_OFFLINE`` is set to a true value (1, ON, YES, TRUE)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
+
+
+def bundled_repos() -> dict[str, tuple[str, str]]:
+    """Lower-cased ``hf_repo`` -> (the repo id as written, bundled model name), from the bundled YAMLs'
+    ``hf_repo:`` lines (read as text: parsing 43 YAMLs would cost start-up time)."""
+    from kvplan.specs import bundled_specs_dir
+
+    out: dict[str, tuple[str, str]] = {}
+    line = re.compile(r"^hf_repo:\s*['\"]?([^'\"\s#]+)", re.MULTILINE)
+    for path in sorted(bundled_specs_dir().glob("*.yaml")):
+        m = line.search(path.read_text(encoding="utf-8"))
+        if m:
+            out[m.group(1).lower()] = (m.group(1), path.stem)
+    return out
+
+
+def close_bundled(repo: str, n: int = 3) -> list[str]:
+    """Bundled ``hf_repo`` ids close to ``repo`` as ``id (bundled as name)``, closest first."""
+    import difflib
+
+    repos = bundled_repos()
+    close = difflib.get_close_matches(repo.lower(), list(repos), n=n, cutoff=0.6)
+    return [f"{repos[c][0]} (bundled as {repos[c][1]})" for c in close]
+
+
+def _suggest(repo: str) -> str:
+    close = close_bundled(repo)
+    return f"; close bundled models: {', '.join(close)}" if close else ""
+
+
+def _hub():
+    try:
+        import huggingface_hub
+    except ImportError:
+        raise SpecError(
+            "reading a Hugging Face repo id needs huggingface_hub (a kvplan dependency): pip install huggingface_hub"
+        ) from None
+    return huggingface_hub
+
+
+def _cached(repo: str, filename: str, revision: str | None) -> Path | None:
+    """The cached file's path, or None when it is not in the cache."""
+    found = _hub().try_to_load_from_cache(repo, filename, cache_dir=str(hub_cache_dir()), revision=revision)
+    return Path(found) if isinstance(found, str) else None
+
+
+def _error_kind(e: BaseException) -> str:
+    names = {c.__name__ for c in type(e).__mro__}
+    for kind in (
+        "GatedRepoError",
+        "RepositoryNotFoundError",
+        "RevisionNotFoundError",
+        "LocalEntryNotFoundError",
+        "EntryNotFoundError",
+        "OfflineModeIsEnabled",
+        "HfHubHTTPError",
+    ):
+        if kind in names:
+            return kind
+    return type(e).__name__
+
+
+def _download_hint(repo: str, revision: str | None, filename: str = "config.json") -> str:
+    rev = f" --revision {revision}" if revision else ""
+    return f"hf download {repo} {filename}{rev}"
+
+
+def hub_reachable() -> bool:
+    """True when the Hub's host name resolves (``HF_ENDPOINT`` or huggingface.co), or a proxy is set.
+    Without a resolvable host huggingface_hub retries for ~25 s, logging each try, before it gives up."""
+    import socket
+    from urllib.parse import urlsplit
+
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY")):
+        return True  # behind a proxy the host need not resolve here: let huggingface_hub try
+    url = urlsplit(os.environ.get("HF_ENDPOINT") or _HF_URL)
+    try:
+        socket.getaddrinfo(url.hostname or "huggingface.co", url.port or 443)
+    except (OSError, UnicodeError):
+        return False
+    return True
+
+
+class _Quiet:
+    """huggingface_hub's retry warnings and progress bars off while kvplan calls it (restored after)."""
+
+    def __enter__(self):
+        import logging
+
+        self.logger = logging.getLogger("huggingface_hub")
+        self.level = self.logger.level
+        self.logger.setLevel(logging.ERROR)
+        self.bars = None
+        try:
+            from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars
+
+            self.bars = not are_progress_bars_disabled()
+            disable_progress_bars()
+        except ImportError:
+            pass
+        return self
+
+    def __exit__(self, *exc):
+        self.logger.setLevel(self.level)
+        if self.bars:
+            from huggingface_hub.utils import enable_progress_bars
+
+            enable_progress_bars()
+        return False
+
+
+def _download(repo: str, filename: str, revision: str | None) -> Path:
+    """``hf_hub_download`` of one file into the cache (HF_TOKEN for gated repos).
+
+    Raises:
+        SpecError: gated, missing or private repo, missing revision or file, or no network.
+    """
+    hub = _hub()
+    token = os.environ.get("HF_TOKEN") or None
+    at = f"{repo}@{revision}" if revision else repo
+    if not hub_reachable():
+        raise SpecError(
+            f"{at}: {filename} is not in the Hugging Face cache ({hub_cache_dir()}) and the Hub cannot be reached "
+            f"(no name resolution); download it with: {_download_hint(repo, revision, filename)}{_suggest(repo)}"
+        )
+    try:
+        with _Quiet():
+            return Path(
+                hub.hf_hub_download(repo, filename, revision=revision, cache_dir=str(hub_cache_dir()), token=token)
+            )
+    except Exception as e:  # huggingface_hub's errors change between versions: classified by name
+        kind = _error_kind(e)
+        if kind == "GatedRepoError":
+            msg = f"{at} is gated: accept its license on {_HF_URL}/{repo} and set HF_TOKEN to a token of yours"
+        elif kind == "RepositoryNotFoundError":
+            msg = f"{at}: no such repo on the Hugging Face Hub (or it is private: set HF_TOKEN){_suggest(repo)}"
+        elif kind == "RevisionNotFoundError":
+            msg = f"{at}: the repo has no revision {revision!r}"
+        elif kind == "EntryNotFoundError" and filename == "config.json":
+            msg = (
+                f"{at} has no config.json (a GGUF-only repo? download the .gguf file and give its path; "
+                "or write a spec YAML)"
+            )
+        elif kind in ("LocalEntryNotFoundError", "OfflineModeIsEnabled") or isinstance(e, (OSError, ConnectionError)):
+            msg = (
+                f"{at}: {filename} is not in the Hugging Face cache ({hub_cache_dir()}) and the Hub cannot be "
+                f"reached ({type(e).__name__}); download it with: {_download_hint(repo, revision, filename)}"
+            )
+        else:
+            msg = f"{at}: downloading {filename} failed ({type(e).__name__}: {str(e)[:160]})"
+        raise SpecError(msg) from None
+
+
+def _read_json(path: Path, where: str) -> Any:
+    from kvplan.specs import _read_text
+
+    try:
+        return json.loads(_read_text(path))
+    except json.JSONDecodeError as e:
+        raise SpecError(f"{where}: malformed JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
+    except (ValueError, RecursionError) as e:
+        raise SpecError(f"{where}: JSON kvplan cannot read ({type(e).__name__}: {str(e)[:80]})") from None
+
+
+def load_repo(ref: str):
+    """Resolve a repo id ``org/name[@revision]`` to a :class:`~kvplan.specs.ModelSpec` (see the module docstring).
+
+    Raises:
+        SpecError: offline (HF_HUB_OFFLINE) and not cached, a gated/missing repo, no config.json, or an
+            invalid config; each message says how to get the config (``hf download org/name config.json``)
+            and lists close bundled models.
+    """
+    repo, revision = parse_repo_id(ref)
+    if revision is None:
+        hit = bundled_repos().get(repo.lower())
+        if hit is not None:
+            from kvplan.specs import load_bundled
+
+            return load_bundled(hit[1])
+    path = _cached(repo, "config.json", revision)
+    if path is None:
+        if hub_offline():
+            raise SpecError(
+                f"{ref}: not a bundled model, and its config.json is not in the Hugging Face cache "
+                f"({hub_cache_dir()}) while HF_HUB_OFFLINE is set; download it with: "
+                f"{_download_hint(repo, revision)}{_suggest(repo)}"
+            )
+        path = _download(repo, "config.json", revision)
+    from kvplan.readers import spec_from_hf_config
+
+    where = f"{_HF_URL}/{repo}/blob/{revision or 'main'}/config.json"
+    name = f"{repo}@{revision}" if revision else repo
+    spec = spec_from_hf_config(_read_json(path, where), where, name=name)
+    spec = replace(spec, hf_repo=repo)
+    weights = repo_weight_bytes(repo, revision)
+    if weights is not None:
+        total, params = weights
+        spec = replace(spec, weights_bytes=total, param_count=params if params is not None else spec.param_count)
+    return spec
+
+
+# --- weights --------------------------------------------------------------------------------------
+
+
+def safetensors_header(path: Path) -> dict[str, Any]:
+    """The JSON header of a safetensors file (its first 8 + N bytes; tensor data is not read).
+
+    Raises:
+        SpecError: not a safetensors file, or a header over 100 MiB.
+    """
+    try:
+        with path.open("rb") as f:
+            head = f.read(8)
+            if len(head) != 8:
+                raise SpecError(f"{path}: not a safetensors file (shorter than 8 bytes)")
+            n = int.from_bytes(head, "little")
+            if n > MAX_HEADER_BYTES:
+                raise SpecError(f"{path}: safetensors header of {n:,} B is larger than {MAX_HEADER_BYTES >> 20} MiB")
+            header = json.loads(f.read(n))
+    except (OSError, ValueError) as e:
+        raise SpecError(f"{path}: cannot read its safetensors header ({type(e).__name__})") from None
+    if not isinstance(header, dict):
+        raise SpecError(f"{path}: the safetensors header is not a JSON object")
+    return header
+
+
+def header_sizes(header: dict[str, Any], where: str) -> tuple[dict[str, int], dict[str, int]]:
+    """(bytes per dtype, elements per dtype) of one safetensors header.
+
+    Raises:
+        SpecError: a tensor entry without dtype, shape or data_offsets.
+    """
+    nbytes: dict[str, int] = {}
+    elems: dict[str, int] = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            dtype = str(t["dtype"])
+            begin, end = (int(x) for x in t["data_offsets"])
+            count = 1
+            for d in t["shape"]:
+                count *= int(d)
+        except (KeyError, TypeError, ValueError):
+            raise SpecError(f"{where}: tensor {name!r} lacks dtype, shape or data_offsets") from None
+        nbytes[dtype] = nbytes.get(dtype, 0) + (end - begin)
+        elems[dtype] = elems.get(dtype, 0) + count
+    return nbytes, elems
+
+
+def _total(by_dtype: tuple[dict[str, int], dict[str, int]]) -> tuple[int, int | None]:
+    """(bytes, parameters or None when integer-packed tensors make element counts not parameters)."""
+    nbytes, elems = by_dtype
+    params = sum(elems.values()) if set(elems) <= _FLOAT_DTYPES else None
+    return sum(nbytes.values()), params
+
+
+def repo_weight_bytes(repo: str, revision: str | None) -> tuple[int, int | None] | None:
+    """(weight bytes, parameter count or None) of a Hub repo's safetensors, or None when unknown.
+
+    Never raises for a missing file or no network: the weights are then unknown.
+    """
+    index_path = _cached(repo, "model.safetensors.index.json", revision)
+    single = _cached(repo, "model.safetensors", revision)
+    if single is not None:
+        return _total(header_sizes(safetensors_header(single), str(single)))
+    if index_path is None and not hub_offline():
+        try:
+            index_path = _download(repo, "model.safetensors.index.json", revision)
+        except SpecError:
+            index_path = None
+    if index_path is not None:
+        index = _read_json(index_path, str(index_path))
+        shards = sorted(set((index.get("weight_map") or {}).values())) if isinstance(index, dict) else []
+        paths = [_cached(repo, s, revision) for s in shards]
+        if shards and all(p is not None for p in paths):
+            nbytes: dict[str, int] = {}
+            elems: dict[str, int] = {}
+            for p in paths:
+                b, e = header_sizes(safetensors_header(p), str(p))
+                for k, v in b.items():
+                    nbytes[k] = nbytes.get(k, 0) + v
+                for k, v in e.items():
+                    elems[k] = elems.get(k, 0) + v
+            return _total((nbytes, elems))
+        total = (index.get("metadata") or {}).get("total_size") if isinstance(index, dict) else None
+        if isinstance(total, int) and not isinstance(total, bool) and total > 0:
+            return total, None
+        return None
+    if hub_offline():
+        return None
+    try:  # one safetensors file: its header through HTTP range reads
+        with _Quiet():
+            meta = _hub().get_safetensors_metadata(repo, revision=revision, token=os.environ.get("HF_TOKEN") or None)
+    except Exception:  # no safetensors (a .bin repo), no network: weights unknown
+        return None
+    nbytes = {}
+    elems = {}
+    for fmeta in meta.files_metadata.values():
+        for t in fmeta.tensors.values():
+            nbytes[t.dtype] = nbytes.get(t.dtype, 0) + (t.data_offsets[1] - t.data_offsets[0])
+            count = 1
+            for d in t.shape:
+                count *= d
+            elems[t.dtype] = elems.get(t.dtype, 0) + count
+    return _total((nbytes, elems)) if nbytes else None

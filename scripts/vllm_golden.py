@@ -1,0 +1,627 @@
+"""Write tests/fixtures/vllm_golden.json: vLLM's own KV-cache planning on a grid of geometries and settings.
+
+Run by hand, in a separate environment with vLLM installed (CPU is enough: no model is loaded)::
+
+    /opt/venv-vllm/bin/python scripts/vllm_golden.py [--out tests/fixtures/vllm_golden.json]
+
+CI never runs this script; tests/test_vllm_golden.py only reads the fixture and checks that
+``kvplan fit --engine vllm`` gives every row's numbers exactly.
+
+What it calls (vLLM 0.33.0):
+
+- ``vllm.v1.kv_cache_interface``: ``FullAttentionSpec``, ``SlidingWindowSpec``,
+  ``ChunkedLocalAttentionSpec``, ``MLAAttentionSpec``, ``MambaSpec`` — one spec per layer and rank,
+  built as the layers build them (``model_executor/layers/attention/attention.py``,
+  ``chunked_local_attention.py``, ``mla_attention.py``, ``layers/mamba/abstract.py``);
+- ``vllm.model_executor.layers.mamba.mamba_utils``: ``MambaStateShapeCalculator`` /
+  ``MambaStateDtypeCalculator`` for the state shapes and dtypes per TP rank;
+- ``vllm.platforms.interface.Platform._align_hybrid_block_size``: the attention block size raised to
+  cover a Mamba page and the Mamba page padded to the attention page;
+- ``vllm.v1.core.kv_cache_planning``: ``get_global_kv_cache_groups``, ``get_kv_cache_configs`` (null
+  block, fit check, per-worker block counts), ``_estimate_max_model_len_from_groups``;
+- ``vllm.v1.core.kv_cache_utils``: ``generate_scheduler_kv_cache_config``, ``get_kv_cache_capacity``
+  (the "GPU KV cache size" and "Maximum concurrency" of the start-up log).
+
+The ``VllmConfig`` is vLLM's own (scheduler, cache, parallel configs: ``max_in_flight_tokens``
+comes from it, with async scheduling on by default and Model Runner V2 as on a GPU); only the model
+config is a stand-in carrying max_model_len and the geometry. The budget is given directly, as
+``--kv-cache-memory-bytes`` does, so only the KV rules are compared.
+
+Hardware choices, as vLLM makes them on an H100/H200 (SM 9.0), are inputs here: FlashAttention's
+kernel blocks (``MultipleOf(16)``, so 16-token blocks); MLA with a bf16 cache on FLASH_ATTN_MLA
+(16-token blocks) and with an fp8 cache on FLASHMLA (fixed 64-token blocks, vLLM
+``v1/attention/backends/mla/flashmla.py``; FLASH_ATTN_MLA takes no fp8 cache); Gated DeltaNet
+prefill on FlashInfer, which in prefix-caching ("align") mode exports prefill checkpoints on a
+64-token grid and keeps one checkpoint page per layer (``qwen_gdn_linear_attn.py``); the layer-outer
+LBNHC cache layout (the default preference when no backend declares one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "1")  # as on a GPU (the CPU build lacks Triton)
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+
+import torch  # noqa: E402
+import vllm  # noqa: E402
+from vllm.config import CacheConfig, DeviceConfig, ParallelConfig, SchedulerConfig, VllmConfig  # noqa: E402
+from vllm.model_executor.layers.mamba import abstract as mamba_abstract  # noqa: E402
+from vllm.model_executor.layers.mamba.mamba_utils import (  # noqa: E402
+    MambaStateDtypeCalculator,
+    MambaStateShapeCalculator,
+)
+from vllm.platforms.interface import Platform  # noqa: E402
+from vllm.v1.attention.backend import MultipleOf  # noqa: E402
+from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend  # noqa: E402
+from vllm.v1.core import kv_cache_planning as planning  # noqa: E402
+from vllm.v1.core.kv_cache_config_builder import get_kv_cache_config_builder  # noqa: E402
+from vllm.v1.core.kv_cache_utils import generate_scheduler_kv_cache_config, get_kv_cache_capacity  # noqa: E402
+from vllm.v1.kv_cache_interface import (  # noqa: E402
+    ChunkedLocalAttentionSpec,
+    FullAttentionSpec,
+    MambaSpec,
+    MLAAttentionSpec,
+    SlidingWindowSpec,
+    get_kv_quant_mode,
+)
+
+logging.getLogger("vllm").setLevel(logging.ERROR)  # "Add N padding layers" etc.: the fixture records them
+
+ROOT = Path(__file__).resolve().parent.parent
+GIB = 1 << 30
+TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+VLLM_DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+
+
+def pattern(n: int, period: int, offset: int, hit: str, other: str) -> list[str]:
+    """``n`` layer kinds: ``hit`` where ``i % period == offset``, else ``other``."""
+    return [hit if i % period == offset else other for i in range(n)]
+
+
+# Geometries in kvplan's spec format (kvplan.specs.build_spec); each lists its layers explicitly and
+# the TP sizes / fixture lengths it is run at. Numbers follow the models' public config.json files.
+GEOMETRIES: dict[str, dict] = {
+    "llama3-8b": dict(
+        spec=dict(num_layers=32, num_q_heads=32, num_kv_heads=8, head_dim=128, layers=["full"] * 32),
+        tps=[1, 2, 8],
+    ),
+    "llama3-70b": dict(
+        spec=dict(num_layers=80, num_q_heads=64, num_kv_heads=8, head_dim=128, layers=["full"] * 80),
+        tps=[1, 4, 16],  # TP 16 > 8 KV heads: each rank keeps one (replicated)
+    ),
+    "mistral-7b-v0.1": dict(
+        spec=dict(
+            num_layers=32, num_q_heads=32, num_kv_heads=8, head_dim=128, sliding_window=4096, layers=["sliding"] * 32
+        ),
+        tps=[1, 2],
+    ),
+    "gemma3-27b": dict(
+        spec=dict(
+            num_layers=62,
+            num_q_heads=32,
+            num_kv_heads=16,
+            head_dim=128,
+            sliding_window=1024,
+            layers=pattern(62, 6, 5, "full", "sliding"),
+        ),
+        tps=[1, 2, 4],
+        pps=[1, 2],
+    ),
+    "gemma2-9b": dict(
+        spec=dict(
+            num_layers=42,
+            num_q_heads=16,
+            num_kv_heads=8,
+            head_dim=256,
+            sliding_window=4096,
+            layers=pattern(42, 2, 0, "sliding", "full"),
+        ),
+        tps=[1, 2],
+    ),
+    "gpt-oss-20b": dict(
+        spec=dict(
+            num_layers=24,
+            num_q_heads=64,
+            num_kv_heads=8,
+            head_dim=64,
+            sliding_window=128,
+            layers=pattern(24, 2, 0, "sliding", "full"),
+        ),
+        tps=[1, 2],
+    ),
+    "gpt-oss-120b": dict(
+        spec=dict(
+            num_layers=36,
+            num_q_heads=64,
+            num_kv_heads=8,
+            head_dim=64,
+            sliding_window=128,
+            layers=pattern(36, 2, 0, "sliding", "full"),
+        ),
+        tps=[1, 4],
+    ),
+    "llama4-scout": dict(
+        spec=dict(
+            num_layers=48,
+            num_q_heads=40,
+            num_kv_heads=8,
+            head_dim=128,
+            attention_chunk_size=8192,
+            layers=pattern(48, 4, 3, "full", "chunked"),
+        ),
+        tps=[1, 8],
+    ),
+    "mixed-page-5to1": dict(  # Gemma-4-like: sliding 8 × 256, full 2 × 512 (half the sliding page)
+        spec=dict(
+            num_layers=30,
+            num_q_heads=16,
+            num_kv_heads=8,
+            head_dim=256,
+            sliding_window=1024,
+            layers=pattern(30, 6, 5, "full", "sliding"),
+            geometry={"full": {"num_kv_heads": 2, "head_dim": 512}},
+        ),
+        tps=[1, 2],
+    ),
+    "per-layer-heads": dict(  # OpenELM-like: full attention, KV heads differing per layer
+        spec=dict(
+            num_layers=16,
+            num_q_heads=24,
+            num_kv_heads=4,
+            head_dim=64,
+            layers=["full"] * 16,
+            per_layer={"num_kv_heads": [3, 3, 3, 4, 4, 4, 4, 4, 6, 6, 6, 6, 8, 8, 8, 8]},
+        ),
+        tps=[1],
+    ),
+    "deepseek-v3": dict(
+        spec=dict(
+            num_layers=61,
+            num_q_heads=128,
+            num_kv_heads=128,
+            head_dim=192,
+            layers=["mla"] * 61,
+            mla={"kv_lora_rank": 512, "qk_rope_head_dim": 64},
+        ),
+        tps=[1, 8],
+    ),
+    "deepseek-v2-lite": dict(
+        spec=dict(
+            num_layers=27,
+            num_q_heads=16,
+            num_kv_heads=16,
+            head_dim=192,
+            layers=["mla"] * 27,
+            mla={"kv_lora_rank": 512, "qk_rope_head_dim": 64},
+        ),
+        tps=[1, 2],
+    ),
+    "jamba-v0.1": dict(
+        spec=dict(
+            num_layers=32,
+            num_q_heads=32,
+            num_kv_heads=8,
+            head_dim=128,
+            layers=pattern(32, 8, 4, "full", "mamba"),
+            mamba={"d_inner": 8192, "d_conv": 4, "d_state": 16},
+        ),
+        tps=[1, 2, 8],
+        pps=[1, 2],
+    ),
+    "nemotron-h-56b": dict(  # Mamba-2 hybrid with MLP-only layers; ssm state in fp32 (vLLM's NemotronH default)
+        spec=dict(
+            num_layers=118,
+            num_q_heads=64,
+            num_kv_heads=8,
+            head_dim=128,
+            layers="M-M-M-M*-" + "M-M-M-M-M*-" * 9 + "M-M-M-M-M-",
+            mamba2={"num_heads": 256, "head_dim": 64, "d_state": 256, "n_groups": 8, "d_conv": 4, "ssm_dtype": "fp32"},
+        ),
+        tps=[1, 2, 8],
+    ),
+    "qwen3-next-80b": dict(  # Gated DeltaNet hybrid: 3 GDN : 1 full attention (2 KV heads × 256)
+        spec=dict(
+            num_layers=48,
+            num_q_heads=16,
+            num_kv_heads=2,
+            head_dim=256,
+            layers=pattern(48, 4, 3, "full", "gdn"),
+            gdn={"num_k_heads": 16, "num_v_heads": 32, "head_k_dim": 128, "head_v_dim": 128, "d_conv": 4},
+        ),
+        tps=[1, 2],
+    ),
+}
+_NEMOTRON_KINDS = {"M": "mamba2", "-": "none", "*": "full"}
+GEOMETRIES["nemotron-h-56b"]["spec"]["layers"] = [
+    _NEMOTRON_KINDS[c] for c in GEOMETRIES["nemotron-h-56b"]["spec"]["layers"]
+]
+assert len(GEOMETRIES["nemotron-h-56b"]["spec"]["layers"]) == 118
+
+LENGTHS = [1000, 4096, 131072]
+BATCHED = [2048, 8192]
+KV_DTYPES = ["bf16", "fp8"]
+STATE_KINDS = ("mamba", "mamba2", "gdn")
+
+
+def layer_geometry(spec: dict, i: int, kind: str) -> tuple[int, int, int]:
+    """(KV heads, head_dim, v_head_dim) of attention layer ``i`` (defaults, then per-kind, then per-layer)."""
+    heads, head_dim = spec["num_kv_heads"], spec["head_dim"]
+    over = spec.get("geometry", {}).get(kind, {})
+    heads, head_dim = over.get("num_kv_heads", heads), over.get("head_dim", head_dim)
+    per_layer = spec.get("per_layer", {})
+    if "num_kv_heads" in per_layer:
+        heads = per_layer["num_kv_heads"][i]
+    return heads, head_dim, head_dim
+
+
+def state_shapes(kind: str, block: dict, tp: int) -> tuple[tuple, tuple]:
+    """(shapes, dtypes) of one state layer on one of ``tp`` ranks, by vLLM's calculators."""
+    model_dtype = torch.bfloat16
+    ssm = VLLM_DTYPE_NAMES[block["ssm_dtype"]] if "ssm_dtype" in block else "auto"
+    if kind == "mamba":
+        shapes = MambaStateShapeCalculator.mamba1_state_shape(tp, block["d_inner"], block["d_state"], block["d_conv"])
+        dtypes = MambaStateDtypeCalculator.mamba1_state_dtype(model_dtype, "auto", ssm)
+    elif kind == "mamba2":
+        shapes = MambaStateShapeCalculator.mamba2_state_shape(
+            tp,
+            block["num_heads"] * block["head_dim"],
+            block["n_groups"],
+            block["num_heads"],
+            block["head_dim"],
+            block["d_state"],
+            block["d_conv"],
+        )
+        dtypes = MambaStateDtypeCalculator.mamba2_state_dtype(model_dtype, "auto", ssm)
+    else:
+        shapes = MambaStateShapeCalculator.gated_delta_net_state_shape(
+            tp, block["num_k_heads"], block["num_v_heads"], block["head_k_dim"], block["head_v_dim"], block["d_conv"]
+        )
+        dtypes = MambaStateDtypeCalculator.gated_delta_net_state_dtype(model_dtype, "auto", ssm)
+    return tuple(shapes), tuple(dtypes)
+
+
+def make_config(spec: dict, case: dict) -> VllmConfig:
+    """vLLM's VllmConfig for a case, with a stand-in model config (max_model_len, geometry)."""
+    cfg = VllmConfig(
+        device_config=DeviceConfig(device="cpu"),
+        cache_config=CacheConfig(
+            block_size=16,
+            cache_dtype="fp8" if case["kv_dtype"] == "fp8" else "auto",
+            enable_prefix_caching=case["prefix_caching"],
+        ),
+        scheduler_config=SchedulerConfig(
+            max_num_batched_tokens=case["max_num_batched_tokens"],
+            max_num_seqs=256,
+            max_model_len=case["max_model_len"],
+            is_encoder_decoder=False,
+            async_scheduling=case["async_scheduling"],
+        ),
+        parallel_config=ParallelConfig(
+            tensor_parallel_size=case["tp"], pipeline_parallel_size=case["pp"], distributed_executor_backend="mp"
+        ),
+    )
+    tp = case["tp"]
+    state_kind = next((k for k in STATE_KINDS if k in spec["layers"]), None)
+    model = SimpleNamespace(
+        max_model_len=case["max_model_len"],
+        original_max_model_len=case["max_model_len"],
+        supports_kv_cache_grouping=False,
+        use_mla="mla" in spec["layers"],
+        dtype=torch.bfloat16,
+        architecture="KvplanGolden",
+        get_num_kv_heads=lambda parallel: max(1, spec["num_kv_heads"] // tp),
+        get_head_size=lambda: 576 if "mla" in spec["layers"] else spec["head_dim"],
+        is_hybrid=state_kind is not None,
+        state_kind=state_kind,
+    )
+    object.__setattr__(cfg, "model_config", model)
+    cfg.cache_config.kv_cache_layout = "LBNHC"
+    # VllmConfig.__post_init__ on a GPU: the hybrid KV cache manager is on, except for models with chunked
+    # local attention (off unless VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1)
+    cfg.scheduler_config.disable_hybrid_kv_cache_manager = not case["hybrid_kv_cache_manager"]
+    if state_kind is not None:  # vLLM MambaModelConfig.verify_and_update_config
+        cc = cfg.cache_config
+        if cc.enable_prefix_caching:
+            cc.mamba_cache_mode = "align"
+            cc.mamba_block_size = cc.block_size
+        else:
+            cc.mamba_cache_mode = "none"
+            cc.mamba_block_size = case["max_model_len"]
+    return cfg
+
+
+class _GoldenModel:
+    """Stand-in for the model class ``_align_hybrid_block_size`` asks for its Mamba state shapes."""
+
+    spec: dict = {}
+    tp: int = 1
+
+    @classmethod
+    def get_mamba_state_shape_from_config(cls, vllm_config):
+        kind = vllm_config.model_config.state_kind
+        return state_shapes(kind, cls.spec[kind], cls.tp)[0]
+
+    @classmethod
+    def get_mamba_state_dtype_from_config(cls, vllm_config):
+        kind = vllm_config.model_config.state_kind
+        return state_shapes(kind, cls.spec[kind], cls.tp)[1]
+
+
+def align_hybrid(cfg: VllmConfig, spec: dict, tp: int) -> None:
+    """Run vLLM's own hybrid alignment (attention block size, Mamba page padding) for this geometry."""
+    from vllm.model_executor.models import ModelRegistry
+
+    _GoldenModel.spec, _GoldenModel.tp = spec, tp
+    gdn = cfg.model_config.state_kind == "gdn"
+    saved = (
+        ModelRegistry.resolve_model_cls,
+        Platform._find_non_ssm_backends,
+        mamba_abstract.get_mamba_prefill_checkpoint_alignment,
+    )
+    ModelRegistry.resolve_model_cls = lambda *a, **k: (_GoldenModel, "KvplanGolden")
+    Platform._find_non_ssm_backends = classmethod(lambda cls, vc: [FlashAttentionBackend])
+    # GDN prefill on FlashInfer (SM 9.0) exports checkpoints on a 64-token grid; Mamba-1/2 layers none
+    mamba_abstract.get_mamba_prefill_checkpoint_alignment = lambda vc: 64 if gdn else None
+    try:
+        Platform._align_hybrid_block_size(cfg, FlashAttentionBackend)
+    finally:
+        ModelRegistry.resolve_model_cls, Platform._find_non_ssm_backends = saved[0], saved[1]
+        mamba_abstract.get_mamba_prefill_checkpoint_alignment = saved[2]
+
+
+def pp_ranges(num_layers: int, pp: int) -> list[range]:
+    """vLLM ``distributed/utils.py get_pp_indices``: extra layers go to the stages before the last."""
+    from vllm.distributed.utils import get_pp_indices
+
+    return [range(*get_pp_indices(num_layers, rank, pp)) for rank in range(pp)]
+
+
+def layer_specs(spec: dict, cfg: VllmConfig, case: dict) -> dict:
+    """``{layer name: KVCacheSpec}`` of the whole model on one TP rank, as the layers build them."""
+    tp, fp8 = case["tp"], case["kv_dtype"] == "fp8"
+    cc = cfg.cache_config
+    block = cc.block_size
+    kv_torch = torch.uint8 if fp8 else torch.bfloat16  # vLLM STR_DTYPE_TO_TORCH_DTYPE["fp8"] = uint8
+    quant = get_kv_quant_mode(cc.cache_dtype)
+    out = {}
+    for i, kind in enumerate(spec["layers"]):
+        name = f"model.layers.{i}.attn"
+        if kind in ("full", "sliding", "chunked"):
+            heads, d, dv = layer_geometry(spec, i, kind)
+            common = dict(
+                num_kv_heads=max(1, heads // tp), head_size=d, head_size_v=dv, dtype=kv_torch, kv_quant_mode=quant
+            )
+            if kind == "full":
+                out[name] = FullAttentionSpec(block_size=block, **common)
+            elif kind == "sliding":
+                out[name] = SlidingWindowSpec(block_size=block, sliding_window=spec["sliding_window"], **common)
+            else:
+                common.pop("head_size_v")
+                out[name] = ChunkedLocalAttentionSpec(
+                    block_size=block, attention_chunk_size=spec["attention_chunk_size"], **common
+                )
+        elif kind == "mla":
+            latent = spec["mla"]["kv_lora_rank"] + spec["mla"]["qk_rope_head_dim"]
+            kw = dict(
+                block_size=block,
+                num_kv_heads=1,
+                max_tp_shards=1,
+                head_size=latent,
+                dtype=kv_torch,
+                cache_dtype_str=cc.cache_dtype,
+                kv_quant_mode=quant,
+            )
+            if fp8:  # FLASHMLA's fixed 64-token kernel blocks (vLLM v1/worker/utils.py customize_attention_spec)
+                kw["block_stride_alignment"] = MultipleOf(64)
+            out[name] = MLAAttentionSpec(**kw)
+        elif kind in STATE_KINDS:
+            shapes, dtypes = state_shapes(kind, spec[kind], tp)
+            mamba = MambaSpec(
+                shapes=shapes,
+                dtypes=dtypes,
+                block_size=cc.mamba_block_size,
+                page_size_padded=cc.mamba_page_size_padded,
+                mamba_cache_mode=cc.mamba_cache_mode,
+            )
+            if kind == "gdn" and cc.mamba_cache_mode == "align":  # qwen_gdn_linear_attn.py get_kv_cache_spec
+                from dataclasses import replace
+
+                mamba = replace(
+                    mamba, num_prefill_checkpoint_blocks=1, prefill_checkpoint_alignment=cc.mamba_block_size
+                )
+            out[name] = mamba
+    return out
+
+
+def run_case(geom_name: str, case: dict, budgets: list[int] | None) -> tuple[dict, dict]:
+    """vLLM's plan for one configuration at each budget (None: budgets around the fit point).
+
+    Returns:
+        (the configuration with its results per budget, its group layout).
+    """
+    spec = GEOMETRIES[geom_name]["spec"]
+    cfg = make_config(spec, case)
+    if cfg.model_config.is_hybrid:
+        align_hybrid(cfg, spec, case["tp"])
+    if "mla" in spec["layers"] and case["kv_dtype"] == "fp8":
+        cfg.cache_config.block_size = 64  # FLASHMLA get_preferred_block_size: its one kernel block size
+    whole = layer_specs(spec, cfg, case)
+    names = list(whole)
+    per_worker = [
+        {n: whole[n] for n in names if int(n.split(".")[2]) in r} for r in pp_ranges(len(spec["layers"]), case["pp"])
+    ]
+    groups = planning.get_global_kv_cache_groups(cfg, per_worker)
+    builder = get_kv_cache_config_builder(cfg)
+    projected = [planning._project_kv_cache_groups_to_worker(groups, w) for w in per_worker]
+    per_block = [planning._pool_bytes_per_block_from_builder(builder, cfg, g) for g in projected]
+    needed = [planning._max_memory_usage_bytes_from_groups(builder, cfg, g) for g in projected]
+    if budgets is None:
+        # exactly one request plus the null block, one byte less, and two fixed sizes
+        exact = max(n + b for n, b in zip(needed, per_block, strict=True))
+        budgets = sorted({exact, exact - 1, 4 * GIB, 40 * GIB})
+    group_rows = []
+    for g in groups:
+        first = next(iter(planning.iter_layer_specs(g.kv_cache_spec)))
+        group_rows.append(
+            dict(
+                kind=type(first).__name__,
+                layers=[int(n.split(".")[2]) for n in g.layer_names],
+                block_size=g.kv_cache_spec.block_size,
+                page_bytes=g.kv_cache_spec.page_size_bytes,
+            )
+        )
+    widest = max(len(g.layer_names) for g in groups)
+    layout = dict(
+        attention_block_size=cfg.cache_config.block_size,
+        mamba_page_size_padded=cfg.cache_config.mamba_page_size_padded,
+        padding_layers=sum(widest - len(g.layer_names) for g in groups),
+        groups=group_rows,
+    )
+    config = dict(
+        geometry=geom_name,
+        **case,
+        in_flight_tokens=cfg.max_in_flight_tokens,
+        bytes_per_block=per_block,
+        request_bytes=needed,
+        results=[],
+    )
+    for budget in budgets:
+        row = dict(budget=budget, num_blocks=min(budget // b for b in per_block))
+        check = [budget - b for b in per_block]
+        row["max_model_len_estimate"] = min(
+            planning._estimate_max_model_len_from_groups(builder, cfg, g, m) if m > 0 else 0
+            for g, m in zip(projected, check, strict=True)
+        )
+        try:
+            configs = planning.get_kv_cache_configs(cfg, per_worker, [budget] * case["pp"], groups)
+        except ValueError as e:
+            m = re.search(r"estimated maximum model length is (\d+)", str(e))
+            row.update(fits=False, error_estimate=int(m.group(1)) if m else 0)
+            config["results"].append(row)
+            continue
+        sched = generate_scheduler_kv_cache_config(configs)
+        assert sched.num_blocks == row["num_blocks"], (sched.num_blocks, row["num_blocks"])
+        participating = [g.kv_cache_spec.block_size for g in sched.kv_cache_groups if g.kv_cache_spec.prefix_cacheable]
+        tokens, concurrency = get_kv_cache_capacity(cfg, sched)
+        row.update(
+            fits=True,
+            block_size=min(participating),
+            kv_cache_size_tokens=tokens,
+            max_concurrency=concurrency,
+            log=(
+                f"GPU KV cache size: {tokens:,} tokens, Maximum concurrency for {case['max_model_len']:,} tokens "
+                f"per request: {concurrency:.2f}x"
+            ),
+        )
+        config["results"].append(row)
+    return config, layout
+
+
+def cases():
+    """Every (geometry, setting) the fixture covers."""
+    for name, g in GEOMETRIES.items():
+        layers = g["spec"]["layers"]
+        hybrid = any(k in STATE_KINDS for k in layers)
+        windowed = any(k in ("sliding", "chunked") for k in layers)
+        for tp in g["tps"]:
+            for pp in g.get("pps", [1]):
+                for dtype in KV_DTYPES:
+                    for length in LENGTHS:
+                        for mnbt in BATCHED:
+                            chunked = "chunked" in layers
+                            variants = [(True, True, not chunked)]
+                            if windowed and pp == 1:
+                                variants.append((False, True, not chunked))  # --no-async-scheduling
+                            if chunked:  # VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1
+                                variants += [(True, True, True), (False, True, True)]
+                            if hybrid and pp == 1:
+                                variants.append((True, False, True))  # --no-enable-prefix-caching
+                            for async_on, prefix, hma in variants:
+                                yield (
+                                    name,
+                                    dict(
+                                        tp=tp,
+                                        pp=pp,
+                                        kv_dtype=dtype,
+                                        max_model_len=length,
+                                        max_num_batched_tokens=mnbt,
+                                        async_scheduling=async_on,
+                                        prefix_caching=prefix,
+                                        hybrid_kv_cache_manager=hma,
+                                    ),
+                                )
+
+
+# The issue's worked examples, at their exact settings (budgets as --kv-cache-memory-bytes).
+EXAMPLES = [
+    ("mistral-7b-v0.1", dict(max_model_len=32768, max_num_batched_tokens=8192), [10 * GIB]),
+    ("jamba-v0.1", dict(max_model_len=4096, max_num_batched_tokens=8192), [10 * GIB]),
+    ("gemma3-27b", dict(max_model_len=32768, max_num_batched_tokens=8192), [20 * GIB]),
+]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(ROOT / "tests/fixtures/vllm_golden.json"))
+    args = ap.parse_args()
+    t0 = time.time()
+    configs, layouts, ids = [], {}, {}
+
+    def add(name: str, case: dict, budgets: list[int] | None, **extra) -> None:
+        config, layout = run_case(name, case, budgets)
+        key = json.dumps(layout, sort_keys=True)
+        if key not in ids:
+            ids[key] = str(len(ids))
+            layouts[ids[key]] = layout
+        configs.append(dict(config, layout=ids[key], **extra))
+
+    for name, case in cases():
+        add(name, case, None)
+    for name, over, budgets in EXAMPLES:
+        case = dict(
+            tp=1,
+            pp=1,
+            kv_dtype="bf16",
+            async_scheduling=True,
+            prefix_caching=True,
+            hybrid_kv_cache_manager=True,
+            **over,
+        )
+        add(name, case, budgets, example=True)
+    from vllm import _version
+
+    out = dict(
+        vllm_version=vllm.__version__,
+        vllm_commit=getattr(_version, "commit_id", None),
+        torch_version=torch.__version__,
+        generated_by="scripts/vllm_golden.py",
+        assumptions=(
+            "Hopper (SM 9.0) backends: FlashAttention MultipleOf(16) kernel blocks; MLA bf16 on FLASH_ATTN_MLA "
+            "(16-token blocks), fp8 on FLASHMLA (64); GDN prefill on FlashInfer (64-token checkpoint grid, one "
+            "checkpoint page per layer in align mode); LBNHC layout; Model Runner V2; budget given directly."
+        ),
+        geometries={k: {"spec": v["spec"], "tps": v["tps"], "pps": v.get("pps", [1])} for k, v in GEOMETRIES.items()},
+        layouts=layouts,
+        configs=configs,
+    )
+    rows = [r for c in configs for r in c["results"]]
+    text = json.dumps(out, separators=(",", ":"), sort_keys=False)
+    Path(args.out).write_text(text + "\n")
+    print(
+        f"{len(configs)} configurations, {len(rows)} rows, {len(text):,} bytes -> {args.out} "
+        f"({time.time() - t0:.1f} s)",
+        file=sys.stderr,
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,333 @@
+"""transformers 5.23 as a test oracle: how transformers itself reads a config.json and sizes its KV cache.
+
+:func:`read_with_transformers` builds transformers' own config object from a config.json mapping
+(``AutoConfig.for_model(model_type, **config)``; a multimodal config's decoder text config via
+``get_text_config(decoder=True)``), builds the causal LM on the ``meta`` device (no memory is allocated,
+shapes only), runs a 2-token forward into ``StaticCache(config=text_config, max_cache_len=N)`` and returns,
+per decoder layer, as plain frozen data:
+
+- ``layer_type``: the cache layer type transformers assigns (``transformers.cache_utils.get_layer_types_and_kwargs``,
+  called, not re-implemented: ``layer_types`` of the config, or inferred from ``sliding_window`` /
+  ``attention_chunk_size``; ``moe``/``mlp`` and KV-sharing consumers become ``dummy``);
+- ``window``: the ``sliding_window`` that function passes to a sliding / chunked cache layer;
+- ``mixer``: class name of the layer's token mixer (``LlamaAttention``, ``NemotronHMamba2Mixer`` ...);
+- ``num_kv_heads``, ``head_dim``, ``v_head_dim``: read from the key and value tensors the layer's attention
+  module hands to ``Cache.update`` (``[batch, heads, tokens, dim]``); for an MLA module (DeepSeek) those are
+  the latent (``kv_lora_rank``) and the rope key (``qk_rope_head_dim``), one "head" each;
+- ``tensors``: every tensor the StaticCache layer holds after the forward (keys, values, the DSA indexer keys,
+  conv and recurrent states), with shape and dtype, so bytes follow;
+- ``attends_as`` / ``shared_from``: for a layer whose cache is another layer's (``kv_sharing_modes`` 'reuse',
+  Gemma 4), its own attention type and the index of the 'store' layer of that type.
+
+The model is built in bfloat16, so cache tensors are bf16 unless a module keeps its state in another dtype
+(recorded per tensor). Nothing is shrunk: on the meta device a weight costs no memory and no time, the
+whole build and forward take well under a second per model (measured on a 2-core CPU), and leaving the
+config untouched means no layout key can be changed by mistake. Only ``quantization_config`` (how the
+checkpoint's weights are stored; it does not change the cache) is dropped before the build.
+
+Model types transformers 5.23 has no config class for are mapped by :data:`ORACLE_ALIASES` (each with
+its reason); any other unknown model_type raises :class:`OracleUnavailable`.
+
+Results are cached (``functools.lru_cache``) per (config, max_cache_len). torch and transformers are imported
+on first use only.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+# model_type transformers 5.23 has no class for -> (transformers model_type, key renames, reason).
+ORACLE_ALIASES: dict[str, tuple[str, dict[str, str], str]] = {
+    "kimi_k2": (
+        "deepseek_v3",
+        {},
+        "Kimi-K2 ships remote code; its config.json names DeepseekV3ForCausalLM in `architectures` and has "
+        "DeepseekV3Config's keys",
+    ),
+    "RefinedWebModel": (
+        "falcon",
+        {"n_layer": "num_hidden_layers", "n_head": "num_attention_heads", "n_head_kv": "num_kv_heads"},
+        "pre-transformers Falcon remote code (RWForCausalLM); FalconConfig is its port, with these key renames",
+    ),
+    "RefinedWeb": (
+        "falcon",
+        {"n_layer": "num_hidden_layers", "n_head": "num_attention_heads", "n_head_kv": "num_kv_heads"},
+        "pre-transformers Falcon remote code (RWForCausalLM); FalconConfig is its port, with these key renames",
+    ),
+}
+
+# Child attribute names under which a decoder layer keeps its token mixer (attention, Mamba, conv ...).
+_MIXER_NAMES = (
+    "self_attn",
+    "attn",
+    "attention",
+    "self_attention",
+    "linear_attn",
+    "mamba",
+    "mixer",
+    "conv",
+    "short_conv",
+    "token_mixer",
+)
+
+# Config attributes worth reporting, read from transformers' resolved text config (its defaults applied).
+_CONFIG_ATTRS = (
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "hidden_size",
+    "sliding_window",
+    "attention_chunk_size",
+    "kv_lora_rank",
+    "qk_rope_head_dim",
+    "index_head_dim",
+    "max_position_embeddings",
+    "num_kv_shared_layers",
+)
+
+
+class OracleUnavailable(Exception):
+    """transformers 5.23 cannot build this config (no config class, or the meta build/forward failed)."""
+
+
+@dataclass(frozen=True)
+class OracleTensor:
+    """One tensor of a StaticCache layer: ``name`` (keys, values, indexer_keys, conv_states[i],
+    recurrent_states[i]), ``shape`` with the batch dimension (batch = 1), ``dtype`` (``bfloat16`` ...)."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    itemsize: int
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the tensor would take (elements × itemsize)."""
+        n = self.itemsize
+        for d in self.shape:
+            n *= d
+        return n
+
+
+@dataclass(frozen=True)
+class OracleLayer:
+    """transformers' reading of one decoder layer (see the module docstring)."""
+
+    index: int
+    layer_type: str
+    cache_layer: str
+    mixer: str
+    window: int | None
+    num_kv_heads: int | None
+    head_dim: int | None
+    v_head_dim: int | None
+    tensors: tuple[OracleTensor, ...]
+    attends_as: str | None = None
+    shared_from: int | None = None
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of all this layer's StaticCache tensors."""
+        return sum(t.nbytes for t in self.tensors)
+
+    def tensor(self, prefix: str) -> OracleTensor | None:
+        """The first tensor whose name starts with ``prefix`` (``conv``, ``recurrent``, ``keys`` ...)."""
+        return next((t for t in self.tensors if t.name.startswith(prefix)), None)
+
+
+@dataclass(frozen=True)
+class OracleReading:
+    """transformers' reading of a whole config.json.
+
+    Attributes:
+        model_type: the model_type transformers built (after :data:`ORACLE_ALIASES`).
+        text_model_type: the decoder config's model_type (``gemma3_text`` inside ``gemma3``).
+        config_class, model_class: transformers class names used.
+        max_cache_len: N given to StaticCache.
+        method: how the shapes were obtained (``meta forward``).
+        layers: one :class:`OracleLayer` per decoder layer.
+        config: selected attributes of the resolved text config (:data:`_CONFIG_ATTRS`), class defaults applied.
+        notes: anything the oracle did to the config (alias used, keys dropped).
+    """
+
+    model_type: str
+    text_model_type: str
+    config_class: str
+    model_class: str
+    max_cache_len: int
+    method: str
+    layers: tuple[OracleLayer, ...]
+    config: tuple[tuple[str, Any], ...] = field(default=())
+    notes: tuple[str, ...] = ()
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the whole StaticCache (batch 1)."""
+        return sum(layer.nbytes for layer in self.layers)
+
+    def attr(self, name: str) -> Any:
+        """A resolved config attribute from :attr:`config` (None when the class has none)."""
+        return dict(self.config).get(name)
+
+
+def read_with_transformers(config: dict, max_cache_len: int) -> OracleReading:
+    """transformers 5.23's reading of a parsed config.json (see the module docstring).
+
+    Raises:
+        OracleUnavailable: transformers has no class for the model_type, or building / running it failed
+            (the message says which step and why).
+    """
+    return _read_cached(json.dumps(config, sort_keys=True), max_cache_len)
+
+
+@functools.lru_cache(maxsize=None)
+def _read_cached(config_json: str, max_cache_len: int) -> OracleReading:
+    import torch
+    import transformers
+    from transformers import AutoConfig, AutoModelForCausalLM, StaticCache
+    from transformers.cache_utils import get_layer_types_and_kwargs
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    transformers.logging.set_verbosity_error()
+    raw = json.loads(config_json)
+    notes: list[str] = []
+    model_type = raw.pop("model_type", None)
+    if model_type in ORACLE_ALIASES and model_type not in CONFIG_MAPPING_NAMES:
+        target, renames, reason = ORACLE_ALIASES[model_type]
+        notes.append(f"model_type {model_type!r} built as {target!r}: {reason}")
+        for old, new in renames.items():
+            if old in raw and new not in raw:
+                raw[new] = raw.pop(old)
+        model_type = target
+    if model_type not in CONFIG_MAPPING_NAMES:
+        raise OracleUnavailable(f"transformers {transformers.__version__} has no config class for {model_type!r}")
+    if raw.pop("quantization_config", None) is not None:
+        notes.append("quantization_config dropped (weight storage only)")
+    try:
+        full = AutoConfig.for_model(model_type, **raw)
+        text = full.get_text_config(decoder=True)
+    except Exception as e:  # noqa: BLE001 - reported as the oracle being unavailable
+        raise OracleUnavailable(f"{model_type}: building the config failed: {type(e).__name__}: {e}") from e
+    text = copy.deepcopy(text)
+    text._attn_implementation = "eager"  # the plain path: K and V reach the cache exactly as computed
+
+    layer_types, layer_kwargs = get_layer_types_and_kwargs(text)
+    try:
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(text, dtype=torch.bfloat16)
+    except Exception as e:  # noqa: BLE001
+        raise OracleUnavailable(f"{model_type}: building the model on meta failed: {type(e).__name__}: {e}") from e
+
+    cache = StaticCache(config=text, max_cache_len=max_cache_len)
+    seen: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+    update = cache.update
+
+    def recording_update(key_states, value_states, layer_idx, *args, **kwargs):
+        if key_states is not None and value_states is not None:
+            seen.setdefault(layer_idx, (tuple(key_states.shape), tuple(value_states.shape)))
+        return update(key_states, value_states, layer_idx, *args, **kwargs)
+
+    cache.update = recording_update
+    ids = torch.zeros((1, 2), dtype=torch.long, device="meta")
+    try:
+        with torch.no_grad():
+            model(input_ids=ids, past_key_values=cache, use_cache=True)
+    except Exception as e:  # noqa: BLE001
+        raise OracleUnavailable(f"{model_type}: the 2-token meta forward failed: {type(e).__name__}: {e}") from e
+
+    n = text.num_hidden_layers
+    blocks = _decoder_layers(model, n)
+    sharing = getattr(text, "kv_sharing_modes", None) or [None] * n
+    base_types = list(getattr(text, "layer_types", None) or layer_types)
+    layers = []
+    for i, (layer_type, kwargs, cache_layer) in enumerate(zip(layer_types, layer_kwargs, cache.layers, strict=True)):
+        k, v = seen.get(i, (None, None))
+        attends_as = shared_from = None
+        if sharing[i] == "reuse":
+            attends_as = base_types[i]
+            stores = [j for j in range(n) if sharing[j] == "store" and base_types[j] == attends_as]
+            shared_from = stores[0] if stores else None
+        layers.append(
+            OracleLayer(
+                index=i,
+                layer_type=layer_type,
+                cache_layer=type(cache_layer).__name__,
+                mixer=_mixer_name(blocks[i]) if blocks is not None else "",
+                window=kwargs.get("sliding_window"),
+                num_kv_heads=k[1] if k else None,
+                head_dim=k[-1] if k else None,
+                v_head_dim=v[-1] if v else None,
+                tensors=_layer_tensors(cache_layer),
+                attends_as=attends_as,
+                shared_from=shared_from,
+            )
+        )
+    return OracleReading(
+        model_type=model_type,
+        text_model_type=str(getattr(text, "model_type", model_type)),
+        config_class=type(text).__name__,
+        model_class=type(model).__name__,
+        max_cache_len=max_cache_len,
+        method="meta forward",
+        layers=tuple(layers),
+        config=tuple((a, _plain(_attr(text, a))) for a in _CONFIG_ATTRS),
+        notes=tuple(notes),
+    )
+
+
+def _attr(config, name: str) -> Any:
+    """``getattr(config, name, None)``; a heterogeneous config (per-layer values, Gemma 4) raises on a
+    global read of a per-layer attribute: reported as ``"per-layer"``."""
+    try:
+        return getattr(config, name, None)
+    except Exception:  # noqa: BLE001 - transformers' AmbiguousGlobalPerLayerAttributeError
+        return "per-layer"
+
+
+def _plain(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return tuple(_plain(v) for v in value)
+    return str(value)
+
+
+def _decoder_layers(model, n: int):
+    """The ModuleList of the ``n`` decoder layers (``model.layers``, ``transformer.h`` ...), or None."""
+    import torch
+
+    for _, module in model.named_modules():
+        if isinstance(module, torch.nn.ModuleList) and len(module) == n:
+            return module
+    return None
+
+
+def _mixer_name(block) -> str:
+    children = dict(block.named_children())
+    for name in _MIXER_NAMES:
+        if name in children:
+            return type(children[name]).__name__
+    return ""
+
+
+def _tensor(name: str, t) -> OracleTensor:
+    return OracleTensor(name, tuple(int(d) for d in t.shape), str(t.dtype).removeprefix("torch."), t.element_size())
+
+
+def _layer_tensors(layer) -> tuple[OracleTensor, ...]:
+    out = []
+    for name in ("keys", "values", "indexer_keys"):
+        t = getattr(layer, name, None)
+        if t is not None:
+            out.append(_tensor(name, t))
+    for name in ("conv_states", "recurrent_states"):
+        states = getattr(layer, name, None) or {}
+        for idx, t in sorted(states.items()):
+            if t is not None:
+                out.append(_tensor(f"{name}[{idx}]", t))
+    return tuple(out)

@@ -1,0 +1,381 @@
+"""GGUF files: the cache layout from the metadata (as llama.cpp's load_hparams reads it), weights from the
+tensor infos. Every file is written here with gguf.GGUFWriter, with tiny tensors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+gguf = pytest.importorskip("gguf")
+np = pytest.importorskip("numpy")
+
+from kvplan import calc  # noqa: E402
+from kvplan.errors import SpecError  # noqa: E402
+from kvplan.readers.gguf import load_gguf, read_gguf  # noqa: E402
+from kvplan.specs import load_bundled, load_model  # noqa: E402
+
+Q = gguf.GGMLQuantizationType
+
+# (name, ggml type, byte shape of the data written) -> elements, bytes
+TINY_TENSORS = [
+    ("token_embd.weight", Q.F16, (4, 8)),  # 32 elements, 64 B
+    ("blk.0.attn_q.weight", Q.Q4_K, (1, 144)),  # one Q4_K block: 256 elements in 144 B
+    ("blk.0.attn_k.weight", Q.Q8_0, (1, 34)),  # one Q8_0 block: 32 elements in 34 B
+    ("output_norm.weight", Q.F32, (16,)),  # 16 elements, 64 B
+]
+TINY_ELEMENTS = 32 + 256 + 32 + 16
+TINY_BYTES = 64 + 144 + 34 + 64
+
+
+def write_gguf(path, arch: str, keys: dict, tensors=TINY_TENSORS, extra=None):
+    """A GGUF with ``general.architecture`` = arch, ``{arch}.KEY`` = value for each of ``keys``, and tensors."""
+    w = gguf.GGUFWriter(str(path), arch)
+    for key, value in keys.items():
+        full = f"{arch}.{key}"
+        if isinstance(value, list):
+            w.add_array(full, value)
+        elif isinstance(value, bool):
+            w.add_bool(full, value)
+        else:
+            w.add_uint32(full, value)
+    for key, value in (extra or {}).items():
+        w.add_key_value(key, value[0], value[1])
+    for name, qtype, shape in tensors:
+        if qtype == Q.F16:
+            data = np.zeros(shape, dtype=np.float16)
+        elif qtype == Q.F32:
+            data = np.zeros(shape, dtype=np.float32)
+        else:
+            data = np.zeros(shape, dtype=np.uint8)
+        w.add_tensor(name, data, raw_dtype=None if qtype in (Q.F16, Q.F32) else qtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+LLAMA3_8B = {
+    "block_count": 32,
+    "context_length": 8192,
+    "embedding_length": 4096,
+    "feed_forward_length": 14336,
+    "attention.head_count": 32,
+    "attention.head_count_kv": 8,
+    "rope.dimension_count": 128,
+}
+
+
+@pytest.fixture
+def llama_gguf(tmp_path):
+    return write_gguf(tmp_path / "Meta-Llama-3-8B-Q4_K_M.gguf", "llama", LLAMA3_8B)
+
+
+def test_llama3_8b_gives_536_870_912_bytes_at_4096_tokens_f16(llama_gguf):
+    spec = load_model(str(llama_gguf))
+    assert spec.name == "Meta-Llama-3-8B-Q4_K_M"  # the file's stem
+    assert spec.dtype == "fp16"  # llama.cpp's default cache type
+    assert spec.layer_kinds == ("full",) * 32 and spec.max_model_len == 8192
+    est = calc.estimate(spec, 4096)
+    assert est.kv_dtype == "fp16" and est.total_bytes == 536_870_912
+
+
+def test_weight_bytes_are_the_tensor_infos(llama_gguf):
+    spec = load_gguf(llama_gguf)
+    assert spec.weights_bytes == TINY_BYTES  # quantized types at their block sizes
+    assert spec.param_count == TINY_ELEMENTS
+    _, tensors = read_gguf(llama_gguf)
+    assert {t.type_name for t in tensors} == {"F16", "Q4_K", "Q8_0", "F32"}
+    assert sum(t.n_bytes for t in tensors) == TINY_BYTES
+
+
+def test_fit_takes_weights_from_the_tensor_infos(cli, llama_gguf):
+    code, out, err = cli("fit", llama_gguf, "--gpu", "l4", "--engine", "llamacpp", "--json")
+    assert code == 0, err
+    r = json.loads(out)
+    assert r["weights_bytes"] == TINY_BYTES and r["weights_dtype"] == "checkpoint"
+    code, out, _ = cli("fit", llama_gguf, "--gpu", "l4", "--tp", "2", "--json")
+    assert json.loads(out)["weights_bytes"] == -(-TINY_BYTES // 2)
+    # --weights-dtype overrides them with param_count x the dtype
+    code, out, _ = cli("fit", llama_gguf, "--gpu", "l4", "--weights-dtype", "bf16", "--json")
+    assert json.loads(out)["weights_bytes"] == 2 * TINY_ELEMENTS
+
+
+def test_cli_estimate_names_the_file_stem(cli, llama_gguf):
+    code, out, err = cli("estimate", llama_gguf, "--seq", "4096")
+    assert code == 0, err
+    assert out.startswith("Meta-Llama-3-8B-Q4_K_M: 4,096 tokens × 1 request(s), KV fp16")
+    assert "KV cache: 536,870,912 B (0.5 GiB, 0.537 GB)" in out
+
+
+def test_qwen3_explicit_key_length(tmp_path):
+    # Qwen3-4B: hidden 2560 / 32 heads = 80, but key_length says 128
+    keys = {
+        "block_count": 36,
+        "context_length": 40960,
+        "embedding_length": 2560,
+        "attention.head_count": 32,
+        "attention.head_count_kv": 8,
+        "attention.key_length": 128,
+        "attention.value_length": 128,
+    }
+    spec = load_gguf(write_gguf(tmp_path / "qwen3-4b.gguf", "qwen3", keys))
+    assert spec.head_dim == 128 and spec.num_kv_heads == 8 and spec.num_layers == 36
+    assert calc.estimate(spec, 1).total_bytes == 36 * 8 * (128 + 128) * 2
+
+
+GEMMA3_27B = {
+    "block_count": 62,
+    "context_length": 131072,
+    "embedding_length": 5376,
+    "attention.head_count": 32,
+    "attention.head_count_kv": 16,
+    "attention.key_length": 128,
+    "attention.value_length": 128,
+    "attention.sliding_window": 1024,
+}
+
+
+def test_gemma3_five_of_six_layers_slide(tmp_path):
+    spec = load_gguf(write_gguf(tmp_path / "gemma-3-27b-it.gguf", "gemma3", GEMMA3_27B))
+    kinds = spec.layer_kinds
+    assert [i for i, k in enumerate(kinds) if k == "full"] == [5, 11, 17, 23, 29, 35, 41, 47, 53, 59]
+    assert kinds.count("sliding") == 52 and spec.sliding_window == 1024
+    # the bundled spec (bf16: the same 2 bytes per value as llama.cpp's f16) gives the same bytes
+    assert calc.estimate(spec, 131072).total_bytes == calc.estimate(load_bundled("gemma3-27b"), 131072).total_bytes
+    assert calc.estimate(spec, 131072).total_bytes == 11_173_625_856
+
+
+def test_gemma3_without_sliding_window_is_refused(tmp_path):
+    keys = {k: v for k, v in GEMMA3_27B.items() if k != "attention.sliding_window"}
+    with pytest.raises(SpecError, match=r"gemma3\.attention\.sliding_window is missing"):
+        load_gguf(write_gguf(tmp_path / "g.gguf", "gemma3", keys))
+
+
+def test_sliding_window_pattern_array_wins(tmp_path):
+    pattern = [i % 2 == 0 for i in range(62)]  # every even layer slides
+    keys = {**GEMMA3_27B, "attention.sliding_window_pattern": pattern}
+    spec = load_gguf(write_gguf(tmp_path / "g.gguf", "gemma3", keys))
+    assert spec.layer_kinds == tuple("sliding" if s else "full" for s in pattern)
+
+
+def test_swa_head_dims(tmp_path):
+    keys = {**GEMMA3_27B, "attention.key_length_swa": 64, "attention.value_length_swa": 64}
+    spec = load_gguf(write_gguf(tmp_path / "g.gguf", "gemma3", keys))
+    assert {(layer.kind, layer.head_dim, layer.v_head_dim) for layer in spec.layers} == {
+        ("full", 128, 128),
+        ("sliding", 64, 64),
+    }
+
+
+@pytest.mark.parametrize(
+    "arch, keys, expect",
+    [
+        # gemma2: every other layer slides (layer 0 first), window 4096 unless the file says otherwise
+        ("gemma2", {}, (("sliding", "full") * 2, 4096)),
+        ("gpt-oss", {"attention.sliding_window": 128}, (("sliding", "full") * 2, 128)),
+        ("cohere2", {"attention.sliding_window": 4096}, (("sliding",) * 3 + ("full",), 4096)),
+        # olmo2 slides only with a window in the file
+        ("olmo2", {}, (("full",) * 4, None)),
+        ("olmo2", {"attention.sliding_window": 4096}, (("sliding",) * 3 + ("full",), 4096)),
+        # phi3: llama.cpp switches SWA off
+        ("phi3", {"attention.sliding_window": 2047}, (("full",) * 4, None)),
+        # llama: a sliding_window key is not read by llama.cpp for this architecture
+        ("llama", {"attention.sliding_window": 4096}, (("full",) * 4, None)),
+    ],
+)
+def test_architecture_swa_periods(tmp_path, arch, keys, expect):
+    base = {"block_count": 4, "context_length": 8192, "embedding_length": 512, "attention.head_count": 8}
+    spec = load_gguf(write_gguf(tmp_path / "m.gguf", arch, {**base, "attention.head_count_kv": 2, **keys}))
+    assert (spec.layer_kinds, spec.sliding_window) == expect
+
+
+def test_llama4_chunked(tmp_path):
+    base = {"block_count": 8, "context_length": 1 << 20, "embedding_length": 5120, "attention.head_count": 40}
+    spec = load_gguf(write_gguf(tmp_path / "scout.gguf", "llama4", {**base, "attention.head_count_kv": 8}))
+    assert spec.layer_kinds == ("chunked",) * 3 + ("full",) + ("chunked",) * 3 + ("full",)
+    assert spec.attention_chunk_size == 8192
+    spec = load_gguf(
+        write_gguf(
+            tmp_path / "nochunk.gguf", "llama4", {**base, "attention.head_count_kv": 8, "attention.sliding_window": 0}
+        )
+    )
+    assert spec.layer_kinds == ("full",) * 8
+
+
+DEEPSEEK_V3 = {
+    "block_count": 61,
+    "context_length": 163840,
+    "embedding_length": 7168,
+    "attention.head_count": 128,
+    "attention.head_count_kv": 1,
+    "attention.key_length": 576,
+    "attention.value_length": 512,
+    "attention.key_length_mla": 192,
+    "attention.value_length_mla": 128,
+    "attention.kv_lora_rank": 512,
+    "attention.q_lora_rank": 1536,
+    "rope.dimension_count": 64,
+    "leading_dense_block_count": 3,
+}
+
+
+def test_deepseek2_mla_latent(tmp_path):
+    spec = load_gguf(write_gguf(tmp_path / "DeepSeek-V3-Q4_K_M.gguf", "deepseek2", DEEPSEEK_V3))
+    assert spec.layer_kinds == ("mla",) * 61
+    assert (spec.mla.kv_lora_rank, spec.mla.qk_rope_head_dim) == (512, 64)
+    assert calc.estimate(spec, 1).total_bytes == 61 * 576 * 2
+    assert calc.estimate(spec, 4096).total_bytes == calc.estimate(load_bundled("deepseek-v3"), 4096).total_bytes
+
+
+def test_deepseek2_without_mla_keys_caches_per_head(tmp_path):
+    # GGUFs converted before llama.cpp's MLA cache: per-head K (192) and V (128), as llama.cpp then allocates
+    keys = {k: v for k, v in DEEPSEEK_V3.items() if not k.endswith("_mla")}
+    keys.update({"attention.head_count_kv": 128, "attention.key_length": 192, "attention.value_length": 128})
+    spec = load_gguf(write_gguf(tmp_path / "old.gguf", "deepseek2", keys))
+    assert spec.layer_kinds == ("full",) * 61
+    assert calc.estimate(spec, 1).total_bytes == 61 * 128 * (192 + 128) * 2
+
+
+JAMBA = {
+    "block_count": 32,
+    "context_length": 262144,
+    "embedding_length": 4096,
+    "attention.head_count": 32,
+    "attention.head_count_kv": [8 if i % 8 == 4 else 0 for i in range(32)],
+    "ssm.conv_kernel": 4,
+    "ssm.inner_size": 8192,
+    "ssm.state_size": 16,
+    "ssm.time_step_rank": 256,
+}
+
+
+def test_jamba_hybrid(tmp_path):
+    spec = load_gguf(write_gguf(tmp_path / "jamba.gguf", "jamba", JAMBA))
+    bundled = load_bundled("jamba-v0.1")
+    assert spec.layer_kinds == bundled.layer_kinds  # attention on layers 4, 12, 20, 28; Mamba elsewhere
+    layer = spec.layers[0]
+    assert layer.kind == "mamba" and (layer.state.d_inner, layer.state.d_conv, layer.state.d_state) == (8192, 4, 16)
+    # llama.cpp keeps recurrent state in f32
+    assert layer.state.conv_dtype == "fp32" and layer.state.ssm_dtype == "fp32"
+    per_kind = {g.kind: g for g in calc.estimate(spec, 4096).groups}
+    assert per_kind["full"].bytes == 4 * 8 * 256 * 2 * 4096
+    assert per_kind["mamba"].bytes == 28 * (8192 * 3 + 8192 * 16) * 4
+
+
+def test_granitehybrid_mamba2(tmp_path):
+    keys = {
+        "block_count": 4,
+        "context_length": 131072,
+        "embedding_length": 1536,
+        "attention.head_count": 12,
+        "attention.head_count_kv": [0, 0, 0, 4],
+        "ssm.conv_kernel": 4,
+        "ssm.inner_size": 3072,
+        "ssm.state_size": 128,
+        "ssm.time_step_rank": 48,
+        "ssm.group_count": 1,
+    }
+    spec = load_gguf(write_gguf(tmp_path / "granite.gguf", "granitehybrid", keys))
+    assert spec.layer_kinds == ("mamba2", "mamba2", "mamba2", "full")
+    st = spec.layers[0].state
+    assert (st.num_heads, st.head_dim, st.d_state, st.n_groups, st.d_conv) == (48, 64, 128, 1, 4)
+
+
+def test_nemotron_h_mlp_only_layers_cache_nothing(tmp_path):
+    keys = {
+        "block_count": 4,
+        "context_length": 8192,
+        "embedding_length": 1024,
+        "attention.head_count": 8,
+        "attention.head_count_kv": [0, 2, 0, 0],
+        "feed_forward_length": [0, 0, 4096, 0],
+        "ssm.conv_kernel": 4,
+        "ssm.inner_size": 2048,
+        "ssm.state_size": 128,
+        "ssm.time_step_rank": 32,
+        "ssm.group_count": 8,
+    }
+    spec = load_gguf(write_gguf(tmp_path / "nemo.gguf", "nemotron_h", keys))
+    assert spec.layer_kinds == ("mamba2", "full", "none", "mamba2")
+
+
+def test_per_layer_kv_heads(tmp_path):
+    keys = {**LLAMA3_8B, "block_count": 4, "attention.head_count_kv": [8, 4, 8, 2]}
+    spec = load_gguf(write_gguf(tmp_path / "m.gguf", "llama", keys))
+    assert [layer.num_kv_heads for layer in spec.layers] == [8, 4, 8, 2]
+
+
+@pytest.mark.parametrize(
+    "arch, message",
+    [
+        ("falcon-h1", r"'falcon-h1' runs attention and Mamba-2 in parallel"),
+        ("mamba", r"'mamba' is a pure state-space model"),
+        ("rwkv7", r"GGUF architecture 'rwkv7'.*will not guess; known: .*write a spec YAML instead"),
+    ],
+)
+def test_unknown_or_unsupported_architectures_are_refused(tmp_path, arch, message):
+    with pytest.raises(SpecError, match=message):
+        load_gguf(write_gguf(tmp_path / "m.gguf", arch, LLAMA3_8B))
+
+
+def test_missing_key_names_file_and_key(tmp_path):
+    keys = {k: v for k, v in LLAMA3_8B.items() if k != "block_count"}
+    path = write_gguf(tmp_path / "m.gguf", "llama", keys)
+    with pytest.raises(SpecError, match=r"m\.gguf: llama\.block_count is missing$"):
+        load_gguf(path)
+
+
+@pytest.mark.parametrize(
+    "content", [b"", b"GGUF", b"not a gguf at all, just text", b"GGUF\x03\x00\x00\x00" + b"\xff" * 40]
+)
+def test_unreadable_files_are_one_line_exit_2(cli, tmp_path, content):
+    p = tmp_path / "broken.gguf"
+    p.write_bytes(content)
+    code, out, err = cli("estimate", p, "--seq", "1")
+    assert (code, out) == (2, "")
+    assert err.startswith(f"kvplan: error: {p}: not a readable GGUF file") and err.count("\n") == 1
+
+
+def test_a_gguf_without_the_suffix_is_recognized(tmp_path, llama_gguf):
+    blob = tmp_path / "sha256-abc"  # Ollama's blob store names files by digest
+    blob.write_bytes(llama_gguf.read_bytes())
+    assert calc.estimate(load_model(str(blob)), 4096).total_bytes == 536_870_912
+
+
+def test_split_gguf_sums_every_shard(tmp_path):
+    first = write_gguf(
+        tmp_path / "big-00001-of-00002.gguf",
+        "llama",
+        LLAMA3_8B,
+        extra={"split.count": (2, gguf.GGUFValueType.UINT16), "split.no": (0, gguf.GGUFValueType.UINT16)},
+    )
+    with pytest.raises(SpecError, match=r"split GGUF of 2 files but big-00002-of-00002\.gguf is missing"):
+        load_gguf(first)
+    write_gguf(tmp_path / "big-00002-of-00002.gguf", "llama", LLAMA3_8B, tensors=TINY_TENSORS[:1])
+    spec = load_gguf(first)
+    assert spec.name == "big" and spec.weights_bytes == TINY_BYTES + 64
+
+
+def test_large_tokenizer_arrays_are_skipped_fast(tmp_path):
+    import time
+
+    p = tmp_path / "tok.gguf"
+    w = gguf.GGUFWriter(str(p), "llama")
+    for key, value in LLAMA3_8B.items():
+        if key != "attention.head_count_kv":
+            w.add_uint32(f"llama.{key}", value)
+    w.add_array("llama.attention.head_count_kv", [8] * 32)  # a numeric array kvplan reads
+    w.add_token_list([f"t{i}" for i in range(100_000)])
+    w.add_token_types([1] * 100_000)
+    w.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float16))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    t0 = time.perf_counter()
+    meta, _ = read_gguf(p)
+    assert time.perf_counter() - t0 < 3.0  # the stock reader takes ~6 s on these arrays
+    assert meta["llama.attention.head_count_kv"] == [8] * 32
+    assert not any(k.startswith("tokenizer.") for k in meta)

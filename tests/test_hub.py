@@ -1,0 +1,307 @@
+"""Hugging Face repo ids as MODEL: bundled hf_repo, then the local cache, then the Hub. No network: every
+cache is built here in the Hub's layout (models--ORG--NAME/{refs,snapshots}), with HF_HUB_OFFLINE=1 unless
+a test stands in for huggingface_hub's download functions."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+
+from kvplan import calc
+from kvplan.errors import SpecError
+from kvplan.readers import hub
+from kvplan.specs import load_model
+
+from .conftest import FIXTURES
+
+LLAMA31_8B = json.loads((FIXTURES / "hf_configs" / "llama3.1-8b.json").read_text())
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+def add_to_cache(cache, repo: str, files: dict[str, bytes | str], revision: str = "main", commit: str = COMMIT):
+    """Put ``files`` in ``cache`` as huggingface_hub lays a download out."""
+    folder = cache / f"models--{repo.replace('/', '--')}"
+    (folder / "refs").mkdir(parents=True, exist_ok=True)
+    (folder / "refs" / revision).write_text(commit)
+    snap = folder / "snapshots" / commit
+    for name, content in files.items():
+        path = snap / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, str):
+            path.write_text(content)
+        else:
+            path.write_bytes(content)
+    return snap
+
+
+def safetensors(tensors: dict[str, tuple[str, list[int], int]]) -> bytes:
+    """A safetensors file: header {name: dtype, shape, data_offsets} and zero bytes of data."""
+    header, offset = {}, 0
+    for name, (dtype, shape, nbytes) in tensors.items():
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
+    raw = json.dumps(header).encode()
+    return struct.pack("<Q", len(raw)) + raw + b"\0" * offset
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    root = tmp_path / "hf-cache"
+    root.mkdir()
+    monkeypatch.setenv("HF_HUB_CACHE", str(root))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    return root
+
+
+# --- parsing --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "ref, ok",
+    [
+        ("meta-llama/Llama-3.1-8B", True),
+        ("acme/my-llama@v1.0", True),
+        ("acme/my-llama@0123456789abcdef0123456789abcdef01234567", True),
+        ("Qwen/Qwen2.5-7B", True),
+        ("llama3-8b", False),
+        ("models/config.json", False),
+        ("specs/my-model.yaml", False),
+        ("weights/model.gguf", False),
+        ("a/b/c", False),
+        ("/abs/path", False),
+        ("./rel/path", False),
+        ("org/..", False),
+        ("org/name with space", False),
+    ],
+)
+def test_is_repo_id(ref, ok):
+    assert hub.is_repo_id(ref) is ok
+
+
+def test_parse_revision():
+    assert hub.parse_repo_id("acme/my-llama@v1") == ("acme/my-llama", "v1")
+    assert hub.parse_repo_id("acme/my-llama") == ("acme/my-llama", None)
+
+
+# --- resolution order -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ref", ["meta-llama/Llama-3.1-8B", "META-LLAMA/llama-3.1-8b"])
+def test_bundled_hf_repo_resolves_without_the_hub(cache, monkeypatch, ref):
+    monkeypatch.setattr(hub, "_hub", lambda: pytest.fail("huggingface_hub must not be needed"))
+    spec = load_model(ref)
+    assert spec.name == "llama3.1-8b"
+
+
+def test_cached_config_is_read_offline(cli, cache):
+    add_to_cache(cache, "acme/my-llama", {"config.json": json.dumps(LLAMA31_8B)})
+    code, out, err = cli("estimate", "acme/my-llama", "--seq", "4096")
+    assert code == 0, err
+    assert out.startswith("acme/my-llama: 4,096 tokens × 1 request(s), KV bf16")
+    assert "KV cache: 536,870,912 B (0.5 GiB, 0.537 GB)" in out
+    spec = load_model("acme/my-llama")
+    assert spec.hf_repo == "acme/my-llama"
+    assert spec.source == "https://huggingface.co/acme/my-llama/blob/main/config.json"
+
+
+def test_revision_reads_that_ref(cache):
+    add_to_cache(cache, "acme/my-llama", {"config.json": json.dumps(LLAMA31_8B)})
+    other = {**LLAMA31_8B, "num_hidden_layers": 16}
+    add_to_cache(cache, "acme/my-llama", {"config.json": json.dumps(other)}, revision="v2", commit="f" * 40)
+    assert load_model("acme/my-llama").num_layers == 32
+    spec = load_model("acme/my-llama@v2")
+    assert spec.num_layers == 16 and spec.name == "acme/my-llama@v2"
+
+
+def test_a_revision_of_a_bundled_repo_reads_that_revision(cache):
+    add_to_cache(
+        cache,
+        "meta-llama/Llama-3.1-8B",
+        {"config.json": json.dumps({**LLAMA31_8B, "num_hidden_layers": 2})},
+        revision="v9",
+    )
+    assert load_model("meta-llama/Llama-3.1-8B@v9").num_layers == 2
+
+
+def test_hf_home_is_honoured(tmp_path, monkeypatch):
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.delenv("HUGGINGFACE_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    add_to_cache(tmp_path / "home" / "hub", "acme/my-llama", {"config.json": json.dumps(LLAMA31_8B)})
+    assert hub.hub_cache_dir() == tmp_path / "home" / "hub"
+    assert load_model("acme/my-llama").num_layers == 32
+
+
+def test_offline_and_not_cached_is_one_line_with_the_download_command(cli, cache):
+    code, out, err = cli("estimate", "meta-llama/Llama-3.1-70B-Instruct", "--seq", "4k")
+    assert (code, out) == (2, "")
+    assert err.count("\n") == 1
+    assert err.startswith("kvplan: error: meta-llama/Llama-3.1-70B-Instruct: not a bundled model, and its config.json")
+    assert "HF_HUB_OFFLINE is set; download it with: hf download meta-llama/Llama-3.1-70B-Instruct config.json" in err
+    assert "close bundled models: meta-llama/Llama-3.1-70B (bundled as llama3.1-70b)" in err
+
+
+def test_offline_revision_in_the_download_command(cache):
+    with pytest.raises(SpecError, match=r"hf download acme/x config\.json --revision v3"):
+        load_model("acme/x@v3")
+
+
+def test_invalid_cached_config_names_the_hub_url(cache):
+    add_to_cache(cache, "acme/broken", {"config.json": "{not json"})
+    with pytest.raises(SpecError, match=r"^https://huggingface\.co/acme/broken/blob/main/config\.json: malformed JSON"):
+        load_model("acme/broken")
+
+
+def test_existing_paths_win_over_repo_ids(tmp_path, monkeypatch, cache):
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "acme" / "local"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(LLAMA31_8B))
+    spec = load_model("acme/local")  # a folder holding config.json, not a repo id
+    assert spec.name == "local"
+
+
+def test_config_file_stem_is_the_display_name(tmp_path):
+    p = tmp_path / "my-model.json"
+    p.write_text(json.dumps(LLAMA31_8B))
+    assert load_model(str(p)).name == "my-model"
+
+
+# --- weights from safetensors headers -------------------------------------------------------------
+
+SHARD1 = {"model.embed_tokens.weight": ("BF16", [128, 64], 128 * 64 * 2), "lm_head.weight": ("BF16", [128, 64], 16384)}
+SHARD2 = {"model.layers.0.mlp.weight": ("F8_E4M3", [64, 64], 4096), "model.norm.weight": ("F32", [64], 256)}
+
+
+def test_weights_from_cached_shard_headers(cli, cache):
+    index = {
+        "metadata": {"total_size": 999},
+        "weight_map": {
+            **{k: "model-00001-of-00002.safetensors" for k in SHARD1},
+            **{k: "model-00002-of-00002.safetensors" for k in SHARD2},
+        },
+    }
+    add_to_cache(
+        cache,
+        "acme/sharded",
+        {
+            "config.json": json.dumps(LLAMA31_8B),
+            "model.safetensors.index.json": json.dumps(index),
+            "model-00001-of-00002.safetensors": safetensors(SHARD1),
+            "model-00002-of-00002.safetensors": safetensors(SHARD2),
+        },
+    )
+    spec = load_model("acme/sharded")
+    assert spec.weights_bytes == 16384 + 16384 + 4096 + 256  # the headers, not the index's total_size
+    assert spec.param_count == 128 * 64 * 2 + 64 * 64 + 64
+    code, out, err = cli("fit", "acme/sharded", "--gpu", "h100", "--tp", "2", "--json")
+    assert code == 0, err
+    r = json.loads(out)
+    assert r["weights_bytes"] == (16384 + 16384 + 4096 + 256) // 2 and r["weights_dtype"] == "checkpoint"
+
+
+def test_weights_from_the_index_when_shards_are_not_cached(cache):
+    index = {"metadata": {"total_size": 16_060_522_496}, "weight_map": {"a": "model-00001-of-00004.safetensors"}}
+    add_to_cache(
+        cache, "acme/idx", {"config.json": json.dumps(LLAMA31_8B), "model.safetensors.index.json": json.dumps(index)}
+    )
+    spec = load_model("acme/idx")
+    assert spec.weights_bytes == 16_060_522_496 and spec.param_count is None
+
+
+def test_weights_from_a_single_cached_file(cache):
+    add_to_cache(
+        cache, "acme/single", {"config.json": json.dumps(LLAMA31_8B), "model.safetensors": safetensors(SHARD2)}
+    )
+    assert load_model("acme/single").weights_bytes == 4096 + 256
+
+
+def test_packed_integer_weights_give_no_param_count(cache):
+    packed = {"q.qweight": ("I32", [64, 8], 2048), "q.scales": ("F16", [4, 64], 512)}
+    add_to_cache(cache, "acme/awq", {"config.json": json.dumps(LLAMA31_8B), "model.safetensors": safetensors(packed)})
+    spec = load_model("acme/awq")
+    assert spec.weights_bytes == 2560 and spec.param_count is None
+
+
+def test_without_weights_fit_asks_for_weights_gib(cli, cache):
+    add_to_cache(cache, "acme/noweights", {"config.json": json.dumps(LLAMA31_8B)})
+    code, out, err = cli("fit", "acme/noweights", "--gpu", "h100")
+    assert code == 2 and "--weights-gib" in err
+
+
+# --- online (huggingface_hub's functions stood in for) --------------------------------------------
+
+
+class GatedRepoError(Exception):
+    pass
+
+
+class RepositoryNotFoundError(Exception):
+    pass
+
+
+class EntryNotFoundError(Exception):
+    pass
+
+
+@pytest.fixture
+def online(cache, monkeypatch):
+    huggingface_hub = pytest.importorskip("huggingface_hub")
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setattr(hub, "hub_reachable", lambda: True)
+    calls = []
+
+    def fake_download(repo, filename, revision=None, cache_dir=None, token=None):
+        calls.append((repo, filename, revision, token))
+        if repo == "acme/gated":
+            raise GatedRepoError("401")
+        if repo == "acme/missing":
+            raise RepositoryNotFoundError("404")
+        if filename != "config.json":
+            raise EntryNotFoundError("no index")
+        snap = add_to_cache(cache, repo, {filename: json.dumps(LLAMA31_8B)})
+        return str(snap / filename)
+
+    def no_metadata(*args, **kwargs):
+        raise OSError("no safetensors here")
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
+    monkeypatch.setattr(huggingface_hub, "get_safetensors_metadata", no_metadata)
+    return calls
+
+
+def test_online_downloads_config_json_only(online, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_test")
+    spec = load_model("acme/new-model")
+    assert spec.name == "acme/new-model" and calc.estimate(spec, 4096).total_bytes == 536_870_912
+    assert online[0] == ("acme/new-model", "config.json", None, "hf_test")
+    assert {f for _, f, _, _ in online} <= {"config.json", "model.safetensors.index.json"}
+
+
+def test_gated_repo_says_how_to_get_access(online):
+    with pytest.raises(
+        SpecError,
+        match=r"^acme/gated is gated: accept its license on https://huggingface\.co/acme/gated and set HF_TOKEN",
+    ):
+        load_model("acme/gated")
+
+
+def test_missing_repo_suggests_bundled_ids(online):
+    with pytest.raises(
+        SpecError, match=r"acme/missing: no such repo on the Hugging Face Hub \(or it is private: set HF_TOKEN\)"
+    ):
+        load_model("acme/missing")
+
+
+def test_unreachable_hub_is_one_line(cache, monkeypatch):
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setattr(hub, "hub_reachable", lambda: False)
+    with pytest.raises(
+        SpecError,
+        match=r"the Hub cannot be reached \(no name resolution\); download it with: hf download acme/x config\.json",
+    ):
+        load_model("acme/x")

@@ -1,0 +1,110 @@
+"""Inputs that used to break the error contract or print a number a user could act on wrongly."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from kvplan.units import fmt_gb, fmt_gib
+
+
+def test_bare_kvplan_prints_usage_and_exits_2(cli):
+    code, out, err = cli()
+    assert code == 2
+    assert out == ""
+    assert "Usage: kvplan" in err
+
+
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        (
+            ["--batch", "1000000000000"],
+            "kvplan: error: --batch: 1,000,000,000,000 is beyond kvplan's bound of 1,000,000,000 concurrent requests\n",
+        ),
+        (
+            ["--batch", "99999999999999999999999"],
+            "kvplan: error: --batch: 99,999,999,999,999,999,999,999 is beyond kvplan's bound of 1,000,000,000 "
+            "concurrent requests\n",
+        ),
+        (
+            ["--seq", "99999999999999999999"],
+            "kvplan: error: --seq: '99999999999999999999' is beyond kvplan's bound of 1,099,511,627,776 tokens "
+            "(2^40)\n",
+        ),
+    ],
+)
+def test_huge_values_are_bounded_with_the_bound_named(cli, args, line):
+    if "--seq" not in args:
+        args = ["--seq", "8k", *args]
+    code, out, err = cli("estimate", "llama3-8b", *args)
+    assert (code, out, err) == (2, "", line)
+
+
+def test_largest_batch_is_exact_integers(cli):
+    code, out, _ = cli("estimate", "llama3-8b", "--seq", "8k", "--batch", "1000000000")
+    assert code == 0
+    # 131,072 B/token × 8,192 tokens × 10^9 requests = 1,073,741,824 × 10^9 B = 10^9 GiB exactly
+    assert "KV cache: 1,073,741,824,000,000,000 B (1,000,000,000 GiB, 1,073,741,824.000 GB)" in out
+
+
+def test_gib_and_gb_text_is_exact_for_any_int():
+    # 99,999,999,999,999,999,999,999 requests × 0.5 GiB: a float would print ...991,611,392
+    n = 99_999_999_999_999_999_999_999 * 536_870_912
+    assert fmt_gib(n) == "49,999,999,999,999,999,999,999.5 GiB"
+    assert fmt_gb(n) == "53,687,091,199,999,999,999,999.463 GB"
+    assert (fmt_gib(536_870_912), fmt_gb(536_870_912)) == ("0.5 GiB", "0.537 GB")
+
+
+@pytest.mark.parametrize("suffix", ["", ".yaml", ".json"])
+def test_model_name_too_long_for_the_file_system(cli, suffix):
+    name = "a" * 300 + suffix
+    start = time.monotonic()
+    code, out, err = cli("estimate", name, "--seq", "1")
+    assert time.monotonic() - start < 1
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1
+    assert err.startswith("kvplan: error: " + "a" * 120 + "… (")
+    assert "cannot read (File name too long)" in err or "unknown model" in err
+
+
+BOMB = """\
+a: &a ["x","x","x","x","x","x","x","x","x"]
+b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]
+c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]
+d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]
+"""
+
+
+@pytest.mark.parametrize(
+    "command, key",
+    [
+        (["fleet", "llama3-8b", "--workload"], "name: [*d,*d,*d,*d,*d,*d,*d,*d,*d]\nclasses: []\n"),
+        (
+            ["fleet", "llama3-8b", "--workload"],
+            "name: w\nclasses:\n  - {name: c, concurrency: 1, tokens: 8, shared_prefix: *d}\n",
+        ),
+        (["estimate", "--seq", "1"], "name: [*d,*d,*d]\n"),
+    ],
+)
+def test_yaml_alias_bombs_are_refused_fast(cli, tmp_path, command, key):
+    p = tmp_path / "bomb.yaml"
+    p.write_text(BOMB + key)
+    args = [*command, str(p)] if command[0] == "fleet" else [command[0], str(p), *command[1:]]
+    start = time.monotonic()
+    code, out, err = cli(*args)
+    assert time.monotonic() - start < 1
+    assert code == 2
+    assert (
+        err == f"kvplan: error: {p}: YAML aliases (*a) are not allowed in spec and workload files (line 2); "
+        "write the value out\n"
+    )
+
+
+def test_empty_spec_file_says_empty(cli, tmp_path):
+    p = tmp_path / "empty.yaml"
+    p.write_text("# nothing\n")
+    code, _, err = cli("estimate", str(p), "--seq", "1")
+    assert code == 2
+    assert err == f"kvplan: error: {p}: empty file; a spec is a YAML mapping of fields (see 'kvplan models')\n"

@@ -1,0 +1,492 @@
+"""Differential test: kvplan's config.json readers against transformers 5.23 reading the same file.
+
+For every model_type in :data:`kvplan.readers.REGISTRY` and every fixture config.json of a registered
+model_type (``tests/fixtures/hf_configs*/``), kvplan's spec is compared layer by layer with what transformers
+builds (:mod:`tests.oracle`: a meta-device model, a 2-token forward into a ``StaticCache``):
+
+- the layer kind (transformers' cache layer type and token mixer, mapped by :func:`transformers_kind`);
+- H_kv, head_dim, v_head_dim and the window of every attention layer (from the K/V tensors the attention
+  module hands to the cache); the latent widths of MLA layers; the shapes of recurrent states;
+- bytes: kvplan's per-layer bytes and ``estimate(...).bytes_per_request`` at ``kv_dtype='bf16'`` against
+  the byte size of transformers' StaticCache tensors at ``max_cache_len = N``.
+
+Where kvplan follows vLLM rather than transformers, the difference is listed in :data:`KNOWN_DIFFERENCES`
+with its reason and is applied explicitly (a tolerated difference is translated, then compared exactly); a
+model-specific entry that no fixture exercises any more fails as stale. Model types transformers 5.23 cannot
+build are listed in :data:`NO_ORACLE` and the test asserts that they really cannot be built.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from kvplan.calc import estimate, layer_state_bytes, layer_token_bytes, tokens_cached
+from kvplan.dtypes import get_kv_dtype
+from kvplan.errors import SpecError
+from kvplan.readers import REGISTRY, spec_from_hf_config
+from kvplan.readers.base import HFConfig
+from kvplan.specs import KV_HEAD_KINDS, STATE_KINDS, LayerSpec, ModelSpec
+from tests.oracle import OracleLayer, OracleReading, OracleUnavailable, read_with_transformers
+
+FIXTURE_DIRS = [Path(__file__).parent / "fixtures" / d for d in ("hf_configs", "hf_configs_new")]
+
+# Tokens per request for the comparisons: above every window and chunk in the fixtures (largest: Llama 4's
+# 8,192-token chunk), so sliding layers show their cap; and one below most windows, for one fixture per kind.
+N_LARGE = 32768
+N_SMALL = 1000
+
+# Differences kvplan keeps on purpose (it plans for vLLM serving). id -> (model_types, or None for every
+# model_type, reason). Applied by name in the comparisons below.
+KNOWN_DIFFERENCES: dict[str, tuple[tuple[str, ...] | None, str]] = {
+    "phi3-window-not-applied": (
+        ("phi3",),
+        "Phi3Config sets sliding_window (2047 in Phi-3-mini) without layer_types: transformers' cache keeps a "
+        "window on every layer, vLLM's phi3.py (Llama's model) runs full attention; kvplan follows vLLM "
+        "(kvplan/readers/decoder.py docstring)",
+    ),
+    "conv-state-window": (
+        None,
+        "vLLM's MambaStateShapeCalculator keeps d_conv - 1 conv columns per channel (the newest input is not "
+        "stored); transformers' LinearAttentionLayer keeps d_conv (kvplan/specs.py StateConfig)",
+    ),
+    "gdn-recurrent-layout": (
+        None,
+        "vLLM's gated_delta_net_state_shape orders the recurrent state (H_v, head_v_dim, head_k_dim); "
+        "transformers' (H_v, head_k_dim, head_v_dim): the same elements, transposed",
+    ),
+    "recurrent-state-dtype": (
+        None,
+        "transformers stores the recurrent state in the dtype its kernel returns (float32); vLLM stores it in "
+        "mamba_ssm_cache_dtype (config.json or the model dtype), which kvplan follows",
+    ),
+}
+
+# Registered model types transformers 5.23 has no class for: model_type -> reason. The test asserts the oracle
+# really cannot build them, so an entry goes stale (and fails) once transformers can.
+NO_ORACLE: dict[str, str] = {
+    "openelm": "Apple's OpenELM ships remote code only; transformers 5.23 has no OpenELM class",
+    "minimax_m1": "MiniMax-M1 ships remote code only; transformers' MiniMaxConfig (MiniMax-Text-01) does not "
+    "read its attn_type_list",
+}
+
+# Registered model types kvplan refuses on purpose: model_type -> (the transformers layer type that shows
+# why, reason). The test asserts kvplan still refuses and transformers still builds such layers.
+# (Falcon-H1 and Zamba2 left this table once kvplan could hold a layer with a KV cache and a state:
+# ``parallel_state``; transformers' ``hybrid`` layers are compared as attention + state below.)
+KNOWN_REFUSALS: dict[str, tuple[str, str]] = {}
+
+# Token mixer class name (substring) of a transformers recurrent layer -> kvplan state kind. First match wins.
+STATE_MIXERS: tuple[tuple[str, str], ...] = (
+    ("Mamba2Mixer", "mamba2"),  # Mamba2Mixer, NemotronHMamba2Mixer
+    ("GraniteMoeHybridMambaLayer", "mamba2"),
+    ("BambaMixer", "mamba2"),
+    ("FalconH1Mixer", "mamba2"),
+    ("Zamba2MambaMixer", "mamba2"),
+    ("MambaMixer", "mamba"),  # MambaMixer, JambaMambaMixer, FalconMambaMixer, ZambaMambaMixer
+    ("GatedDeltaNet", "gdn"),  # Qwen3-Next, Qwen3.5, OLMo-Hybrid
+    ("DeltaAttention", "gdn"),  # Kimi Linear KDA: per-head q/k/v convs and an H x dk x dv state, as GDN
+    ("ShortConv", "short_conv"),  # LFM2
+    ("LightningAttention", "linear_attention"),  # MiniMax-Text-01
+)
+
+_TF_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+_ITEMSIZE = {"bf16": 2, "fp16": 2, "fp32": 4}
+
+
+# --- fixtures and parametrization (at collection time) ----------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class Fixture:
+    path: Path
+    config: dict
+    model_type: str  # kvplan's reading: text_config.model_type first (HFConfig)
+    outer_type: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.path.parent.name}/{self.path.stem}"
+
+
+BROKEN_FIXTURES: list[str] = []  # fixture files that are not a JSON object (a test fails on them)
+
+
+def _load_fixtures() -> list[Fixture]:
+    out = []
+    for d in FIXTURE_DIRS:
+        for path in sorted(d.glob("*.json")):
+            try:
+                config = json.loads(path.read_text())
+            except (OSError, ValueError) as e:
+                BROKEN_FIXTURES.append(f"{path.name}: {e}")
+                continue
+            if not isinstance(config, dict):
+                BROKEN_FIXTURES.append(f"{path.name}: not a JSON object")
+                continue
+            out.append(Fixture(path, config, HFConfig(config, str(path)).model_type, str(config.get("model_type"))))
+    return out
+
+
+FIXTURES = _load_fixtures()
+REGISTERED = sorted(REGISTRY)
+REGISTERED_FIXTURES = [f for f in FIXTURES if f.model_type in REGISTRY or f.outer_type in REGISTRY]
+
+
+def _spec_or_none(f: Fixture) -> ModelSpec | None:
+    try:
+        return spec_from_hf_config(f.config, str(f.path))
+    except Exception:  # noqa: BLE001 - reported by the tests themselves
+        return None
+
+
+def _one_fixture_per_kind() -> list[Fixture]:
+    """The first registered fixture (with an oracle) that has each layer kind kvplan reads."""
+    chosen: dict[str, Fixture] = {}
+    for f in REGISTERED_FIXTURES:
+        if f.model_type in NO_ORACLE or f.model_type in KNOWN_REFUSALS:
+            continue
+        spec = _spec_or_none(f)
+        for layer in spec.layers if spec else ():
+            parallel = layer.kind in KV_HEAD_KINDS and layer.state is not None
+            chosen.setdefault(f"{layer.kind}+{layer.state.kind}" if parallel else layer.kind, f)
+    return list(dict.fromkeys(chosen.values()))
+
+
+def _allowed(diff: str, model_type: str) -> bool:
+    types, _ = KNOWN_DIFFERENCES[diff]
+    return types is None or model_type in types
+
+
+# --- the mapping of transformers' reading to kvplan's terms -----------------------------------------------
+
+
+def _is_mla(reading: OracleReading, layer: OracleLayer) -> bool:
+    """An attention layer whose cache is DeepSeek's latent: one "head" of kv_lora_rank keys."""
+    rank = reading.attr("kv_lora_rank")
+    return isinstance(rank, int) and layer.num_kv_heads == 1 and layer.head_dim == rank
+
+
+def transformers_kind(reading: OracleReading, layer: OracleLayer) -> str:
+    """kvplan's kind for transformers' layer: full_attention -> full (mla for a latent cache),
+    sliding_attention -> sliding, chunked_attention -> chunked, indexed_attention (DSA) -> mla, recurrent
+    layers by their token mixer (:data:`STATE_MIXERS`), a KV-sharing consumer -> shared, other dummy
+    (MoE / MLP-only) layers -> none; ``hybrid`` / ``hybrid_sliding`` (Falcon-H1, Zamba2: attention with a
+    recurrent state beside it) -> full / sliding, their state compared as kvplan's ``parallel_state``.
+    Anything else is returned as ``transformers:<type>``."""
+    t = layer.layer_type
+    if t in ("hybrid", "hybrid_sliding"):
+        return "sliding" if t == "hybrid_sliding" else "full"
+    if t == "full_attention":
+        return "mla" if _is_mla(reading, layer) else "full"
+    if t in ("sliding_attention", "chunked_attention"):
+        return t.split("_")[0]
+    if t == "indexed_attention":
+        return "mla"
+    if t in ("linear_attention", "conv"):
+        for needle, kind in STATE_MIXERS:
+            if needle in layer.mixer:
+                return kind
+        return f"transformers:{t}({layer.mixer}: add it to STATE_MIXERS)"
+    if t == "dummy":
+        return "shared" if layer.attends_as else "none"
+    return f"transformers:{t}({layer.mixer})"
+
+
+def _kvplan_layer_bytes(spec: ModelSpec, layer: LayerSpec, n: int) -> int:
+    bf16 = get_kv_dtype("bf16")
+    token = layer_token_bytes(layer, bf16) * tokens_cached(n, spec.window_of(layer.kind))
+    return token + layer_state_bytes(layer, spec.dtype)
+
+
+def _conv_channels_columns(layer: LayerSpec, model_dtype: str) -> tuple[int | None, int, str] | None:
+    """kvplan's conv state as (channels, columns, dtype): columns = d_conv - 1, channels the other dimension
+    (vLLM orients it either way); channels None when no dimension is d_conv - 1."""
+    conv = next((t for t in layer.state.tensors(model_dtype) if t.name == "conv"), None)
+    if conv is None:
+        return None
+    columns = layer.state.d_conv - 1
+    dims = list(conv.shape)
+    if columns not in dims or len(dims) != 2:
+        return None if not dims else (None, columns, conv.dtype)
+    dims.remove(columns)
+    return dims[0], columns, conv.dtype
+
+
+# --- the comparisons --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Comparison:
+    """Differences found for one fixture: unexplained ones fail; known ones (by id) are tolerated."""
+
+    failures: list[str]
+    known: set[str]
+
+    def fail(self, i: int, what: str) -> None:
+        self.failures.append(f"layer {i}: {what}")
+
+    def summary(self) -> str:
+        # collapse identical messages over layer ranges
+        grouped: dict[str, list[int]] = {}
+        for line in self.failures:
+            idx, msg = line.split(": ", 1)
+            grouped.setdefault(msg, []).append(int(idx.split()[1]))
+        lines = []
+        for msg, idx in grouped.items():
+            where = f"layer {idx[0]}" if len(idx) == 1 else f"{len(idx)} layers ({idx[0]}..{idx[-1]})"
+            lines.append(f"{where}: {msg}")
+        return "\n".join(lines)
+
+
+def compare_layers(spec: ModelSpec, reading: OracleReading, model_type: str) -> Comparison:
+    """Per layer: kind, attention geometry and window, MLA widths, state shapes and dtypes, sharing."""
+    c = Comparison([], set())
+    if spec.num_layers != len(reading.layers):
+        c.failures.append(f"layer 0: kvplan has {spec.num_layers} layers, transformers {len(reading.layers)}")
+        return c
+    for ours, tf in zip(spec.layers, reading.layers, strict=True):
+        i = tf.index
+        want = transformers_kind(reading, tf)
+        if ours.kind != want:
+            if (
+                want == "sliding"
+                and ours.kind == "full"
+                and _allowed("phi3-window-not-applied", model_type)
+                and (ours.num_kv_heads, ours.head_dim, ours.v_head_dim) == (tf.num_kv_heads, tf.head_dim, tf.v_head_dim)
+            ):
+                c.known.add("phi3-window-not-applied")
+                continue
+            c.fail(i, f"kind: kvplan {ours.kind}, transformers {want} ({tf.layer_type}, {tf.mixer})")
+            continue
+        if ours.kind in KV_HEAD_KINDS:
+            got = (ours.num_kv_heads, ours.head_dim, ours.v_head_dim)
+            exp = (tf.num_kv_heads, tf.head_dim, tf.v_head_dim)
+            if got != exp:
+                c.fail(i, f"{ours.kind} (H_kv, head_dim, v_head_dim): kvplan {got}, transformers {exp}")
+            window = spec.window_of(ours.kind)
+            if window != tf.window or (ours.window is not None and ours.window != tf.window):
+                c.fail(i, f"{ours.kind} window: kvplan {window} (layer {ours.window}), transformers {tf.window}")
+            # a state beside the attention (parallel_state) must be transformers' hybrid layer state, and back
+            tf_state = tf.tensor("conv_states") or tf.tensor("recurrent_states")
+            if ours.state is not None and tf_state is not None:
+                _compare_state(c, spec, ours, tf, model_type)
+            elif (ours.state is None) != (tf_state is None):
+                got, exp = ours.state and ours.state.kind, tf_state and tf_state.name
+                c.fail(i, f"{ours.kind} state beside the KV cache: kvplan {got}, transformers {exp} ({tf.layer_type})")
+        elif ours.kind == "mla":
+            idx = tf.tensor("indexer_keys")
+            got = (ours.mla.kv_lora_rank, ours.mla.qk_rope_head_dim, ours.mla.index_head_dim)
+            exp = (tf.head_dim, tf.v_head_dim, idx.shape[-1] if idx else None)
+            if got != exp:
+                c.fail(i, f"mla (kv_lora_rank, qk_rope_head_dim, index_head_dim): kvplan {got}, transformers {exp}")
+        elif ours.kind in STATE_KINDS:
+            _compare_state(c, spec, ours, tf, model_type)
+        elif ours.kind == "shared":
+            got = (ours.shared_from, ours.attends_as)
+            exp = (tf.shared_from, transformers_kind(reading, _as_type(tf, tf.attends_as)))
+            if got != exp:
+                c.fail(i, f"shared (shared_from, attends_as): kvplan {got}, transformers {exp}")
+    return c
+
+
+def _as_type(layer: OracleLayer, layer_type: str | None) -> OracleLayer:
+    from dataclasses import replace
+
+    return replace(layer, layer_type=layer_type or "", num_kv_heads=None, head_dim=None)
+
+
+def _tf_dtype(name: str, spec: ModelSpec) -> str:
+    """transformers' tensor dtype in kvplan's names; the bf16 the oracle builds in stands for the model dtype."""
+    return spec.dtype if name == "bfloat16" else _TF_DTYPES.get(name, name)
+
+
+def _compare_state(c: Comparison, spec: ModelSpec, ours: LayerSpec, tf: OracleLayer, model_type: str) -> None:
+    i = tf.index
+    tensors = {t.name: t for t in ours.state.tensors(spec.dtype)}
+    tf_conv, tf_rec = tf.tensor("conv_states"), tf.tensor("recurrent_states")
+    conv = _conv_channels_columns(ours, spec.dtype)
+    if (conv is None) != (tf_conv is None):
+        c.fail(i, f"conv state: kvplan {tensors.get('conv')}, transformers {tf_conv and tf_conv.shape}")
+    elif conv is not None:
+        channels, columns, dtype = conv
+        tf_channels, tf_columns = tf_conv.shape[1], tf_conv.shape[-1]
+        if channels != tf_channels:
+            c.fail(i, f"conv channels: kvplan {tensors['conv'].shape}, transformers {tf_conv.shape}")
+        if columns == tf_columns - 1 and _allowed("conv-state-window", model_type):
+            c.known.add("conv-state-window")
+        elif columns != tf_columns:
+            c.fail(i, f"conv columns (d_conv - 1): kvplan {columns}, transformers {tf_columns}")
+        if dtype != _tf_dtype(tf_conv.dtype, spec):
+            c.fail(i, f"conv dtype: kvplan {dtype} (model {spec.dtype}), transformers {tf_conv.dtype}")
+    ssm = tensors.get("ssm")
+    if (ssm is None) != (tf_rec is None):
+        c.fail(i, f"recurrent state: kvplan {ssm}, transformers {tf_rec and tf_rec.shape}")
+    elif ssm is not None:
+        tf_shape = tf_rec.shape[1:]
+        if ssm.shape != tf_shape:
+            if (
+                ours.kind == "gdn"
+                and ssm.shape == (tf_shape[0], tf_shape[2], tf_shape[1])
+                and _allowed("gdn-recurrent-layout", model_type)
+            ):
+                c.known.add("gdn-recurrent-layout")
+            else:
+                c.fail(i, f"recurrent state shape: kvplan {ssm.shape}, transformers {tf_shape}")
+        if ssm.dtype != _tf_dtype(tf_rec.dtype, spec):
+            if _allowed("recurrent-state-dtype", model_type):
+                c.known.add("recurrent-state-dtype")
+            else:
+                c.fail(i, f"recurrent state dtype: kvplan {ssm.dtype}, transformers {tf_rec.dtype}")
+
+
+def expected_kvplan_bytes(spec: ModelSpec, reading: OracleReading, model_type: str, n: int) -> list[int | None]:
+    """transformers' StaticCache bytes per layer at bf16, translated through :data:`KNOWN_DIFFERENCES`
+    into what kvplan should report (None: the layer kinds differ, no byte expectation)."""
+    out: list[int | None] = []
+    for ours, tf in zip(spec.layers, reading.layers, strict=True):
+        want = transformers_kind(reading, tf)
+        if ours.kind == "full" and want == "sliding" and _allowed("phi3-window-not-applied", model_type):
+            keys = tf.tensor("keys")
+            out.append(tf.nbytes // keys.shape[-2] * n)  # every token kept, not the window
+        elif ours.kind != want:
+            out.append(None)
+        elif ours.kind in STATE_KINDS:
+            out.append(_translated_state_bytes(spec, ours, tf))
+        elif ours.state is not None:  # parallel_state: the K/V tensors as they are, the state translated
+            kv = sum(t.nbytes for t in tf.tensors if not t.name.startswith(_STATE_TENSORS))
+            out.append(kv + _translated_state_bytes(spec, ours, tf))
+        else:
+            out.append(tf.nbytes)
+    return out
+
+
+_STATE_TENSORS = ("conv_states", "recurrent_states")
+
+
+def _translated_state_bytes(spec: ModelSpec, ours: LayerSpec, tf: OracleLayer) -> int:
+    """transformers' conv / recurrent state tensors of one layer in kvplan's terms: conv keeps d_conv - 1
+    columns (conv-state-window); each tensor in kvplan's state dtype (recurrent-state-dtype)."""
+    total = 0
+    dtypes = {t.name: t.dtype for t in ours.state.tensors(spec.dtype)}
+    for t in tf.tensors:
+        if not t.name.startswith(_STATE_TENSORS):
+            continue
+        elements = t.nbytes // t.itemsize
+        if t.name.startswith("conv"):
+            elements = elements // t.shape[-1] * (t.shape[-1] - 1)
+            total += elements * _ITEMSIZE[dtypes.get("conv", "fp32")]
+        else:
+            total += elements * _ITEMSIZE[dtypes.get("ssm", "fp32")]
+    return total
+
+
+def _reading(f: Fixture, n: int) -> OracleReading:
+    try:
+        return read_with_transformers(f.config, n)
+    except OracleUnavailable as e:
+        pytest.fail(
+            f"{f.id}: {e} (list the model_type in NO_ORACLE with its reason, or in tests/oracle.py ORACLE_ALIASES)"
+        )
+
+
+def _spec(f: Fixture) -> ModelSpec:
+    try:
+        return spec_from_hf_config(f.config, str(f.path))
+    except Exception as e:  # noqa: BLE001
+        pytest.fail(f"{f.id}: kvplan refused a fixture of registered model_type {f.model_type!r}: {e}")
+
+
+# --- tests ------------------------------------------------------------------------------------------------
+
+
+def test_every_fixture_is_a_json_object():
+    assert not BROKEN_FIXTURES, "unreadable config.json fixtures: " + "; ".join(BROKEN_FIXTURES)
+
+
+@pytest.mark.parametrize("model_type", REGISTERED)
+def test_registered_model_type_has_a_fixture(model_type):
+    found = [f.id for f in FIXTURES if model_type in (f.model_type, f.outer_type)]
+    assert found, (
+        f"model_type {model_type!r} is registered in kvplan.readers.REGISTRY but no config.json fixture has it: "
+        "add a fixture (tests/fixtures/hf_configs_new/, with its URL in SOURCES.yaml)"
+    )
+
+
+_ORACLE_FIXTURES = [
+    f for f in REGISTERED_FIXTURES if f.model_type not in NO_ORACLE and f.model_type not in KNOWN_REFUSALS
+]
+_REFUSED_FIXTURES = [f for f in REGISTERED_FIXTURES if f.model_type in KNOWN_REFUSALS]
+_NO_ORACLE_FIXTURES = [f for f in REGISTERED_FIXTURES if f.model_type in NO_ORACLE]
+
+
+@pytest.mark.parametrize("fixture", _ORACLE_FIXTURES, ids=lambda f: f.id)
+def test_layers_match_transformers(fixture):
+    spec = _spec(fixture)
+    reading = _reading(fixture, N_LARGE)
+    c = compare_layers(spec, reading, fixture.model_type)
+    assert not c.failures, f"{fixture.id} ({fixture.model_type}) differs from transformers:\n{c.summary()}"
+
+
+@pytest.mark.parametrize("fixture", _ORACLE_FIXTURES, ids=lambda f: f.id)
+def test_bytes_match_transformers_static_cache(fixture):
+    _check_bytes(fixture, N_LARGE)
+
+
+@pytest.mark.parametrize("fixture", _one_fixture_per_kind(), ids=lambda f: f.id)
+def test_bytes_match_below_the_windows(fixture):
+    _check_bytes(fixture, N_SMALL)
+
+
+def _check_bytes(fixture: Fixture, n: int) -> None:
+    spec = _spec(fixture)
+    reading = _reading(fixture, n)
+    assert spec.num_layers == len(reading.layers), f"{fixture.id}: layer counts differ"
+    expected = expected_kvplan_bytes(spec, reading, fixture.model_type, n)
+    bad = []
+    for layer, exp in zip(spec.layers, expected, strict=True):
+        got = _kvplan_layer_bytes(spec, layer, n)
+        if exp is not None and got != exp:
+            bad.append(f"{layer.kind}: kvplan {got:,} B, transformers (translated) {exp:,} B")
+    assert not bad, f"{fixture.id} per-layer bytes at N={n} differ:\n" + "\n".join(sorted(set(bad)))
+    if None in expected:
+        pytest.fail(f"{fixture.id}: layer kinds differ from transformers (see test_layers_match_transformers)")
+    total = estimate(spec, n, kv_dtype="bf16").bytes_per_request
+    assert total == sum(expected), f"{fixture.id}: estimate() {total:,} B, transformers {sum(expected):,} B"
+
+
+@pytest.mark.parametrize("fixture", _NO_ORACLE_FIXTURES, ids=lambda f: f.id)
+def test_no_oracle_entries_are_still_true(fixture):
+    """A registered model_type transformers cannot build: kvplan must still read it, and the oracle must
+    really be unavailable (else remove it from NO_ORACLE so the comparison runs)."""
+    _spec(fixture)
+    with pytest.raises(OracleUnavailable):
+        read_with_transformers(fixture.config, N_SMALL)
+
+
+@pytest.mark.parametrize("fixture", _REFUSED_FIXTURES, ids=lambda f: f.id)
+def test_known_refusals_are_still_true(fixture):
+    """kvplan refuses this model_type on purpose; transformers must still show the layout kvplan cannot hold."""
+    layer_type, reason = KNOWN_REFUSALS[fixture.model_type]
+    with pytest.raises(SpecError):
+        spec_from_hf_config(fixture.config, str(fixture.path))
+    types = {layer.layer_type for layer in _reading(fixture, N_SMALL).layers}
+    assert layer_type in types, f"{fixture.id}: transformers no longer builds {layer_type!r} layers ({reason})"
+
+
+@pytest.mark.parametrize("diff", [d for d, (types, _) in KNOWN_DIFFERENCES.items() if types is not None])
+def test_known_differences_are_not_stale(diff):
+    """A model-specific known difference must still occur in some registered fixture."""
+    types, reason = KNOWN_DIFFERENCES[diff]
+    fixtures = [f for f in _ORACLE_FIXTURES if f.model_type in types]
+    if not fixtures:
+        pytest.fail(f"{diff}: no registered fixture of {types} exercises it; drop it ({reason})")
+    used = set()
+    for f in fixtures:
+        spec = _spec_or_none(f)
+        if spec is not None:
+            used |= compare_layers(spec, read_with_transformers(f.config, N_LARGE), f.model_type).known
+    assert diff in used, f"{diff} no longer occurs in {[f.id for f in fixtures]}: remove it from KNOWN_DIFFERENCES"
