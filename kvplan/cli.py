@@ -221,9 +221,26 @@ def fit(
         "--enable-hybrid-kv-cache-manager/--disable-hybrid-kv-cache-manager",
         help="vLLM hybrid KV cache manager (default on; off for chunked attention): off caches local layers as full.",
     ),
+    pp_layer_partition: Optional[str] = typer.Option(
+        None, "--pp-layer-partition", help="Layers per PP stage, e.g. 41,39 (vLLM VLLM_PP_LAYER_PARTITION)."
+    ),
+    concurrency: Optional[int] = typer.Option(
+        None, "--concurrency", help="Speed bound: requests decoding together (default: the most that fit)."
+    ),
+    context: Optional[str] = typer.Option(
+        None, "--context", help="Speed bound: tokens cached per request while decoding (default: max_model_len)."
+    ),
+    prompt_len: Optional[str] = typer.Option(
+        None, "--prompt-len", help="TTFT bound: prompt tokens (default: --context)."
+    ),
+    mbu: Optional[float] = typer.Option(
+        None, "--mbu", help="Fraction of peak memory bandwidth (default 0.7; 1 = limit)."
+    ),
+    mfu: Optional[float] = typer.Option(None, "--mfu", help="Fraction of peak FLOP/s (default 0.5; 1 = limit)."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """How many requests of --max-model-len fit on one GPU of a replica, as the engine would count them."""
+    """How many requests of --max-model-len fit on one GPU of a replica, as the engine would count them, and how
+    fast they can decode (--concurrency, --context, --prompt-len, --mbu, --mfu: see kvplan.perf)."""
     from kvplan import fit as fitmod
     from kvplan import render
     from kvplan.errors import DoesNotFit
@@ -254,6 +271,7 @@ def fit(
         async_scheduling=async_scheduling,
         enable_prefix_caching=enable_prefix_caching,
         hybrid_kv_cache_manager=hybrid_kv_cache_manager,
+        pp_layer_partition=None if pp_layer_partition is None else fitmod.parse_partition(pp_layer_partition),
     )
     g = get_gpu(gpu)
     try:
@@ -267,10 +285,19 @@ def fit(
             f"--max-model-len {result.max_model_len:,} is beyond {spec.name}'s max context of "
             f"{spec.max_model_len:,} tokens (computed anyway)"
         )
+    from kvplan import perf
+
+    speed, notes = perf.fit_bound(
+        spec, g, result, opts, concurrency, None if context is None else parse_tokens(context, "--context"),
+        None if prompt_len is None else parse_tokens(prompt_len, "--prompt-len"), mbu, mfu,
+    )  # fmt: skip
+    for note in notes:
+        render.warn(note)
+    shown = speed if any(x is not None for x in (concurrency, context, prompt_len, mbu, mfu)) else None
     if json_out:
-        render.print_json(render.fit_json(result))
+        render.print_json(render.fit_json(result, speed))
     else:
-        render.fit_table(result, render.console())
+        render.fit_table(result, render.console(), shown)
 
 
 # --- fleet --------------------------------------------------------------------------------------
@@ -303,10 +330,22 @@ def fleet(
     price: List[str] = typer.Option([], "--price", help="GPU=USD_PER_HOUR per GPU (repeat), e.g. h100=2.49."),
     sort: str = typer.Option("gpus", "--sort", help="gpus or cost."),
     show_all: bool = typer.Option(False, "--all", help="List every TP that fits, not only the best layout per GPU."),
+    tpot_ms: Optional[float] = typer.Option(
+        None, "--tpot-ms", help="SLO: time per output token (ms); replicas keep only the requests that meet it."
+    ),
+    ttft_ms: Optional[float] = typer.Option(
+        None, "--ttft-ms", help="SLO: time to first token of the longest prompt (ms)."
+    ),
+    prompt_len: Optional[str] = typer.Option(
+        None, "--prompt-len", help="Prompt tokens of classes without prompt_tokens/output_tokens (default: all tokens)."
+    ),
+    mbu: Optional[float] = typer.Option(None, "--mbu", help="Fraction of peak memory bandwidth (default 0.7)."),
+    mfu: Optional[float] = typer.Option(None, "--mfu", help="Fraction of peak FLOP/s (default 0.5)."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
     csv_out: bool = typer.Option(False, "--csv", help="Print CSV."),
 ) -> None:
-    """Replicas and GPUs a workload needs, per GPU type and TP, ranked by GPUs or cost."""
+    """Replicas and GPUs a workload needs, per GPU type and TP, ranked by GPUs or cost; with --tpot-ms /
+    --ttft-ms, by the tighter of memory and the latency targets (see kvplan.perf)."""
     from kvplan import fleet as fleetmod
     from kvplan import render
     from kvplan.errors import UsageError
@@ -336,8 +375,18 @@ def fleet(
         gpu_memory_utilization=gpu_memory_utilization,
     )
     gpus = [get_gpu(g) for g in gpu] if gpu else load_catalog()
-    prices = fleetmod.parse_prices(price, get_gpu)
-    rows = fleetmod.plan_fleet(spec, wl, gpus, opts, tps=tp or None, prices=prices, sort=sort)
+    prices = fleetmod.parse_prices(price, get_gpu, gpus if gpu else None)
+    from kvplan.perf import check_fraction
+    from kvplan.units import parse_tokens
+
+    for flag, ms in (("--tpot-ms", tpot_ms), ("--ttft-ms", ttft_ms)):
+        if ms is not None and not 0 < ms < 1e9:  # also refuses nan
+            raise UsageError(f"--{flag.strip('-')}: {ms!r} must be a number of milliseconds > 0")
+    slo = fleetmod.SLO(
+        tpot_ms, ttft_ms, None if prompt_len is None else parse_tokens(prompt_len, "--prompt-len"),
+        check_fraction("--mbu", mbu), check_fraction("--mfu", mfu),
+    )  # fmt: skip
+    rows = fleetmod.plan_fleet(spec, wl, gpus, opts, tps=tp or None, prices=prices, sort=sort, slo=slo)
     if wl.max_tokens > spec.max_model_len:
         render.warn(
             f"requests of {wl.max_tokens:,} tokens are beyond {spec.name}'s max context of "
@@ -348,11 +397,13 @@ def fleet(
     elif csv_out:
         render.print_csv([render.fleet_row_dict(r) for r in rows])
     else:
-        render.fleet_table(spec.name, wl, rows, render.console(), show_all=show_all, sort=sort)
+        speed = tpot_ms is not None or ttft_ms is not None
+        render.fleet_table(spec.name, wl, rows, render.console(), show_all=show_all, sort=sort, speed=speed)
     if not any(r.fits for r in rows):
         from kvplan.errors import DoesNotFit
 
-        raise DoesNotFit(f"no GPU and TP tried can serve this workload on {spec.name} (reasons above)")
+        where = "in the JSON's layouts" if json_out else "in the CSV's reason column" if csv_out else "above"
+        raise DoesNotFit(f"no GPU and TP tried can serve this workload on {spec.name} (reasons {where})")
 
 
 # --- verify --------------------------------------------------------------------------------------
@@ -392,9 +443,10 @@ def _verify_table(r, con) -> None:
     from rich.table import Table
 
     from kvplan.render import size_cells
+    from kvplan.units import fmt_tokens
 
     title = (
-        f"{r.model}: KV cache of {r.seq_len:,} tokens × {r.batch_size} request(s), {r.kv_dtype}, "
+        f"{r.model}: KV cache of {fmt_tokens(r.seq_len)} × {r.batch_size} request(s), {r.kv_dtype}, "
         f"{r.layers} layer(s), on {r.device_name}"
     )
     t = Table(title=title, title_justify="left")
@@ -619,20 +671,32 @@ def sweep(
 @app.command()
 def plot(
     model: List[str] = typer.Argument(
-        ..., help="Models to draw (the first one sets the GPU budget lines and --topologies)."
+        ..., help="Models to draw; with --gpu one panel each, with its own KV budget per GPU."
     ),
     max_seq: str = typer.Option(
         "128k", "--max-seq", help="Longest context on the x axis (starts at 512 tokens): 513 to 1024m. 128k = 131072."
     ),
     gpu: List[str] = typer.Option(
-        [], "--gpu", "-g", help="Draw this GPU's KV budget (vLLM, TP=1, first model); repeat for several."
+        [], "--gpu", "-g", help="Draw each model's KV budget on this GPU (as 'kvplan fit'); repeat for several."
     ),
     topologies: bool = typer.Option(False, "--topologies", help="Also draw the first model as MHA and MQA (dashed)."),
     kv_dtype: str = typer.Option("auto", "--kv-dtype", help="KV dtype (auto = each model's dtype)."),
+    tp: int = typer.Option(1, "--tp", help="tensor_parallel_size of the budgets; curves are bytes per GPU."),
+    engine: str = typer.Option("vllm", "--engine", "-e", help="Convention: vllm, sglang, trtllm, llamacpp."),
+    weights_dtype: Optional[str] = typer.Option(
+        None, "--weights-dtype", help="bf16, fp16, fp8, int8, int4, mxfp4, nvfp4 (default: each model's)."
+    ),
     out: str = typer.Option("kvplan-plot.png", "--out", "-o", help="Output file, .png or .svg."),
     force: bool = typer.Option(False, "--force", help="Overwrite --out if it exists."),
+    throughput: bool = typer.Option(
+        False, "--throughput", help="Draw the decode tokens/s bound against concurrency instead (first model, --gpu)."
+    ),
+    context: str = typer.Option("4k", "--context", help="With --throughput: tokens cached per request."),
+    mbu: Optional[float] = typer.Option(None, "--mbu", help="With --throughput: fraction of peak bandwidth (0.7)."),
+    mfu: Optional[float] = typer.Option(None, "--mfu", help="With --throughput: fraction of peak FLOP/s (0.5)."),
 ) -> None:
-    """Draw KV cache per request against context length (log2 axis), with GPU KV budgets; needs kvplan[plot]."""
+    """Draw KV cache per request against context length (log2 axis), with each model's KV budget per GPU; with
+    --throughput, the decode tokens/s bound against concurrency with the memory wall marked; needs kvplan[plot]."""
     from kvplan import plot as plotmod
     from kvplan import render
     from kvplan.gpus import get_gpu
@@ -642,9 +706,19 @@ def plot(
     path = plotmod.check_out(out, force)
     specs = [load_model(m) for m in model]
     gpus_ = [get_gpu(g) for g in gpu]
+    if throughput:
+        written, tdata = plotmod.plot_throughput(
+            specs[0], gpus_, parse_tokens(context, "--context"), path, force, kv_dtype=kv_dtype,
+            tensor_parallel_size=tp, engine=engine, weights_dtype=weights_dtype, mbu=mbu, mfu=mfu,
+        )  # fmt: skip
+        for note in tdata.notes:
+            render.warn(note)
+        typer.echo(f"wrote {written}")
+        return
     written, data = plotmod.plot_kv_vs_context(
-        specs, gpus_, parse_tokens(max_seq, "--max-seq"), kv_dtype, topologies, path, force
-    )
+        specs, gpus_, parse_tokens(max_seq, "--max-seq"), kv_dtype, topologies, path, force,
+        tensor_parallel_size=tp, engine=engine, weights_dtype=weights_dtype,
+    )  # fmt: skip
     for note in data.notes:
         render.warn(note)
     typer.echo(f"wrote {written}")

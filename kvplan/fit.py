@@ -9,12 +9,15 @@ bytes / (TP × PP). Each engine convention changes where the fraction applies, t
 sliding layers are counted (``../shared/reference/ENGINES.md`` gathers the engines' rules):
 
 - ``vllm``: ``ceil(total × U)`` minus weights, activation (profiled at max_num_batched_tokens) and
-  non-torch memory; 16-token blocks; ``num_blocks = budget // (block_size × Σ_layers bytes/token)``;
-  "GPU KV cache size" = blocks × block_size tokens; a sliding layer needs
-  ``cdiv(min(window − 1 + max_num_batched_tokens, max_model_len), block) + 1`` blocks per request, a
-  chunked one ``cdiv(min(chunk + max_num_batched_tokens, max_model_len), block)``;
-  "Maximum concurrency" = pool bytes / bytes one request of max_model_len needs
-  [vllm/v1/kv_cache_interface.py, vllm/v1/core/kv_cache_utils.py].
+  non-torch memory. The KV rules are the version's (:mod:`kvplan.engines.vllm`; ``--engine-version``):
+  0.33 (default) puts layers in KV cache groups of equal size sharing one pool of blocks
+  (``num_blocks = budget // bytes per block``), holds one null block back, reserves for two batches in
+  flight in sliding (``cdiv(min(window − 1 + in_flight, S), block) + 1``) and chunked layers, aligns
+  hybrid attention/Mamba pages, and logs "GPU KV cache size" = ``int(max_concurrency × S)`` with
+  "Maximum concurrency" = blocks / blocks per request; concurrency is capped at ``max_num_seqs``
+  [vllm 0.33 v1/core/kv_cache_planning.py, kv_cache_utils.py, kv_cache_interface.py]. 0.11 and 0.6
+  count every layer in one pool: ``num_blocks = budget // (block_size × Σ_layers bytes/token)``,
+  "GPU KV cache size" = blocks × block_size, one batch in flight, no null block.
 - ``sglang``: ``mem_fraction_static`` of the memory available at start holds weights and KV:
   budget = (total − overhead) × U − weights; per-token cells, page size 1 [sglang model_runner].
 - ``trtllm``: ``free_gpu_memory_fraction`` U of the memory still free after weights and activations:
@@ -114,12 +117,13 @@ def get_engine(name: str | Engine) -> Engine:
         raise UsageError(f"--engine: unknown engine {name!r}; allowed: {allowed}") from None
 
 
-def stage_layers(num_layers: int, pipeline_parallel_size: int) -> list[range]:
-    """Contiguous layer ranges of PP stages, sizes differing by at most one (extra layers to the first)."""
+def stage_layers(num_layers: int, pipeline_parallel_size: int, partition: tuple[int, ...] | None = None) -> list[range]:
+    """Contiguous layer ranges of PP stages: ``partition`` when given, else sizes differing by at most one
+    (extra layers to the first)."""
     base, extra = divmod(num_layers, pipeline_parallel_size)
     out, start = [], 0
     for s in range(pipeline_parallel_size):
-        n = base + (1 if s < extra else 0)
+        n = partition[s] if partition is not None else base + (1 if s < extra else 0)
         out.append(range(start, start + n))
         start += n
     return out
@@ -316,6 +320,40 @@ class FitOptions:
     async_scheduling: bool | None = None
     enable_prefix_caching: bool | None = None
     hybrid_kv_cache_manager: bool | None = None
+    pp_layer_partition: tuple[int, ...] | None = None
+
+
+def parse_partition(text: str) -> tuple[int, ...]:
+    """``"41,39"`` → ``(41, 39)`` (``--pp-layer-partition``).
+
+    Raises:
+        UsageError: not integers separated by commas.
+    """
+    try:
+        return tuple(int(x) for x in str(text).split(","))
+    except ValueError:
+        raise UsageError(
+            f"--pp-layer-partition: {text!r} must be layer counts separated by commas, e.g. 41,39"
+        ) from None
+
+
+def check_pp_partition(spec: ModelSpec, pp: int, partition: tuple[int, ...] | None) -> None:
+    """Refuse a ``--pp-layer-partition`` (vLLM ``VLLM_PP_LAYER_PARTITION``) that is not PP counts >= 1
+    summing to the model's layers.
+
+    Raises:
+        UsageError: the wrong number of stages, a count below 1, or a sum other than num_layers.
+    """
+    if partition is None:
+        return
+    if len(partition) != pp or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in partition):
+        given = ",".join(str(n) for n in partition)
+        raise UsageError(f"--pp-layer-partition: {given} must be {pp} layer counts >= 1, one per PP stage")
+    if sum(partition) != spec.num_layers:
+        raise UsageError(
+            f"--pp-layer-partition: {','.join(map(str, partition))} sums to {sum(partition)}, "
+            f"not {spec.name}'s {spec.num_layers} layers"
+        )
 
 
 def weights_per_gpu(spec: ModelSpec, weights_dtype: str | None, tp: int, pp: int) -> tuple[int, str]:
@@ -504,6 +542,7 @@ def plan_fit(spec: ModelSpec, gpu: GPU, opts: FitOptions) -> FitResult:
     check_tp(spec, tp)
     if pp > spec.num_layers:
         raise UsageError(f"--pp: {pp} is more stages than {spec.name}'s {spec.num_layers} layers")
+    check_pp_partition(spec, pp, opts.pp_layer_partition)
     util, block, mnbt, max_batch = engine_settings(conv, opts, gpu)
     max_len = spec.max_model_len if opts.max_model_len is None else opts.max_model_len
     _check("--shared-prefix", opts.shared_prefix_tokens, 0)
@@ -568,8 +607,9 @@ def plan_fit(spec: ModelSpec, gpu: GPU, opts: FitOptions) -> FitResult:
         extra = dict(max_in_flight_tokens=mnbt)
 
     # The worst stage: most bytes per request of max_model_len.
-    stages = [stage_cache(spec, kv_dtype, tp, r) for r in stage_layers(spec.num_layers, pp)]
-    sizes = [len(r) for r in stage_layers(spec.num_layers, pp)]
+    ranges = stage_layers(spec.num_layers, pp, opts.pp_layer_partition)
+    stages = [stage_cache(spec, kv_dtype, tp, r) for r in ranges]
+    sizes = [len(r) for r in ranges]
 
     def req(c: StageCache, s: int) -> int:
         return request_bytes(c, s, conv.engine, block, mnbt, opts.swa_full)
@@ -638,7 +678,16 @@ def _plan_vllm_groups(
     tp, pp = common["tensor_parallel_size"], common["pipeline_parallel_size"]
     budget = common["kv_budget_bytes"]
     layout = vllm_rules.build_layout(
-        spec, kv_dtype, tp, pp, max_len, opts.block_size, vs.prefix_caching, vs.hybrid_kv_cache_manager, vs.family
+        spec,
+        kv_dtype,
+        tp,
+        pp,
+        max_len,
+        opts.block_size,
+        vs.prefix_caching,
+        vs.hybrid_kv_cache_manager,
+        vs.family,
+        opts.pp_layer_partition,
     )
     in_flight = vllm_rules.in_flight_tokens(mnbt, pp, vs.async_scheduling)
     per_block = layout.worst_bytes_per_block
@@ -661,7 +710,7 @@ def _plan_vllm_groups(
             lo = mid
         else:
             hi = mid - 1
-    stages = vllm_rules.pp_ranges(spec.num_layers, pp)
+    stages = vllm_rules.pp_ranges(spec.num_layers, pp, opts.pp_layer_partition)
     worst = max(range(pp), key=lambda i: layout.bytes_per_block[i]) if layout.groups else 0
     per_token = sum(layer_token_bytes(spec.layers[i], kv_dtype, tp) for i in stages[worst])
     groups = tuple(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, replace
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from kvplan.errors import UsageError
 from kvplan.fit import CONVENTIONS, FitOptions, FitResult, plan_fit, request_bytes, stage_cache, stage_layers
 from kvplan.gpus import GPU
 from kvplan.specs import ModelSpec
-from kvplan.units import fmt_gib, parse_tokens
+from kvplan.units import fmt_gib, fmt_tokens, parse_tokens
 
 
 @dataclass(frozen=True)
@@ -33,12 +34,17 @@ class RequestClass:
         concurrency: requests of this class in flight across the fleet.
         tokens: tokens per request (prompt + output).
         shared_prefix: prompt tokens every request of the class shares (cached once per replica).
+        prompt_tokens, output_tokens: the split of ``tokens`` (optional; they sum to it): the speed bounds
+            decode at ``prompt + output // 2`` tokens cached (the mean over a generation) and bound TTFT for
+            the prompt.
     """
 
     name: str
     concurrency: int
     tokens: int
     shared_prefix: int = 0
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -57,7 +63,7 @@ class Workload:
 _WORKLOAD_KEYS = {"name", "classes", "notes"}
 MAX_CLASSES = 1000
 MAX_CONCURRENCY = 10**12
-_CLASS_KEYS = {"name", "concurrency", "tokens", "shared_prefix"}
+_CLASS_KEYS = {"name", "concurrency", "tokens", "shared_prefix", "prompt_tokens", "output_tokens"}
 
 
 def _unknown(where: str, data: dict, allowed: set[str], prefix: str) -> None:
@@ -108,7 +114,14 @@ def workload_from_data(data: Any, where: str) -> Workload:
                 f"{where}: {key}.shared_prefix={prefix} must be shorter than tokens={tokens} "
                 "(each request has tokens of its own)"
             )
-        out.append(RequestClass(str(c.get("name") or f"class{i}"), conc, tokens, prefix))
+        split = {k: parse_tokens(c[k], f"{where}: {key}.{k}") for k in ("prompt_tokens", "output_tokens") if c.get(k)}
+        prompt = split.get("prompt_tokens", tokens - split["output_tokens"] if "output_tokens" in split else None)
+        output = None if prompt is None else tokens - prompt
+        if prompt is not None and (prompt < 1 or output < 1 or split.get("output_tokens", output) != output):
+            raise UsageError(
+                f"{where}: {key}: prompt_tokens + output_tokens must equal tokens={tokens} (each at least 1)"
+            )
+        out.append(RequestClass(str(c.get("name") or f"class{i}"), conc, tokens, prefix, prompt, output))
     return Workload(str(data.get("name") or Path(where).stem), tuple(out))
 
 
@@ -132,14 +145,22 @@ class FleetRow:
         gpu, gpu_name: catalog id and name.
         tensor_parallel_size, pipeline_parallel_size: GPUs per replica = TP × PP.
         fits: whether every class fits a replica.
-        reason: why not, when it does not.
+        reason: why not, when it does not (None when it fits).
         replicas: replicas needed (0 when it does not fit).
         gpus: replicas × TP × PP.
         kv_budget_bytes: KV budget per GPU.
         kv_bytes_needed: KV bytes per GPU summed over all requests (prefixes once per replica).
         kv_utilization: kv_bytes_needed / (replicas × kv_budget_bytes).
-        requests_per_replica: the most requests any replica holds.
-        price_usd_per_hour: per GPU, or None; cost_usd_per_hour = gpus × price.
+        requests_per_replica: the most requests any replica holds (the maximum over replicas).
+        price_usd_per_hour: per GPU, or None; cost_usd_per_hour = gpus × price, computed in exact decimal
+            arithmetic from the price as given (``2.49`` × 112 = 278.88, not 278.88000000000005).
+        limit: what sets the replicas: ``memory``, ``SLO`` (--tpot-ms) or ``max_num_seqs`` (the engine's cap).
+        max_requests_per_replica: the cap of the SLO or max_num_seqs (the smaller), or None.
+        tpot_ms_bound, ttft_ms_bound: the speed bounds (:mod:`kvplan.perf`, MBU/MFU as given) at
+            requests_per_replica; None when the GPU has no known bandwidth.
+        output_tokens_per_s_per_gpu: the decode bound's tokens/s over all GPUs of the fleet.
+        usd_per_million_output_tokens: cost_usd_per_hour / tokens per hour × 10⁶, with a price.
+        requests_per_replica_mean: requests of the workload / replicas (None when it does not fit).
     """
 
     gpu: str
@@ -147,7 +168,7 @@ class FleetRow:
     tensor_parallel_size: int
     pipeline_parallel_size: int
     fits: bool
-    reason: str
+    reason: str | None
     replicas: int
     gpus: int
     kv_budget_bytes: int
@@ -157,11 +178,50 @@ class FleetRow:
     price_usd_per_hour: float | None
     cost_usd_per_hour: float | None
     best_for_gpu: bool = False
+    limit: str = "memory"
+    max_requests_per_replica: int | None = None
+    tpot_ms_bound: float | None = None
+    ttft_ms_bound: float | None = None
+    output_tokens_per_s_per_gpu: float | None = None
+    usd_per_million_output_tokens: float | None = None
+    requests_per_replica_mean: float | None = None
 
     @property
     def gpus_per_replica(self) -> int:
         """TP × PP."""
         return self.tensor_parallel_size * self.pipeline_parallel_size
+
+
+@dataclass(frozen=True)
+class SLO:
+    """Latency targets and the speed model's settings for a fleet.
+
+    Attributes:
+        tpot_ms: time per output token each request must see at most (ms), or None.
+        ttft_ms: time to first token at most (ms), or None.
+        prompt_len: prompt tokens of a class without a prompt/output split (its TTFT prompt, and its decode
+            context ``P + (tokens − P) // 2``); None: such a class decodes and prefills at all its tokens.
+        mbu, mfu: fractions of peak bandwidth and FLOP/s (None: kvplan.perf's defaults).
+        max_num_seqs: hold replicas to the engine's ``max_num_seqs`` (default on).
+    """
+
+    tpot_ms: float | None = None
+    ttft_ms: float | None = None
+    prompt_len: int | None = None
+    mbu: float | None = None
+    mfu: float | None = None
+    max_num_seqs: bool = True
+
+    def prompt(self, c: RequestClass) -> int:
+        """Prompt tokens of class ``c`` (TTFT): its split, else --prompt-len (below its tokens), else its tokens."""
+        if c.prompt_tokens is not None:
+            return c.prompt_tokens
+        return c.tokens if self.prompt_len is None else min(self.prompt_len, c.tokens)
+
+    def context(self, c: RequestClass) -> int:
+        """Tokens cached while class ``c`` decodes, on average over a generation: ``prompt + output // 2``."""
+        p = self.prompt(c)
+        return p + (c.tokens - p) // 2
 
 
 def pack_replicas(budget: int, classes: list[tuple[int, int, int]]) -> tuple[int, int, int]:
@@ -177,57 +237,102 @@ def pack_replicas(budget: int, classes: list[tuple[int, int, int]]) -> tuple[int
     Groups of identical replicas are tracked as counts, so the cost is per class, not per request.
     A request larger than ``budget`` must be excluded by the caller.
     """
-    groups: list[list] = []  # [number of replicas, leftover bytes, classes held, requests each]
+    replicas, used, most, _ = pack_limited(budget, classes)
+    return replicas, used, most
+
+
+TIME_SCALE = 10**12  # a replica's decode-time capacity (--tpot-ms) in integer units
+
+
+def pack_limited(
+    budget: int,
+    classes: list[tuple[int, int, int]],
+    max_requests: int | None = None,
+    time_costs: list[int] | None = None,
+) -> tuple[int, int, int, list[tuple[int, dict[int, int]]]]:
+    """:func:`pack_replicas` with two more limits per replica: at most ``max_requests`` requests (the
+    engine's max_num_seqs), and requests whose ``time_costs`` (per class, in :data:`TIME_SCALE` units of the
+    TPOT target) sum to at most :data:`TIME_SCALE`.
+
+    Returns:
+        (replicas, bytes used, the most requests in one replica, [(replicas alike, {class index: requests
+        each})]).
+    """
+    cap = max_requests or 1 << 62
+    costs = time_costs or [0] * len(classes)
+    # a group: [replicas alike, leftover bytes, classes held, requests each, leftover time, {class: requests}]
+    groups: list[list] = []
     used = 0
+
+    def fits(left: int, pay: int, size: int, reqs: int, time_left: int, cost: int) -> int:
+        if left < pay + size:
+            return 0
+        per = min((left - pay) // size, cap - reqs)
+        return min(per, time_left // cost) if cost else per
+
     for cid, (count, size, prefix) in sorted(enumerate(classes), key=lambda x: -(x[1][1] + x[1][2])):
         remaining = count
+        cost = costs[cid]
         new_groups = []
         for g in groups:
-            n, left, held, reqs = g
+            n, left, held, reqs, tleft, comp = g
             if not remaining:
                 new_groups.append(g)
                 continue
             pay = 0 if cid in held else prefix
-            per = (left - pay) // size if left >= pay + size else 0
-            if not per:
+            per = fits(left, pay, size, reqs, tleft, cost)
+            if per <= 0:
                 new_groups.append(g)
                 continue
             full = min(n, remaining // per)
             if full:
-                new_groups.append([full, left - pay - per * size, held | {cid}, reqs + per])
+                new_groups.append([full, left - pay - per * size, held | {cid}, reqs + per, tleft - per * cost,
+                                   {**comp, cid: per}])
                 remaining -= full * per
                 used += full * (pay + per * size)
             rest = n - full
             if rest and remaining:
                 k = remaining  # < per
-                new_groups.append([1, left - pay - k * size, held | {cid}, reqs + k])
+                new_groups.append(
+                    [1, left - pay - k * size, held | {cid}, reqs + k, tleft - k * cost, {**comp, cid: k}]
+                )
                 used += pay + k * size
                 remaining = 0
                 rest -= 1
             if rest:
-                new_groups.append([rest, left, held, reqs])
+                new_groups.append([rest, left, held, reqs, tleft, comp])
         groups = new_groups
         if remaining:
-            per = (budget - prefix) // size
+            per = fits(budget, prefix, size, 0, TIME_SCALE, cost)
             full, part = divmod(remaining, per)
             if full:
-                groups.append([full, budget - prefix - per * size, {cid}, per])
+                groups.append([full, budget - prefix - per * size, {cid}, per, TIME_SCALE - per * cost, {cid: per}])
                 used += full * (prefix + per * size)
             if part:
-                groups.append([1, budget - prefix - part * size, {cid}, part])
+                groups.append([1, budget - prefix - part * size, {cid}, part, TIME_SCALE - part * cost, {cid: part}])
                 used += prefix + part * size
     replicas = sum(g[0] for g in groups)
     most = max((g[3] for g in groups), default=0)
-    return replicas, used, most
+    return replicas, used, most, [(g[0], g[5]) for g in groups]
 
 
 def plan_layout(
-    spec: ModelSpec, gpu: GPU, workload: Workload, opts: FitOptions, price: float | None = None
+    spec: ModelSpec,
+    gpu: GPU,
+    workload: Workload,
+    opts: FitOptions,
+    price: Decimal | float | None = None,
+    slo: SLO | None = None,
 ) -> FleetRow:
-    """Replicas of (``gpu`` × TP × PP) needed for ``workload`` (see the module docstring).
+    """Replicas of (``gpu`` × TP × PP) needed for ``workload`` (see the module docstring), held to ``slo``.
+
+    Memory packs the requests first; then each replica keeps at most the requests whose decode step meets
+    ``slo.tpot_ms`` (:func:`kvplan.perf.max_concurrency_for_tpot`, the classes mixed as in the workload)
+    and at most the engine's ``max_num_seqs``; a layout whose TTFT bound for the longest prompt exceeds
+    ``slo.ttft_ms`` cannot serve the workload. ``limit`` names what set the replicas.
 
     Raises:
-        UsageError: as :func:`kvplan.fit.plan_fit`.
+        UsageError: as :func:`kvplan.fit.plan_fit`; MBU/MFU outside (0, 1].
     """
     opts = replace(opts, max_model_len=workload.max_tokens, shared_prefix_tokens=0)
     fit: FitResult = plan_fit(spec, gpu, opts)
@@ -238,7 +343,7 @@ def plan_layout(
         tensor_parallel_size=tp,
         pipeline_parallel_size=pp,
         kv_budget_bytes=fit.kv_budget_bytes,
-        price_usd_per_hour=price,
+        price_usd_per_hour=None if price is None else float(price),
     )
 
     def no(reason: str) -> FleetRow:
@@ -273,23 +378,92 @@ def plan_layout(
         unique, prefix = max(per_stage)
         if unique + prefix > fit.kv_budget_bytes:
             return no(
-                f"one request of class {c.name} ({c.tokens:,} tokens) needs {fmt_gib(unique + prefix)} of KV per GPU, "
+                f"one request of class {c.name} ({fmt_tokens(c.tokens)}) needs {fmt_gib(unique + prefix)} of KV per GPU, "
                 f"more than the {fmt_gib(fit.kv_budget_bytes)} budget"
             )
         classes.append((c.concurrency, unique, prefix))
-    replicas, used, most = pack_replicas(fit.kv_budget_bytes, classes)
+    slo = slo or SLO()
+    speed = _speed(spec, gpu, fit, workload, slo)
+    if isinstance(speed, str):
+        return no(speed)
+    seqs = fit.max_num_seqs if slo.max_num_seqs else None
+    costs = [-(-TIME_SCALE // n) for n in speed["slo_caps"]] if speed["slo_caps"] else None
+    memory = pack_limited(fit.kv_budget_bytes, classes)
+    by_seqs = pack_limited(fit.kv_budget_bytes, classes, seqs) if seqs else memory
+    replicas, used, most, groups = pack_limited(fit.kv_budget_bytes, classes, seqs, costs) if costs else by_seqs
+    limit = "memory" if replicas == memory[0] else "max_num_seqs" if replicas == by_seqs[0] else "SLO"
+    caps = [c for c in (seqs, max(speed["slo_caps"], default=None)) if c]
     gpus = replicas * tp * pp
+    cost = None if price is None else float(exact_usd(price) * gpus)  # exact: 2.49 × 112 = 278.88
+    tpot = per_gpu = usd = None
+    if speed["hw"] is not None:
+        from kvplan import perf
+
+        contexts = [slo.context(c) for c in workload.classes]
+        worst, tokens_per_s = 0.0, 0.0
+        for n, comp in groups:  # each kind of replica: its own requests, each one token per step
+            step = perf.step_bound(spec, fit, speed["hw"], [(k, contexts[i]) for i, k in comp.items()]).seconds
+            worst = max(worst, step)
+            tokens_per_s += n * sum(comp.values()) / step
+        tpot, per_gpu = worst, tokens_per_s / gpus
+        usd = None if cost is None else cost / (tokens_per_s * 3600) * 1e6
     return FleetRow(
         fits=True,
-        reason="",
+        reason=None,
         replicas=replicas,
         gpus=gpus,
         kv_bytes_needed=used,
         kv_utilization=used / (replicas * fit.kv_budget_bytes),
         requests_per_replica=most,
-        cost_usd_per_hour=None if price is None else gpus * price,
+        cost_usd_per_hour=cost,
+        limit=limit,
+        max_requests_per_replica=min(caps) if caps else None,
+        tpot_ms_bound=None if tpot is None else tpot * 1e3,
+        ttft_ms_bound=None if speed["ttft_s"] is None else speed["ttft_s"] * 1e3,
+        output_tokens_per_s_per_gpu=per_gpu,
+        usd_per_million_output_tokens=usd,
+        requests_per_replica_mean=sum(c.concurrency for c in workload.classes) / replicas,
         **base,
     )
+
+
+def _speed(spec: ModelSpec, gpu: GPU, fit: FitResult, workload: Workload, slo: SLO) -> dict | str:
+    """The speed facts of a layout, or the reason (a string) it misses the SLO.
+
+    ``slo_caps``: per class, the most requests of that class alone whose decode step meets --tpot-ms (a
+    request of class c then uses 1/cap_c of a replica's time: TPOT is convex in the request counts for a
+    dense model, so mixes within that budget meet the target; MoE's expert bytes are concave in the count,
+    which can put a mix slightly over). ``hw`` is None when the GPU has no known bandwidth (a size): no
+    bound, which only an SLO makes an error."""
+    from kvplan import perf
+
+    total = sum(c.concurrency for c in workload.classes)
+    out: dict[str, Any] = {"slo_caps": [], "ttft_s": None, "hw": None}
+    wants = slo.tpot_ms is not None or slo.ttft_ms is not None
+    try:
+        out["hw"] = perf.hardware(gpu, fit.weights_dtype, slo.mbu, slo.mfu)
+    except UsageError as e:
+        if wants:
+            return f"no speed bound: {e}"
+        return out
+    prompt = max(slo.prompt(c) for c in workload.classes)
+    out["ttft_s"] = perf.step_bound(spec, fit, out["hw"], [(1, prompt)], prefill=True).seconds
+    if slo.ttft_ms is not None and out["ttft_s"] * 1e3 > slo.ttft_ms:
+        ms = out["ttft_s"] * 1e3
+        return f"TTFT bound {ms:,.1f} ms for a {prompt:,}-token prompt exceeds --ttft-ms {slo.ttft_ms:g}"
+    if slo.tpot_ms is not None:
+        for c in workload.classes:
+            ctx = slo.context(c)
+            target = slo.tpot_ms / 1e3
+            cap = perf.max_concurrency_for_tpot(spec, gpu, fit, target, [(1.0, ctx)], total, slo.mbu, slo.mfu)
+            if cap == 0:
+                one = perf.tpot_seconds(spec, gpu, fit, [(1, ctx)], slo.mbu, slo.mfu) * 1e3
+                return (
+                    f"TPOT bound {one:,.2f} ms for one request of class {c.name} ({ctx:,} tokens cached) exceeds "
+                    f"--tpot-ms {slo.tpot_ms:g}"
+                )
+            out["slo_caps"].append(cap)
+    return out
 
 
 def plan_fleet(
@@ -298,9 +472,10 @@ def plan_fleet(
     gpus: list[GPU],
     opts: FitOptions,
     tps: list[int] | None = None,
-    prices: dict[str, float] | None = None,
+    prices: dict[str, Decimal | float] | None = None,
     sort: str = "gpus",
     max_default_tp: int = 8,
+    slo: SLO | None = None,
 ) -> list[FleetRow]:
     """Every (GPU, TP) layout, sorted by GPUs (or cost), feasible first; the best per GPU is marked.
 
@@ -308,6 +483,7 @@ def plan_fleet(
         tps: TP degrees to try; default: every TP ≤ 8 the model's heads allow.
         prices: USD per GPU-hour by catalog id (overrides the catalog's default price).
         sort: ``gpus`` or ``cost``.
+        slo: latency targets and speed settings (:class:`SLO`); None: memory and max_num_seqs only.
 
     Raises:
         UsageError: a TP the heads do not allow, ``sort`` unknown, as :func:`plan_layout`.
@@ -322,7 +498,9 @@ def plan_fleet(
     rows = []
     for g in gpus:
         price = prices.get(g.id, g.price_usd_per_hour)
-        rows.extend(plan_layout(spec, g, workload, replace(opts, tensor_parallel_size=tp), price) for tp in candidates)
+        rows.extend(
+            plan_layout(spec, g, workload, replace(opts, tensor_parallel_size=tp), price, slo) for tp in candidates
+        )
     best: dict[str, FleetRow] = {}
 
     def key(r: FleetRow):
@@ -336,22 +514,40 @@ def plan_fleet(
     return sorted(rows, key=lambda r: (not r.fits, key(r) if r.fits else (0, 0, 0), r.gpu))
 
 
-def parse_prices(items: list[str], resolve) -> dict[str, float]:
-    """``["h100=2.49", "mi300x=3.5"]`` → ``{gpu id: USD per GPU-hour}``.
+def exact_usd(price: Decimal | float | int | str) -> Decimal:
+    """A price as an exact Decimal: a Decimal or string as given, a float by its shortest repr (2.49 → 2.49)."""
+    return price if isinstance(price, Decimal) else Decimal(repr(price) if isinstance(price, float) else str(price))
+
+
+def parse_prices(items: list[str], resolve, gpus: list[GPU] | None = None) -> dict[str, Decimal]:
+    """``["h100=2.49", "mi300x=3.5"]`` → ``{gpu id: USD per GPU-hour}``, each price the exact Decimal of its
+    string (costs are exact: 2.49 × 112 GPUs = 278.88).
+
+    Args:
+        items: ``GPU=USD_PER_HOUR`` strings.
+        resolve: ``resolve(name, flag) -> GPU`` (:func:`kvplan.gpus.get_gpu`).
+        gpus: the GPUs planned (``--gpu``); a price for another GPU is refused. None: any GPU.
 
     Raises:
-        UsageError: not ``GPU=NUMBER`` with a number >= 0, or an unknown GPU.
+        UsageError: not ``GPU=NUMBER`` with a number >= 0, an unknown GPU, or a GPU not in ``gpus``.
     """
     out = {}
+    planned = None if gpus is None else [g.id for g in gpus]
     for item in items:
         name, sep, value = str(item).partition("=")
         try:
-            usd = float(value)
-        except ValueError:
-            usd = -1.0
-        if not sep or not 0 <= usd < 1e9:  # also refuses nan and inf
+            price = Decimal(value.strip())
+        except InvalidOperation:
+            price = Decimal(-1)
+        if not sep or not price.is_finite() or not 0 <= price < 10**9:  # also refuses nan and inf
             raise UsageError(f"--price: {item!r} must be GPU=USD_PER_HOUR, e.g. h100=2.49")
-        out[resolve(name, "--price").id] = usd
+        gid = resolve(name, "--price").id
+        if planned is not None and gid not in planned:
+            raise UsageError(
+                f"--price: {name!r} ({gid}) is not among the GPUs planned (--gpu {', '.join(planned)}); "
+                f"add --gpu {name} or drop its price"
+            )
+        out[gid] = price
     return out
 
 

@@ -1,24 +1,31 @@
-"""``kvplan plot``: KV cache per request against context length, with GPU KV budgets as horizontal lines.
+"""``kvplan plot``: KV cache per request against context length, with each model's KV budget per GPU.
 
-The numbers are exact (:func:`kvplan.calc.estimate` at each sample point, bytes as ints); only the drawing
-converts them to GiB (2^30 B). Sample points run from 512 tokens to ``max_seq`` (513 .. 2^30 tokens,
-:func:`check_max_seq`) on a log-2 axis, eight per doubling, so sliding-window knees show.
+The numbers are exact (:func:`kvplan.calc.estimate` at each sample point, bytes as ints, per GPU at the
+given TP); only the drawing converts them to GiB (2^30 B). Sample points run from 512 tokens to
+``max_seq`` (513 .. 2^30 tokens, :func:`check_max_seq`) on a log-2 axis, eight per doubling, so
+sliding-window knees show.
 
-- one solid line per model up to its max context, dotted beyond it;
-- with ``topologies``: the first model's MHA and MQA variants (``ModelSpec.with_kv_heads``, as
-  :func:`kvplan.calc.compare_topologies`), dashed;
-- one horizontal line per GPU: the KV budget of :func:`kvplan.fit.plan_fit` for the first model with the
-  vLLM convention at TP = 1 (weights, activation and overhead taken off); a GPU whose budget is 0 is left
-  out with a note.
+A KV budget belongs to a (model, GPU, TP, engine, weights dtype, KV dtype): it is what
+:func:`kvplan.fit.plan_fit` leaves for the KV cache after that model's weights, activation and overhead.
+So with GPUs the figure has one panel per model (shared axes), each with:
 
-matplotlib is imported inside :func:`render` (Agg backend, no display); without it
-:class:`kvplan.errors.MissingExtra` says ``pip install 'kvplan[plot]'``. The file is written atomically
-(a temporary file in the same folder, then ``os.replace``) and an existing file is never overwritten
-without ``force``.
+- the model's line up to its max context, dotted beyond it;
+- with ``topologies``, in the first model's panel: its MHA and MQA variants (``ModelSpec.with_kv_heads``,
+  as :func:`kvplan.calc.compare_topologies`), dashed;
+- one horizontal line per GPU at that model's KV budget on it (:class:`BudgetLine`, equal to
+  ``kvplan fit``'s ``kv_budget_bytes`` with the same flags); a GPU the model does not fit at all (budget
+  <= 0: the weights alone, or with activation and overhead, fill it) gets no line but a red "does not
+  fit" line in the panel, and a note on stderr.
+
+Without GPUs, one panel holds every model. matplotlib is imported inside :func:`render` (Agg backend, no
+display); without it :class:`kvplan.errors.MissingExtra` says ``pip install 'kvplan[plot]'``. The file is
+written atomically (a temporary file in the same folder, then ``os.replace``) and an existing file is
+never overwritten without ``force``.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 from dataclasses import dataclass
@@ -45,25 +52,45 @@ class Curve:
 
     Attributes:
         label: legend text.
-        bytes: KV bytes of one request at each point of :attr:`PlotData.points` (ints, exact).
+        bytes: KV bytes of one request at each point of :attr:`PlotData.points` (ints, exact; per GPU at
+            :attr:`PlotData.tensor_parallel_size`).
         max_context: tokens beyond which the line is dotted (the model's max_model_len), or None.
         variant: True for an MHA/MQA variant (dashed).
+        model: the model's name (a variant's: the model it varies).
     """
 
     label: str
     bytes: tuple[int, ...]
     max_context: int | None
     variant: bool = False
+    model: str = ""
 
 
 @dataclass(frozen=True)
 class BudgetLine:
-    """One GPU's KV budget (vLLM convention, TP = 1, for the first model), in bytes."""
+    """One model's KV budget on one GPU, as :func:`kvplan.fit.plan_fit` computes it (bytes, per GPU).
 
+    Attributes:
+        model: the model's name; gpu, gpu_name: catalog id (or a custom size's name) and name.
+        budget_bytes: KV budget per GPU; <= 0 when the model does not fit the GPU at all.
+        engine, tensor_parallel_size, weights_dtype: the settings the budget was computed with.
+        usable_bytes, weights_bytes: the fit's usable memory and weights per GPU (for the does-not-fit note).
+    """
+
+    model: str
     gpu: str
     gpu_name: str
     budget_bytes: int
-    model: str
+    engine: str
+    tensor_parallel_size: int
+    weights_dtype: str
+    usable_bytes: int
+    weights_bytes: int
+
+    @property
+    def fits(self) -> bool:
+        """True when the model leaves KV memory on this GPU (a line is drawn)."""
+        return self.budget_bytes > 0
 
 
 @dataclass(frozen=True)
@@ -72,10 +99,13 @@ class PlotData:
 
     Attributes:
         points: context lengths sampled, tokens, increasing.
-        curves: one per model, then the topology variants.
-        budgets: GPU KV budget lines.
+        curves: one per model, then the topology variants (of the first model).
+        budgets: one per (model, GPU), models in order, then GPUs in order; those that do not fit included.
         kv_dtype: the KV dtype asked for (``auto``: each model's own).
-        notes: what was left out and why (one line each).
+        notes: what was left out or does not fit, and why (one line each).
+        tensor_parallel_size: TP of the budgets; the curves are bytes per GPU at this TP.
+        engine: the engine convention of the budgets.
+        weights_dtype: the weights dtype asked for (None: each model's own).
     """
 
     points: tuple[int, ...]
@@ -83,6 +113,13 @@ class PlotData:
     budgets: tuple[BudgetLine, ...]
     kv_dtype: str
     notes: tuple[str, ...]
+    tensor_parallel_size: int = 1
+    engine: str = "vllm"
+    weights_dtype: str | None = None
+
+    def budgets_of(self, model: str) -> tuple[BudgetLine, ...]:
+        """The budget lines of one model (by name)."""
+        return tuple(b for b in self.budgets if b.model == model)
 
 
 def sample_points(max_seq: int, start: int = START_TOKENS, per_doubling: int = POINTS_PER_DOUBLING) -> list[int]:
@@ -121,25 +158,48 @@ def plot_data(
     max_seq: int = 131072,
     kv_dtype: str = "auto",
     topologies: bool = False,
+    *,
+    tensor_parallel_size: int = 1,
+    engine: str = "vllm",
+    weights_dtype: str | None = None,
 ) -> PlotData:
-    """Compute the curves and budget lines (exact bytes); no drawing.
+    """Compute the curves and every model's budget on every GPU (exact bytes); no drawing.
+
+    Args:
+        specs: the models, in order (the first one's topology variants with ``topologies``).
+        gpus: GPUs whose KV budget is drawn, for each model.
+        max_seq: last context length of the axis (tokens).
+        kv_dtype: KV dtype name (``auto``: each model's own).
+        topologies: also the first model as MHA and MQA.
+        tensor_parallel_size: TP of the budgets; the curves are bytes per GPU at this TP.
+        engine: engine convention (:func:`kvplan.fit.get_engine`: vllm, sglang, trtllm, llamacpp).
+        weights_dtype: weights dtype for the budgets (None: each model's own).
 
     Raises:
-        UsageError: no model, ``max_seq`` not in :data:`START_TOKENS` + 1 .. :data:`MAX_SEQ_LIMIT`, or an
-            unknown KV dtype.
+        UsageError: no model, ``max_seq`` not in :data:`START_TOKENS` + 1 .. :data:`MAX_SEQ_LIMIT`, an
+            unknown KV dtype, weights dtype or engine, or a TP a model's heads do not allow.
     """
-    from kvplan.fit import Engine, FitOptions, plan_fit
+    from kvplan.calc import check_tp
+    from kvplan.fit import FitOptions, get_engine, plan_fit
 
     if not specs:
         raise UsageError("MODEL: give at least one model")
     check_max_seq(max_seq)
+    eng = get_engine(engine)
+    tp = tensor_parallel_size
+    for spec in specs:
+        check_tp(spec, tp)
     points = sample_points(max_seq)
     notes: list[str] = []
     curves = []
+
+    def per_gpu(spec: ModelSpec) -> tuple[int, ...]:
+        return tuple(estimate(spec, s, kv_dtype=kv_dtype, tensor_parallel_size=tp).bytes_per_request for s in points)
+
     for spec in specs:
         dtype = resolve_kv_dtype(spec, kv_dtype).name
-        b = tuple(estimate(spec, s, kv_dtype=kv_dtype).bytes_per_request for s in points)
-        curves.append(Curve(f"{spec.name} ({spec.topology}, KV {dtype})", b, spec.max_model_len))
+        label = f"{spec.name} ({spec.topology}, KV {dtype})"
+        curves.append(Curve(label, per_gpu(spec), spec.max_model_len, model=spec.name))
     first = specs[0]
     if topologies:
         own = curves[0].bytes
@@ -147,30 +207,37 @@ def plot_data(
             if h == first.num_kv_heads and set(first.kv_head_counts) <= {h}:  # every attention layer already h
                 continue
             variant = first.with_kv_heads(h)
-            b = tuple(estimate(variant, s, kv_dtype=kv_dtype).bytes_per_request for s in points)
+            b = per_gpu(variant)
             if b == own:
                 notes.append(
                     f"--topologies: {first.name} as {label} caches the same bytes ({first.topology} layers "
                     "do not depend on KV heads); not drawn"
                 )
                 continue
-            curves.append(Curve(f"{first.name} as {label} ({h} KV heads)", b, first.max_model_len, variant=True))
+            label = f"{first.name} as {label} ({h} KV heads)"
+            curves.append(Curve(label, b, first.max_model_len, variant=True, model=first.name))
     budgets = []
-    for g in gpus:
-        gid = g.name if g.is_custom else g.id
-        try:
-            r = plan_fit(first, g, FitOptions(engine=Engine.vllm, kv_dtype=kv_dtype))
-        except UsageError as e:
-            notes.append(f"--gpu {gid}: no KV budget line ({e})")
-            continue
-        if r.kv_budget_bytes <= 0:
-            notes.append(
-                f"--gpu {gid}: no KV budget line: {first.name}'s weights, activation and overhead leave no KV "
-                "memory (vLLM, TP=1)"
-            )
-            continue
-        budgets.append(BudgetLine(gid, g.name, r.kv_budget_bytes, first.name))
-    return PlotData(tuple(points), tuple(curves), tuple(budgets), kv_dtype, tuple(notes))
+    where = f"{eng.value}, TP={tp}" + (f", {weights_dtype} weights" if weights_dtype else "")
+    for spec in specs:
+        for g in gpus:
+            gid = g.name if g.is_custom else g.id
+            opts = FitOptions(engine=eng, tensor_parallel_size=tp, kv_dtype=kv_dtype, weights_dtype=weights_dtype)
+            try:
+                r = plan_fit(spec, g, opts)
+            except UsageError as e:
+                notes.append(f"--gpu {gid}: no KV budget for {spec.name} ({e})")
+                continue
+            line = BudgetLine(
+                spec.name, gid, g.name, r.kv_budget_bytes, r.engine, tp, r.weights_dtype, r.usable_bytes,
+                r.weights_bytes,
+            )  # fmt: skip
+            budgets.append(line)
+            if not line.fits:
+                notes.append(
+                    f"--gpu {gid}: {spec.name} does not fit: its weights, activation and overhead leave no KV "
+                    f"memory ({where}); marked in its panel"
+                )
+    return PlotData(tuple(points), tuple(curves), tuple(budgets), kv_dtype, tuple(notes), tp, eng.value, weights_dtype)
 
 
 def check_out(out: str | os.PathLike, force: bool) -> Path:
@@ -219,22 +286,24 @@ def _tokens_label(n: int) -> str:
     return f"{n:,}"
 
 
-def render(data: PlotData, out: Path) -> Path:
-    """Draw ``data`` and write it to ``out`` atomically (the format from the extension). Returns ``out``.
+GPU_STYLES = ["-.", (0, (4, 1.5)), (0, (6, 2, 1, 2, 1, 2)), (0, (2, 1))]
+GPU_SHADES = ("0.1", "0.45")
+NO_FIT_COLOR = "#c00000"
 
-    Raises:
-        MissingExtra: no matplotlib.
-    """
-    Figure = _matplotlib()
-    from matplotlib.lines import Line2D
 
-    fig = Figure(figsize=(11, 6.5), layout="constrained")
-    ax = fig.add_subplot()
-    xs = data.points
+def _panels(data: PlotData) -> list[tuple[str | None, list[Curve]]]:
+    """(model or None, curves) per panel: one per model when there are budgets, else one for all."""
+    if not data.budgets:
+        return [(None, list(data.curves))]
+    return [(c.model, [x for x in data.curves if x.model == c.model]) for c in data.curves if not c.variant]
+
+
+def _draw_curves(ax, xs, curves: list[Curve], colors: dict[str, str]) -> bool:
+    """Solid within each model's max context, dotted beyond; variants dashed. True when a line is dotted."""
     dotted_any = False
-    for i, c in enumerate(data.curves):
+    for c in curves:
         ys = [b / GIB for b in c.bytes]
-        color = "C0" if c.variant else f"C{i % 10}"  # variants are the first model's, in its colour
+        color = colors[c.model]  # variants in their model's colour
         style = "--" if c.variant else "-"
         within = [j for j, s in enumerate(xs) if c.max_context is None or s <= c.max_context]
         beyond = [j for j, s in enumerate(xs) if c.max_context is not None and s >= c.max_context]
@@ -259,16 +328,25 @@ def render(data: PlotData, out: Path) -> Path:
                 alpha=0.8,
                 label=None if within else c.label,
             )
-    gpu_styles = ["-.", (0, (4, 1.5)), (0, (6, 2, 1, 2, 1, 2)), (0, (2, 1))]
-    for k, b in enumerate(data.budgets):
+    return dotted_any
+
+
+def _draw_budgets(ax, budgets: tuple[BudgetLine, ...], gpu_order: list[str]) -> None:
+    """One horizontal line per GPU the model fits; a red "does not fit" line of text per GPU it does not."""
+    no_fit = []
+    for b in budgets:
+        k = gpu_order.index(b.gpu)
+        if not b.fits:
+            no_fit.append(
+                f"{b.gpu}: does not fit: weights {b.weights_bytes / GIB:,.1f} GiB/GPU, "
+                f"usable {b.usable_bytes / GIB:,.1f} GiB"
+            )
+            ax.plot([], [], "x", color=NO_FIT_COLOR, label=f"{b.gpu}: does not fit (no KV memory)")
+            continue
         y = b.budget_bytes / GIB
-        shade = ("0.1", "0.45")[k % 2]
+        shade = GPU_SHADES[k % 2]
         ax.axhline(
-            y,
-            color=shade,
-            lw=1.4,
-            ls=gpu_styles[k % len(gpu_styles)],
-            label=f"{b.gpu_name}: KV budget {y:,.1f} GiB ({b.model}, vLLM, TP=1)",
+            y, color=shade, lw=1.4, ls=GPU_STYLES[k % len(GPU_STYLES)], label=f"{b.gpu_name}: KV budget {y:,.1f} GiB"
         )
         ax.annotate(
             f"{b.gpu}: {y:,.1f} GiB",
@@ -280,26 +358,106 @@ def render(data: PlotData, out: Path) -> Path:
             fontsize=8.5,
             color=shade,
         )
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log", base=2)
+    if no_fit:
+        ax.text(
+            0.015,
+            0.97,
+            "\n".join(no_fit),
+            transform=ax.transAxes,
+            ha="left",
+            va="top",
+            fontsize=9,
+            fontweight="bold",
+            color=NO_FIT_COLOR,
+            bbox={"boxstyle": "round,pad=0.3", "facecolor": "white", "edgecolor": NO_FIT_COLOR, "alpha": 0.92},
+        )
+
+
+def render(data: PlotData, out: Path) -> Path:
+    """Draw ``data`` (:func:`figure`) and write it to ``out`` atomically (the format from the extension).
+    Returns ``out``.
+
+    Raises:
+        MissingExtra: no matplotlib.
+    """
+    return _write_atomic(figure(data), out)
+
+
+def figure(data: PlotData):
+    """The matplotlib Figure of ``data``: one panel per model when it has budgets (shared axes), else one.
+
+    Raises:
+        MissingExtra: no matplotlib.
+    """
+    Figure = _matplotlib()
+    from matplotlib.lines import Line2D
+
+    panels = _panels(data)
+    n = len(panels)
+    ncols = 1 if n == 1 else 2 if n <= 4 else 3
+    nrows = -(-n // ncols)
+    size = (11, 6.5) if n == 1 else (7.2 * ncols, 4.9 * nrows + 0.6)
+    fig = Figure(figsize=size, layout="constrained")
+    axes = fig.subplots(nrows, ncols, sharex=True, sharey=True, squeeze=False).ravel()
+    for ax in axes[n:]:
+        ax.set_visible(False)
+    xs = data.points
+    colors = {c.model: f"C{i % 10}" for i, c in enumerate(c for c in data.curves if not c.variant)}
+    gpu_order = list(dict.fromkeys(b.gpu for b in data.budgets))
+    for ax, (model, curves) in zip(axes, panels, strict=False):  # axes: a whole grid, maybe more
+        dotted_any = _draw_curves(ax, xs, curves, colors)
+        if model is not None:
+            _draw_budgets(ax, data.budgets_of(model), gpu_order)
+            b0 = data.budgets_of(model)
+            weights = b0[0].weights_dtype if b0 else (data.weights_dtype or "model dtype")
+            ax.set_title(f"{model}: KV budget per GPU with {weights} weights", loc="left", fontsize=10.5)
+        handles, labels = ax.get_legend_handles_labels()
+        if dotted_any:
+            handles.append(Line2D([], [], ls=":", color="0.4"))
+            labels.append("dotted: beyond the model's max context")
+        ax.legend(handles, labels, loc="lower right", fontsize=8.5, framealpha=0.92)
+    ax0 = axes[0]
+    ax0.set_xscale("log", base=2)
+    ax0.set_yscale("log", base=2)
     ticks = [1 << k for k in range(40) if xs[0] <= (1 << k) <= xs[-1]] or [xs[0]]
-    ax.set_xticks(ticks, [_tokens_label(t) for t in ticks])
-    ax.minorticks_off()
-    ax.set_xlim(xs[0], xs[-1])
-    ymin, ymax = ax.get_ylim()
+    ax0.set_xticks(ticks, [_tokens_label(t) for t in ticks])
+    ax0.set_xlim(xs[0], xs[-1])
+    ymin, ymax = ax0.get_ylim()
+    no_fit_lines = max((sum(not b.fits for b in data.budgets_of(m)) for m, _ in panels if m is not None), default=0)
+    if no_fit_lines:  # headroom above every line for the red "does not fit" box at the top of a panel
+        f = min(0.5, 0.05 + 0.045 * no_fit_lines)  # fraction of the panel's height the box takes
+        lo, hi = math.log2(ymin), math.log2(ymax)
+        ymax = 2 ** ((hi - f * lo) / (1 - f))
+        ax0.set_ylim(ymin, ymax)
     yticks = [2.0**k for k in range(-12, 16) if ymin <= 2.0**k <= ymax]
-    ax.set_yticks(yticks, [f"{t:g}" for t in yticks])
-    ax.grid(True, which="major", color="0.9", lw=0.8)
-    ax.set_xlabel("context length per request (tokens, log₂ scale; 1k = 1,024)")
-    ax.set_ylabel("KV cache per request (GiB = 2³⁰ B, log₂ scale)")
+    ax0.set_yticks(yticks, [f"{t:g}" for t in yticks])
+    for ax in axes[:n]:
+        ax.minorticks_off()
+        ax.grid(True, which="major", color="0.9", lw=0.8)
+        ax.tick_params(labelbottom=True, labelleft=True)
+    tp = data.tensor_parallel_size
+    per = f", per GPU at TP={tp}" if tp > 1 else ""
+    xlabel = "context length per request (tokens, log₂ scale; 1k = 1,024)"
+    ylabel = f"KV cache per request{per} (GiB = 2³⁰ B, log₂ scale)"
+    if n == 1:
+        ax0.set_xlabel(xlabel)
+        ax0.set_ylabel(ylabel)
+    else:
+        fig.supxlabel(xlabel)
+        fig.supylabel(ylabel)
     dtype = "each model's dtype" if data.kv_dtype.lower() == "auto" else data.kv_dtype
-    ax.set_title(f"KV cache per request vs context length (KV dtype: {dtype}; exact bytes from kvplan)")
-    handles, labels = ax.get_legend_handles_labels()
-    if dotted_any:
-        handles.append(Line2D([], [], ls=":", color="0.4"))
-        labels.append("dotted: beyond the model's max context")
-    ax.legend(handles, labels, loc="lower right", fontsize=8.5, framealpha=0.92)
-    return _write_atomic(fig, out)
+    title = f"KV cache per request vs context length (KV dtype: {dtype}; exact bytes from kvplan)"
+    if data.budgets:
+        title += (
+            f"\nhorizontal lines: each model's KV budget on each GPU ({data.engine}, TP={tp}), "
+            "after its own weights, activation and overhead"
+        )
+    if n == 1:
+        ax0.set_title(title if model is None else f"{title}\n{ax0.get_title(loc='left')}", loc="center")
+        ax0.set_title("", loc="left")
+    else:
+        fig.suptitle(title)
+    return fig
 
 
 def _write_atomic(fig, out: Path) -> Path:
@@ -327,13 +485,168 @@ def plot_kv_vs_context(
     topologies: bool = False,
     out: str | os.PathLike = "kvplan-plot.png",
     force: bool = False,
+    *,
+    tensor_parallel_size: int = 1,
+    engine: str = "vllm",
+    weights_dtype: str | None = None,
 ) -> tuple[Path, PlotData]:
-    """Compute and draw the plot; return (the file written, the data drawn).
+    """Compute and draw the plot; return (the file written, the data drawn). Arguments as :func:`plot_data`.
 
     Raises:
         UsageError: bad ``out`` (checked first, before any work), bad arguments.
         MissingExtra: no matplotlib.
     """
     path = check_out(out, force)
-    data = plot_data(specs, gpus, max_seq, kv_dtype, topologies)
+    data = plot_data(
+        specs, gpus, max_seq, kv_dtype, topologies,
+        tensor_parallel_size=tensor_parallel_size, engine=engine, weights_dtype=weights_dtype,
+    )  # fmt: skip
     return render(data, path), data
+
+
+# --- --throughput: tokens/s bound against concurrency --------------------------------------------
+
+
+@dataclass(frozen=True)
+class ThroughputCurve:
+    """The decode tokens/s bound of one GPU's replica at each concurrency of :attr:`ThroughputData.points`.
+
+    Attributes:
+        gpu, gpu_name: catalog id and name.
+        tokens_per_s: the bound at MBU/MFU as given (kvplan.perf defaults), per replica.
+        limit_tokens_per_s: the physical limit (MBU = MFU = 1), per replica.
+        memory_wall: the most requests of ``context`` tokens that fit (as ``kvplan fit`` counts), or 0.
+        max_num_seqs: the engine's cap on running requests, or None.
+    """
+
+    gpu: str
+    gpu_name: str
+    tokens_per_s: tuple[float, ...]
+    limit_tokens_per_s: tuple[float, ...]
+    memory_wall: int
+    max_num_seqs: int | None
+
+
+@dataclass(frozen=True)
+class ThroughputData:
+    """What ``kvplan plot --throughput`` draws: one model, one context, one curve per GPU."""
+
+    model: str
+    context: int
+    tensor_parallel_size: int
+    points: tuple[int, ...]
+    curves: tuple[ThroughputCurve, ...]
+    mbu: float
+    mfu: float
+    notes: tuple[str, ...]
+
+
+def throughput_data(
+    spec: ModelSpec,
+    gpus: Sequence[GPU],
+    context: int = 4096,
+    kv_dtype: str = "auto",
+    tensor_parallel_size: int = 1,
+    engine: str = "vllm",
+    weights_dtype: str | None = None,
+    mbu: float | None = None,
+    mfu: float | None = None,
+) -> ThroughputData:
+    """Tokens/s bounds (:func:`kvplan.perf.bound`) at concurrency 1, 2, 4, ... up to twice the largest
+    memory wall (at least 64), for a replica of each GPU decoding requests of ``context`` tokens.
+
+    Raises:
+        UsageError: no GPU, a GPU without bandwidth, MBU/MFU outside (0, 1], as :func:`kvplan.fit.plan_fit`.
+    """
+    from kvplan import perf
+    from kvplan.fit import FitOptions, get_engine, plan_fit
+
+    if not gpus:
+        raise UsageError("--throughput: give at least one --gpu")
+    opts = FitOptions(
+        engine=get_engine(engine), tensor_parallel_size=tensor_parallel_size, max_model_len=context,
+        kv_dtype=kv_dtype, weights_dtype=weights_dtype,
+    )  # fmt: skip
+    fits, notes = [], []
+    for g in gpus:
+        f = plan_fit(spec, g, opts)
+        perf.hardware(g, f.weights_dtype, mbu, mfu)  # a GPU without bandwidth is an error here
+        fits.append(f)
+        if not f.fits:
+            notes.append(f"--gpu {g.id}: not one request of {context:,} tokens fits (TP={tensor_parallel_size})")
+    top = max([64, *(2 * f.max_requests_by_memory for f in fits)])
+    walls = {f.max_requests_by_memory for f in fits if f.max_requests_by_memory}
+    points = sorted({1 << k for k in range(top.bit_length() + 1) if 1 << k <= top} | walls)
+    curves = []
+    for g, f in zip(gpus, fits, strict=True):
+        ys = tuple(perf.bound(spec, g, f, n, context, 1, mbu, mfu).decode_tokens_per_s_bound for n in points)
+        lim = tuple(perf.bound(spec, g, f, n, context, 1, 1.0, 1.0).decode_tokens_per_s_bound for n in points)
+        seqs = getattr(f, "max_num_seqs", None)
+        curves.append(ThroughputCurve(g.id, g.name, ys, lim, f.max_requests_by_memory, seqs))
+    used = perf.hardware(gpus[0], fits[0].weights_dtype, mbu, mfu)
+    return ThroughputData(spec.name, context, tensor_parallel_size, tuple(points), tuple(curves), used.mbu, used.mfu,
+                          tuple(notes))
+
+
+def render_throughput(data: ThroughputData, out: Path) -> Path:
+    """Draw ``data``: solid lines at the given MBU/MFU, dashed at the physical limit, dotted past the memory
+    wall (a vertical line per GPU); log-2 axes. Written atomically to ``out``.
+
+    Raises:
+        MissingExtra: no matplotlib.
+    """
+    Figure = _matplotlib()
+    fig = Figure(figsize=(11, 6.5), layout="constrained")
+    ax = fig.add_subplot()
+    xs = data.points
+    for i, c in enumerate(data.curves):
+        color = f"C{i % 10}"
+        wall = c.memory_wall
+        inside = [j for j, n in enumerate(xs) if n <= max(wall, 1)]
+        beyond = [j for j, n in enumerate(xs) if n >= max(wall, 1)]
+        ax.plot([xs[j] for j in inside], [c.tokens_per_s[j] for j in inside], "-", color=color, lw=2.2,
+                label=f"{c.gpu_name}: bound at MBU {data.mbu:g}, MFU {data.mfu:g}")
+        ax.plot([xs[j] for j in beyond], [c.tokens_per_s[j] for j in beyond], ":", color=color, lw=1.4)
+        ax.plot(xs, c.limit_tokens_per_s, "--", color=color, lw=1.2, alpha=0.8, label=f"{c.gpu_name}: physical limit")
+        if wall:
+            ax.axvline(wall, color=color, lw=1.0, ls="-.", alpha=0.9)
+            ax.annotate(f"{c.gpu}: {wall:,} requests fit", xy=(wall, 0.98), xycoords=("data", "axes fraction"),
+                        rotation=90, ha="right", va="top", fontsize=8.5, color=color)
+        if c.max_num_seqs and c.max_num_seqs < wall:
+            ax.axvline(c.max_num_seqs, color=color, lw=0.8, ls=(0, (1, 2)))
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=2)
+    ticks = [n for n in xs if n & (n - 1) == 0]  # powers of two; the walls are marked by their lines
+    ax.set_xticks(ticks, [f"{n:,}" for n in ticks])
+    ax.minorticks_off()
+    lo, hi = ax.get_ylim()
+    yt = [2.0**k for k in range(-4, 40) if lo <= 2.0**k <= hi]
+    ax.set_yticks(yt, [f"{t:,.0f}" if t >= 1 else f"{t:g}" for t in yt])
+    ax.grid(True, which="major", color="0.9", lw=0.8)
+    ax.set_xlabel("concurrent requests per replica (log₂ scale)")
+    ax.set_ylabel("decode tokens/s per replica, upper bound (log₂ scale)")
+    tp = f", TP={data.tensor_parallel_size}" if data.tensor_parallel_size > 1 else ""
+    ax.set_title(
+        f"{data.model}: decode throughput bound vs concurrency at {data.context:,} tokens cached{tp} "
+        "(dotted past the memory wall)"
+    )
+    ax.legend(loc="lower right", fontsize=8.5, framealpha=0.92)
+    return _write_atomic(fig, out)
+
+
+def plot_throughput(
+    spec: ModelSpec,
+    gpus: Sequence[GPU],
+    context: int = 4096,
+    out: str | os.PathLike = "kvplan-plot.png",
+    force: bool = False,
+    **kwargs,
+) -> tuple[Path, ThroughputData]:
+    """Compute and draw ``kvplan plot --throughput``; keyword arguments as :func:`throughput_data`.
+
+    Raises:
+        UsageError: bad ``out`` (checked first), bad arguments. MissingExtra: no matplotlib.
+    """
+    path = check_out(out, force)
+    data = throughput_data(spec, gpus, context, **kwargs)
+    return render_throughput(data, path), data

@@ -10,7 +10,7 @@ from dataclasses import asdict, is_dataclass
 from enum import Enum
 from typing import Any, TextIO
 
-from kvplan.units import GB, GIB, fmt_bytes, fmt_gb, fmt_gib
+from kvplan.units import GB, GIB, fmt_bytes, fmt_gb, fmt_gib, fmt_tokens
 
 
 class OutputFormat(str, Enum):
@@ -21,14 +21,39 @@ class OutputFormat(str, Enum):
     csv = "csv"
 
 
+PIPE_WIDTH = 100_000  # pipes and files: no terminal to fit, so nothing is wrapped or cut
+
+
 def console(file: TextIO | None = None, width: int | None = None):
-    """A rich Console on ``file`` (stdout by default); plain text when not a terminal."""
+    """A rich Console on ``file`` (stdout by default); plain text when not a terminal.
+
+    On a terminal, tables fit its width. Piped or redirected, nothing is wrapped or cut: every table keeps
+    its natural width and every line stays one line (:data:`PIPE_WIDTH`). A table's title is printed as its
+    own line before the table, never wrapped to the table's width (rich would break it mid-phrase); on a
+    terminal a title longer than the screen is left to the terminal to wrap.
+    """
     from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    class _Console(Console):
+        def print(self, *objects: Any, **kwargs: Any) -> None:
+            if len(objects) == 1 and isinstance(objects[0], Table) and objects[0].title:
+                table = objects[0]
+                title, table.title = table.title, None
+                try:
+                    shown = Text(title, style="table.title") if isinstance(title, str) else title
+                    super().print(shown, soft_wrap=True)
+                    super().print(table, **kwargs)
+                finally:
+                    table.title = title
+                return
+            super().print(*objects, **kwargs)
 
     out = file or sys.stdout
     if width is None and not out.isatty():
-        width = 120  # pipes and files: wide enough for every table, no terminal to measure
-    return Console(file=out, width=width, highlight=False, soft_wrap=False, emoji=False)
+        width = PIPE_WIDTH
+    return _Console(file=out, width=width, highlight=False, soft_wrap=False, emoji=False)
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -114,7 +139,7 @@ def estimate_table(est, con) -> None:
 
     paging = f", blocks of {est.block_size}" if est.block_size else ""
     tp = f", per GPU at TP={est.tensor_parallel_size}" if est.tensor_parallel_size > 1 else ""
-    title = f"{est.model}: {est.seq_len:,} tokens × {est.batch_size} request(s), KV {est.kv_dtype}{paging}{tp}"
+    title = f"{est.model}: {fmt_tokens(est.seq_len)} × {est.batch_size} request(s), KV {est.kv_dtype}{paging}{tp}"
     t = Table(title=title, title_justify="left")
     for col, just in (
         ("layer kind", "left"),
@@ -212,7 +237,7 @@ def compare_table(model: str, seq_len: int, kv_dtype: str, rows, con) -> None:
     """Print the MHA / model / MQA comparison."""
     from rich.table import Table
 
-    t = Table(title=f"{model}: KV heads vs cache size at {seq_len:,} tokens, KV {kv_dtype}", title_justify="left")
+    t = Table(title=f"{model}: KV heads vs cache size at {fmt_tokens(seq_len)}, KV {kv_dtype}", title_justify="left")
     for col in ("topology", "KV heads", "queries per KV head", "bytes", "GiB", "GB", "vs MHA"):
         t.add_column(col, justify="left" if col == "topology" else "right", no_wrap=True)
     for r in rows:
@@ -315,21 +340,67 @@ def gpus_table(gpus, con) -> None:
 # --- fit -------------------------------------------------------------------------------------------
 
 
-def fit_json(r) -> dict[str, Any]:
+def fit_json(r, speed=None) -> dict[str, Any]:
     """JSON object of a :class:`kvplan.fit.FitResult` (all fields, plus fits and GiB figures).
 
-    ``max_model_len_fit`` is null when no length is too long (every layer's cache is bounded).
+    ``max_model_len_fit`` is null when no length is too long (every layer's cache is bounded). With ``speed``
+    (a :class:`kvplan.perf.PerfResult`), its headline keys (decode_step_bytes, decode_step_flops,
+    tpot_ms_bound, decode_tokens_per_s_bound, ttft_ms_bound, mbu, mfu) and ``throughput``: all of it.
     """
     d = to_jsonable(r)
     if r.max_model_len_unbounded:
         d["max_model_len_fit"] = None
     d["fits"] = r.fits
     d["kv_budget_gib"] = r.kv_budget_bytes / GIB
+    for key in FIT_SPEED_KEYS:
+        d[key] = None if speed is None else getattr(speed, key)
+    d["throughput"] = None if speed is None else to_jsonable(speed)
     return d
 
 
-def fit_table(r, con) -> None:
-    """Print a fit plan: memory per GPU, then what fits."""
+FIT_SPEED_KEYS = (
+    "decode_step_bytes",
+    "decode_step_flops",
+    "tpot_ms_bound",
+    "decode_tokens_per_s_bound",
+    "ttft_ms_bound",
+    "mbu",
+    "mfu",
+)
+
+
+def fit_speed_lines(p) -> list[str]:
+    """The speed section of ``kvplan fit`` (a :class:`kvplan.perf.PerfResult`), one line each."""
+    gpus = p.tensor_parallel_size * p.pipeline_parallel_size
+    limit = "physical limit" if p.mbu == 1 and p.mfu == 1 else f"MBU {p.mbu:g}, MFU {p.mfu:g}"
+    peak = "no FLOP/s peak" if p.peak_tflops is None else f"{p.peak_tflops:,g} TFLOP/s {p.compute_dtype}"
+    lines = [
+        f"Speed bound ({limit}; {p.bandwidth_tbs:g} TB/s, {peak}), {p.concurrency:,} request(s) at "
+        f"{p.context_tokens:,} tokens cached:",
+        f"  decode step per GPU: {p.decode_step_bytes:,} B read, {p.decode_step_flops:,} FLOPs",
+        f"    (weights {p.weights_read_bytes:,} B, KV {p.kv_read_bytes:,} B, "
+        f"state read + write {p.state_rw_bytes:,} B)",
+    ]
+    if p.experts_touched is not None:
+        lines.append(f"  MoE: {p.experts_touched:,.1f} distinct experts per layer expected under uniform routing")
+    ar = f" + all-reduce {p.allreduce_ms:,.3f} ms" if p.allreduce_bytes else ""
+    lines.append(
+        f"  TPOT >= {p.tpot_ms_bound:,.3f} ms ({p.bound_by}-bound: memory {p.memory_ms:,.3f} ms, compute "
+        f"{p.compute_ms:,.3f} ms{ar})"
+    )
+    lines.append(
+        f"  decode <= {p.decode_tokens_per_s_bound:,.0f} tokens/s per replica"
+        + (f" ({p.decode_tokens_per_s_per_gpu_bound:,.0f} per GPU)" if gpus > 1 else "")
+    )
+    lines.append(
+        f"  TTFT >= {p.ttft_ms_bound:,.1f} ms for a {p.prompt_tokens:,}-token prompt ({p.ttft_bound_by}-bound)"
+    )
+    lines.extend(f"  note: {n}" for n in p.notes)
+    return lines
+
+
+def fit_table(r, con, speed=None) -> None:
+    """Print a fit plan: memory per GPU, then what fits, then (with ``speed``) the speed bound."""
     from rich.table import Table
 
     stage = (
@@ -424,6 +495,9 @@ def fit_table(r, con) -> None:
             "Token capacity counts a token in every layer, as vLLM's log does; sliding-window, chunked and state "
             "layers hold less per request, so requests can be longer than that capacity."
         )
+    if speed is not None:
+        for line in fit_speed_lines(speed):
+            con.print(line)
 
 
 # --- fleet -----------------------------------------------------------------------------------------
@@ -446,15 +520,19 @@ def fleet_json(model: str, workload, rows) -> dict[str, Any]:
     }
 
 
-def fleet_table(model: str, workload, rows, con, show_all: bool = False, sort: str = "gpus") -> None:
+def fleet_table(
+    model: str, workload, rows, con, show_all: bool = False, sort: str = "gpus", speed: bool = False
+) -> None:
     """Print the ranked layouts (the best per GPU marked ★ and bold); say plainly what cannot fit.
 
-    Without ``show_all`` only the best layout of each GPU is listed.
+    Without ``show_all`` only the best layout of each GPU is listed. With ``speed`` (an SLO was given), or
+    when a limit other than memory sets some layout's replicas, the limit column; with ``speed`` also the
+    TPOT and TTFT bounds, tokens/s per GPU and $ per million output tokens.
     """
     from rich.table import Table
 
     classes = ", ".join(
-        f"{c.name}: {c.concurrency:,} × {c.tokens:,} tokens"
+        f"{c.name}: {c.concurrency:,} × {fmt_tokens(c.tokens)}"
         + (f" (shared prefix {c.shared_prefix:,})" if c.shared_prefix else "")
         for c in workload.classes
     )
@@ -462,34 +540,60 @@ def fleet_table(model: str, workload, rows, con, show_all: bool = False, sort: s
     con.print("Concurrency is total across the fleet; a replica is TP GPUs serving whole requests.")
     fits = [r for r in rows if r.fits and (show_all or r.best_for_gpu)]
     t = Table()
-    for col, just in (
+    limits = not speed and any(r.limit != "memory" for r in fits)  # with speed: in the second table
+    cols = [
         ("#", "right"),
         ("GPU", "left"),
         ("replicas × GPUs", "right"),
         ("GPUs", "right"),
         ("TP", "right"),
         ("KV GiB/GPU", "right"),
-        ("requests/replica", "right"),
+        ("requests/replica\nmax / mean", "right"),
         ("KV used", "right"),
         ("$/hour", "right"),
-    ):
+    ]
+    if limits:
+        cols.append(("limit", "left"))
+    for col, just in cols:
         t.add_column(col, justify=just, no_wrap=True)
+
+    def num(x: float | None, fmt: str) -> str:
+        return "-" if x is None else fmt.format(x)
+
+    st = Table(title="Speed bounds at requests/replica (kvplan.perf)", title_justify="left")
+    for col in ("#", "GPU", "TP", "limit", "max requests/replica", "TPOT ms", "TTFT ms", "tok/s/GPU", "$/M tokens"):
+        st.add_column(col, justify="left" if col in ("GPU", "limit") else "right", no_wrap=True)
     for i, r in enumerate(fits, 1):
         cost = "-" if r.cost_usd_per_hour is None else f"{r.cost_usd_per_hour:,.2f}"
-        t.add_row(
+        cells = [
             f"{i}{' ★' if r.best_for_gpu else ''}",
             r.gpu,
             f"{r.replicas:,} × {r.gpus_per_replica}",
             f"{r.gpus:,}",
             str(r.tensor_parallel_size),
             f"{r.kv_budget_bytes / GIB:,.2f}",
-            f"{r.requests_per_replica:,}",
+            f"{r.requests_per_replica:,} / {_num_cell(r.requests_per_replica_mean, '{:,.1f}')}",
             f"{r.kv_utilization:.0%}",
             cost,
-            style="bold" if (r.best_for_gpu and show_all) else None,
+        ]
+        if limits:
+            cells.append(r.limit)
+        t.add_row(*cells, style="bold" if (r.best_for_gpu and show_all) else None)
+        st.add_row(
+            cells[0],
+            r.gpu,
+            str(r.tensor_parallel_size),
+            r.limit,
+            num(r.max_requests_per_replica, "{:,}"),
+            num(r.tpot_ms_bound, "{:,.1f}"),
+            num(r.ttft_ms_bound, "{:,.0f}"),
+            num(r.output_tokens_per_s_per_gpu, "{:,.0f}"),
+            num(r.usd_per_million_output_tokens, "{:,.3f}"),
         )
     if fits:
         con.print(t)
+        if speed:
+            con.print(st)
         if not show_all:
             order = "lowest cost, then fewest GPUs" if sort == "cost" else "fewest GPUs, then cost"
             con.print(f"★ the best layout of each GPU ({order}); --all lists every TP.")
@@ -507,6 +611,11 @@ def fleet_table(model: str, workload, rows, con, show_all: bool = False, sort: s
         con.print(f"Weights and activations leave no KV memory at any TP tried: {', '.join(weights_only)}")
     if not any(r.price_usd_per_hour is not None for r in rows):
         con.print("No prices: give --price GPU=USD_PER_HOUR for costs.")
+    if speed:
+        con.print(
+            "TPOT and TTFT are lower bounds and tok/s/GPU an upper bound (kvplan.perf: exact bytes over bandwidth × "
+            "MBU, FLOPs over peak × MFU); limit: what sets the replicas (memory, SLO, max_num_seqs)."
+        )
 
 
 # --- sweep -----------------------------------------------------------------------------------------

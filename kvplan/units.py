@@ -107,6 +107,11 @@ def fmt_gb(n: int) -> str:
     return f"{_round(x, 3):,.3f} GB"
 
 
+def fmt_tokens(n: int) -> str:
+    """``1 token``, ``4,096 tokens``: a token count in words, singular for one."""
+    return f"{n:,} token" if n == 1 else f"{n:,} tokens"
+
+
 def fmt_bytes(n: int) -> str:
     """``536,870,912 B``."""
     return f"{n:,} B"

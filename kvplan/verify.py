@@ -178,6 +178,8 @@ class VerifyResult:
     def to_json(self) -> dict:
         """Plain JSON object (the keys of the dataclass, in order)."""
         d = asdict(self)
+        if d["attention_max_abs_err"] is not None and not math.isfinite(d["attention_max_abs_err"]):
+            d["attention_max_abs_err"] = None  # not a number JSON has; attention_ok says false
         d["attention_checks"] = list(self.attention_checks)
         d["mismatched_layers"] = [list(m) for m in self.mismatched_layers]
         return d
@@ -800,7 +802,7 @@ class _AttentionCheck:
         )
         err = (out.float() - ref).abs().max().item()
         bound = RTOL[self.compute_dt] * max(1.0, ref.abs().max().item())
-        self.st.max_err = max(self.st.max_err, err)
+        self.st.max_err = max(self.st.max_err, err if math.isfinite(err) else math.inf)  # NaN: max() would drop it
         self.st.ok = self.st.ok and err <= bound and math.isfinite(err)
         self.st.ran += 1
 
@@ -875,7 +877,7 @@ class _AttentionCheck:
         h, g = check_heads(B, S, H_kv, G, d, d_v, self.device)  # KV heads and queries per KV head checked
         H_q = h * g
         packed = self.codec is not None
-        quant_notes: list[str] = []
+        within: list[bool] = []  # per packed tensor: every value within the format's bound
 
         def stored(x: torch.Tensor, heads: int) -> tuple[torch.Tensor, torch.Tensor]:
             """(what is written into the cache, the values the reference attends over) for rows x [B, T, E]."""
@@ -884,7 +886,7 @@ class _AttentionCheck:
                 return x, x
             rows, ref, slack = self._quantize(x, heads)
             self._readback(slack <= 0)
-            quant_notes.append(f"{x.shape[-1]}-wide rows {'within' if slack <= 0 else 'OUTSIDE'} the bound")
+            within.append(slack <= 0)
             return rows, ref
 
         idx_rows = None
@@ -907,11 +909,14 @@ class _AttentionCheck:
             def heads_first(x: torch.Tensor) -> torch.Tensor:  # (B, S, H_kv·w) → (B, H_kv, S, w)
                 return x.reshape(B, S, H_kv, -1).transpose(1, 2)
 
-            k_rows, k_all = stored(heads_last(self._randn(B, H_kv, S, d)), H_kv)
-            v_rows, v_all = stored(heads_last(self._randn(B, H_kv, S, d_v)), H_kv)
-            k_ref, v_ref = heads_first(k_all)[:, :h].float(), heads_first(v_all)[:, :h].float()  # checked heads
-            if not packed:  # (B, H_kv, S, d): the layout the cache writes
-                k_rows, v_rows = heads_first(k_rows), heads_first(v_rows)
+            if packed:  # uint8 rows (B, S, row bytes) and the dequantized values
+                k_rows, k_all = stored(heads_last(self._randn(B, H_kv, S, d)), H_kv)
+                v_rows, v_all = stored(heads_last(self._randn(B, H_kv, S, d_v)), H_kv)
+                k_all, v_all = heads_first(k_all), heads_first(v_all)
+            else:  # (B, H_kv, S, d) and (B, H_kv, S, d_v), the layout the cache writes
+                k_rows = k_all = self._stored(self._randn(B, H_kv, S, d))
+                v_rows = v_all = self._stored(self._randn(B, H_kv, S, d_v))
+            k_ref, v_ref = k_all[:, :h].float(), v_all[:, :h].float()  # the checked KV heads, fp32
             del k_all, v_all
 
             def write(t0: int, t1: int) -> None:
@@ -969,10 +974,9 @@ class _AttentionCheck:
             self._readback(same)
             extra = f", {S} indexer keys of {index_dim} read back {'exactly' if same else 'WRONG'}"
         if packed:
-            extra += (
-                f"; {cache.kv_dtype.name} rows quantized with their scales ({'; '.join(quant_notes)}: "
-                f"{QUANT_BOUND[cache.kv_dtype.name]}), dequantized for attention"
-            )
+            bound = QUANT_BOUND[cache.kv_dtype.name]
+            verdict = f"every value within {bound}" if all(within) else f"values OUTSIDE {bound}"
+            extra += f"; {cache.kv_dtype.name} rows quantized with their scales ({verdict}), dequantized for attention"
         reads = f"reads layer {src.index}'s {src.kind} cache, same storage; " if layer is not src else ""
         self.notes.append(
             f"layer {layer.index} {layer.kind} ({reads}{heads}, d {d}, d_v {d_v}, {B} request(s)): {what}, "

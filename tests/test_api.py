@@ -47,7 +47,10 @@ def test_fit_is_what_the_cli_prints(cli):
     _, out, _ = cli(
         "fit", "llama3.1-70b", "--gpu", "h100", "--tp", "4", "--max-model-len", "32k", "--kv-dtype", "fp8", "--json"
     )
-    assert render.fit_json(plan) == json.loads(out)
+    from kvplan import perf
+
+    speed, _ = perf.fit_bound(kvplan.load_model("llama3.1-70b"), kvplan.get_gpu("h100"), plan, None)  # default N, T
+    assert render.fit_json(plan, speed) == json.loads(out)
 
 
 def test_fit_that_does_not_fit_is_a_result():

@@ -460,3 +460,27 @@ def test_weights_dtype_fp8_is_suggested_when_it_is_what_fits(cli):
     # an FP8 checkpoint already: nothing to suggest about weights
     code, _, err = cli("fit", "llama3.1-70b", "--gpu", "l4", "--weights-dtype", "fp8")
     assert code == 1 and "--weights-dtype" not in err
+
+
+def test_pp_stages_as_vllm_splits_them():
+    from kvplan.engines.vllm import pp_ranges
+
+    # vLLM get_pp_indices: the remainder goes to the stages before the last (not to the first)
+    assert [len(r) for r in pp_ranges(62, 4)] == [15, 16, 16, 15]
+    assert [len(r) for r in pp_ranges(81, 2)] == [41, 40]
+    # --pp-layer-partition (VLLM_PP_LAYER_PARTITION): the fullest stage bounds the blocks
+    spec = load_bundled("llama3.1-70b")
+    opts = given_budget(40 * GIB, tensor_parallel_size=4, pipeline_parallel_size=2, max_model_len=32768)
+    even = plan_fit(spec, get_gpu("h100"), opts)
+    uneven = plan_fit(spec, get_gpu("h100"), replace(opts, pp_layer_partition=(41, 39)))
+    assert (even.stage_num_layers, uneven.stage_num_layers) == (40, 41)
+    assert uneven.kv_bytes_per_block == 41 * 16 * 1024 and uneven.num_blocks == 40 * GIB // (41 * 16 * 1024)
+    old = plan_fit(spec, get_gpu("h100"), replace(opts, pp_layer_partition=(39, 41), engine_version="0.11"))
+    assert old.stage_num_layers == 41
+
+
+def test_bad_pp_layer_partition(cli):
+    code, _, err = cli("fit", "llama3-8b", "--gpu", "h100", "--pp", "2", "--pp-layer-partition", "16,15")
+    assert code == 2 and err == "kvplan: error: --pp-layer-partition: 16,15 sums to 31, not llama3-8b's 32 layers\n"
+    code, _, err = cli("fit", "llama3-8b", "--gpu", "h100", "--pp", "2", "--pp-layer-partition", "32")
+    assert code == 2 and err.startswith("kvplan: error: --pp-layer-partition: 32 must be 2 layer counts >= 1")

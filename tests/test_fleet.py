@@ -126,6 +126,16 @@ def test_fleet_nothing_fits_is_exit_1(cli):
         "(computed anyway)",
         "kvplan: error: no GPU and TP tried can serve this workload on llama3.1-8b (reasons above)",
     ]
+    # --json: the reasons are in the JSON on stdout, not "above"
+    code, out, err = cli("fleet", "llama3.1-8b", "--concurrency", "4", "--seq", "1m", "--gpu", "l4", "--json")
+    assert code == 1
+    reasons = [r["reason"] for r in json.loads(out)["layouts"]]
+    assert len(reasons) == 4 and all(r.startswith("one request of class requests (1,048,576 tokens)") for r in reasons)
+    assert err.splitlines()[-1] == (
+        "kvplan: error: no GPU and TP tried can serve this workload on llama3.1-8b (reasons in the JSON's layouts)"
+    )
+    code, out, err = cli("fleet", "llama3.1-8b", "--concurrency", "4", "--seq", "1m", "--gpu", "l4", "--csv")
+    assert code == 1 and "above" not in err and err.splitlines()[-1].endswith("(reasons in the CSV's reason column)")
 
 
 def test_fleet_cli_single_class_and_errors(cli, tmp_path):
@@ -171,3 +181,65 @@ def test_fleet_bad_flags(cli, args, line):
 def test_many_classes_refused():
     with pytest.raises(UsageError, match=r"1,001 request classes; at most 1,000"):
         workload_from_data({"classes": [{"concurrency": 1, "tokens": 8}] * 1001}, "w.yaml")
+
+
+def test_requests_per_replica_max_and_mean_by_hand():
+    # llama3-8b: 131,072 B per token; a request of 4,096 tokens = 536,870,912 B (0.5 GiB, 256 blocks of 16).
+    # A KV budget of 2 GiB + one 2 MiB block holds 4 of them (the extra block covers an engine's null block).
+    # 10 requests → replicas of 4, 4 and 2: 3 replicas, at most 4 requests in one, 10 / 3 = 3.33 on average.
+    spec = load_bundled("llama3-8b")
+    wl = workload_from_data({"classes": [{"name": "chat", "concurrency": 10, "tokens": 4096}]}, "w.yaml")
+    row = plan_layout(spec, get_gpu("h100"), wl, FitOptions(kv_cache_memory_bytes=2 * GIB + 2 * MIB))
+    assert (row.replicas, row.requests_per_replica, row.requests_per_replica_mean) == (3, 4, 10 / 3)
+    assert row.reason is None and row.fits
+
+
+def test_cost_is_exact_decimal_and_reason_null(cli):
+    # h100 at TP=4: 39 replicas × 4 = 156 GPUs × $2.49 = $388.44 (a float product gives 388.44000000000005);
+    # TP=8: 14 × 8 = 112 GPUs × $2.49 = $278.88 (README)
+    code, out, err = cli(
+        "fleet", "llama3.1-70b", "--workload", ROOT / "examples/chat-and-rag.yaml", "--gpu", "h100", "--price",
+        "h100=2.49", "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    rows = {r["tensor_parallel_size"]: r for r in json.loads(out)["layouts"]}
+    assert rows[4]["gpus"] == 156 and rows[4]["cost_usd_per_hour"] == 388.44 and '"cost_usd_per_hour": 388.44,' in out
+    assert rows[8]["gpus"] == 112 and rows[8]["cost_usd_per_hour"] == 278.88
+    assert 156 * 2.49 != 388.44  # the float noise the exact product avoids
+    assert all(r["reason"] is None for r in rows.values() if r["fits"])  # null, not ""
+    assert '"reason": ""' not in out
+    # the mean beside the max: 2,200 requests over 14 replicas = 157.14
+    assert rows[8]["requests_per_replica"] == 240 and rows[8]["requests_per_replica_mean"] == 2200 / 14
+    code, out, _ = cli(
+        "fleet", "llama3.1-70b", "--workload", ROOT / "examples/chat-and-rag.yaml", "--gpu", "h100", "--price",
+        "h100=2.49", "--tp", "8",
+    )  # fmt: skip
+    assert "240 / 157.1" in out and "278.88" in out
+
+
+def test_exact_usd_and_parse_prices():
+    from decimal import Decimal
+
+    from kvplan.fleet import exact_usd, parse_prices
+
+    assert exact_usd(2.49) == Decimal("2.49") and exact_usd("3.50") == Decimal("3.50") and exact_usd(3) == 3
+    assert parse_prices(["h100=2.49", "mi300x=3.5"], get_gpu) == {
+        "h100-sxm-80gb": Decimal("2.49"),
+        "mi300x-192gb": Decimal("3.5"),
+    }
+    with pytest.raises(UsageError, match=r"^--price: 'h200' \(h200-sxm-141gb\) is not among the GPUs planned"):
+        parse_prices(["h200=3.5"], get_gpu, [get_gpu("h100")])
+
+
+def test_price_for_a_gpu_not_planned_is_an_error(cli):
+    code, out, err = cli(
+        "fleet", "llama3-8b", "--concurrency", "10", "--seq", "4k", "--gpu", "h100", "--price", "h200=3.5"
+    )
+    assert (code, out) == (2, "")
+    assert err == (
+        "kvplan: error: --price: 'h200' (h200-sxm-141gb) is not among the GPUs planned (--gpu h100-sxm-80gb); "
+        "add --gpu h200 or drop its price\n"
+    )
+    # without --gpu every catalog GPU is planned: a price for any of them is fine
+    code, _, err = cli("fleet", "llama3-8b", "--concurrency", "10", "--seq", "4k", "--price", "h200=3.5", "--json")
+    assert code == 0, err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
@@ -24,7 +25,14 @@ def test_sample_points_cover_every_power_of_two_and_both_ends():
     assert sample_points(1000)[:2] == [512, 558]  # 512 × 2^(1/8) = 558.3
 
 
-def test_plot_data_is_exact_bytes_and_vllm_budgets():
+def _fit_budget(model: str, gpu: str, **opts) -> int:
+    from kvplan.fit import FitOptions, get_engine, plan_fit
+
+    engine = get_engine(opts.pop("engine", "vllm"))
+    return plan_fit(load_bundled(model), get_gpu(gpu), FitOptions(engine=engine, **opts)).kv_budget_bytes
+
+
+def test_plot_data_is_exact_bytes():
     llama, gemma = load_bundled("llama3-8b"), load_bundled("gemma3-27b")
     data = plot_data([llama, gemma], [get_gpu("h100"), get_gpu("l4")], max_seq=131072)
     at = dict(zip(data.points, data.curves[0].bytes, strict=True))
@@ -34,9 +42,85 @@ def test_plot_data_is_exact_bytes_and_vllm_budgets():
     for s, b in zip(data.points, data.curves[1].bytes, strict=True):
         assert b == estimate(gemma, s).bytes_per_request
     assert [c.label for c in data.curves] == ["llama3-8b (GQA, KV bf16)", "gemma3-27b (GQA, KV bf16)"]
-    # H100 budget for the first model, vLLM, TP=1: 58,629,753,908 B (by hand in tests/test_fit.py)
-    assert [(b.gpu, b.budget_bytes) for b in data.budgets][0] == ("h100-sxm-80gb", 58_629_753_908)
-    assert len(data.budgets) == 2 and data.notes == ()
+    # one budget per (model, GPU), models then GPUs in order
+    assert [(b.model, b.gpu) for b in data.budgets] == [
+        ("llama3-8b", "h100-sxm-80gb"), ("llama3-8b", "l4-24gb"), ("gemma3-27b", "h100-sxm-80gb"),
+        ("gemma3-27b", "l4-24gb"),
+    ]  # fmt: skip
+
+
+MODELS = ["llama3.1-8b", "llama3.1-70b", "gemma3-27b", "deepseek-v3", "gpt-oss-120b"]
+GPUS = ["h100", "l4", "h200"]
+
+
+def test_each_models_budget_is_fits_on_each_gpu(cli):
+    # The issue's command: every GPU's budget used to be the first model's (llama3.1-8b: 54.6 GiB on an
+    # H100) and was drawn under Llama-3.1-70B's curve, which leaves no KV memory on one H100.
+    data = plot_data([load_bundled(m) for m in MODELS], [get_gpu(g) for g in GPUS], max_seq=131072)
+    assert len(data.budgets) == len(MODELS) * len(GPUS)
+    for m in MODELS:
+        for g, b in zip(GPUS, data.budgets_of(m), strict=True):
+            assert b.budget_bytes == _fit_budget(m, g), (m, g)
+            code, out, _ = cli("fit", m, "--gpu", g, "--max-model-len", "4k", "--json")
+            assert json.loads(out)["kv_budget_bytes"] == b.budget_bytes, (m, g)
+            assert b.fits == (b.budget_bytes > 0)
+    # llama3.1-70b: 70.6e9 parameters × 2 B = 141.2e9 B = 131.5 GiB of bf16 weights, more than an H100's
+    # 79.2 GiB (or an H200's 139.8 GiB × 0.9): no KV budget on any of the three GPUs, each one marked
+    seventy = data.budgets_of("llama3.1-70b")
+    assert [b.fits for b in seventy] == [False, False, False]
+    assert all(b.weights_bytes == 141_200_000_000 for b in seventy)
+    assert (
+        "--gpu h100-sxm-80gb: llama3.1-70b does not fit: its weights, activation and overhead leave no KV memory "
+        "(vllm, TP=1); marked in its panel"
+    ) in data.notes
+    # the small model still fits all three, each with its own budget
+    eight = data.budgets_of("llama3.1-8b")
+    assert all(b.fits for b in eight) and len({b.budget_bytes for b in eight}) == 3
+
+
+def test_does_not_fit_is_drawn_in_the_models_panel():
+    pytest.importorskip("matplotlib")
+    from kvplan.plot import figure
+
+    data = plot_data([load_bundled("llama3.1-8b"), load_bundled("llama3.1-70b")], [get_gpu("h100")], max_seq=32768)
+    fig = figure(data)
+    panels = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title(loc="left") for ax in panels] == [
+        "llama3.1-8b: KV budget per GPU with bf16 weights",
+        "llama3.1-70b: KV budget per GPU with bf16 weights",
+    ]
+    texts = [[t.get_text() for t in ax.texts] for ax in panels]
+    assert texts[0] == [f"h100-sxm-80gb: {data.budgets[0].budget_bytes / (1 << 30):,.1f} GiB"]  # its budget line
+    usable = data.budgets[1].usable_bytes / (1 << 30)  # 0.9 × 79.2 GiB = 71.3 GiB (vLLM)
+    # no budget line but a note: 141.2e9 B of weights = 131.5 GiB
+    assert texts[1] == [f"h100-sxm-80gb: does not fit: weights 131.5 GiB/GPU, usable {usable:,.1f} GiB"]
+    assert len(panels[1].lines) == 2  # the curve and the legend's red cross, no budget line
+    legend = [t.get_text() for t in panels[1].get_legend().get_texts()]
+    assert "h100-sxm-80gb: does not fit (no KV memory)" in legend
+
+
+def test_tp_engine_and_weights_dtype_as_fit(cli, tmp_path):
+    # 70B with fp8 weights at TP=2: 70.6e9 B / 2 = 35.3e9 B of weights per H100: it fits now
+    seventy = load_bundled("llama3.1-70b")
+    data = plot_data([seventy], [get_gpu("h100")], max_seq=8192, tensor_parallel_size=2, weights_dtype="fp8")
+    (b,) = data.budgets
+    assert b.fits and b.weights_bytes == 35_300_000_000 and b.tensor_parallel_size == 2
+    assert b.budget_bytes == _fit_budget("llama3.1-70b", "h100", tensor_parallel_size=2, weights_dtype="fp8")
+    # the curve is per GPU at TP=2: 4 of 8 KV heads, 80 layers × 2 × 4 × 128 × 2 B = 163,840 B per token
+    at = dict(zip(data.points, data.curves[0].bytes, strict=True))
+    assert at[4096] == 4096 * 163_840
+    data = plot_data([seventy], [get_gpu("h200")], max_seq=8192, tensor_parallel_size=2, engine="sglang")
+    assert data.budgets[0].budget_bytes == _fit_budget("llama3.1-70b", "h200", tensor_parallel_size=2, engine="sglang")
+    assert data.budgets[0].engine == "sglang"
+    out = tmp_path / "p.png"
+    code, stdout, err = cli(
+        "plot", "llama3.1-70b", "--gpu", "h100", "--tp", "2", "--weights-dtype", "fp8", "--kv-dtype", "fp8",
+        "--engine", "vllm", "--max-seq", "32k", "--out", out,
+    )  # fmt: skip
+    assert (code, stdout, err) == (0, f"wrote {out}\n", "")
+    code, stdout, err = cli("plot", "llama3-8b", "--tp", "3", "--out", tmp_path / "q.png")
+    assert (code, stdout) == (2, "") and err.startswith("kvplan: error: --tp: 3 does not divide llama3-8b's heads")
+    assert err.count("\n") == 1
 
 
 def test_topologies_and_gpus_without_budget_give_notes():
@@ -50,8 +134,8 @@ def test_topologies_and_gpus_without_budget_give_notes():
     assert len(data.curves) == 1  # MLA layers cache one latent whatever H_kv is
     assert data.notes == (
         "--topologies: deepseek-v3 as MQA caches the same bytes (MLA layers do not depend on KV heads); not drawn",
-        "--gpu l4-24gb: no KV budget line: deepseek-v3's weights, activation and overhead leave no KV memory "
-        "(vLLM, TP=1)",
+        "--gpu l4-24gb: deepseek-v3 does not fit: its weights, activation and overhead leave no KV memory "
+        "(vllm, TP=1); marked in its panel",
     )
 
 
@@ -72,8 +156,8 @@ def test_png_written_refused_without_force_then_forced(cli, tmp_path):
     assert err == (
         "kvplan: warning: --topologies: deepseek-v3 as MQA caches the same bytes (MLA layers do not depend on KV "
         "heads); not drawn\n"
-        "kvplan: warning: --gpu l4-24gb: no KV budget line: deepseek-v3's weights, activation and overhead leave "
-        "no KV memory (vLLM, TP=1)\n"
+        "kvplan: warning: --gpu l4-24gb: deepseek-v3 does not fit: its weights, activation and overhead leave "
+        "no KV memory (vllm, TP=1); marked in its panel\n"
     )
     second = out.read_bytes()
     assert second.startswith(PNG_SIGNATURE) and second != first

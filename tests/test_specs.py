@@ -242,8 +242,10 @@ def test_hf_reader_jamba_and_llama4_keys():
     [
         ("{", "malformed JSON at line 1"),
         ("[1]", "a config.json must hold a JSON object"),
-        ('{"model_type": "llama", "num_attention_heads": 8}', "missing num_hidden_layers"),
-        ('{"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 8}', "missing hidden_size"),
+        (
+            '{"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 8, "hidden_size": 100}',
+            "hidden_size=100 is not a multiple of num_attention_heads=8",
+        ),
         (
             '{"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 3, '
             '"head_dim": 4}',
@@ -335,3 +337,22 @@ def test_special_files_are_refused(tmp_path):
         load_spec_yaml(fifo)
     with pytest.raises(SpecError, match="MODEL: empty"):
         load_model("  ")
+
+
+def test_hf_reader_applies_the_config_class_defaults():
+    from kvplan.readers import spec_from_hf_config
+
+    # LlamaConfig: 32 layers, 32 heads, hidden 4096, num_key_value_heads None -> H_q, 2,048 positions
+    s = spec_from_hf_config({"model_type": "llama"}, "c/config.json")
+    assert (s.num_layers, s.num_q_heads, s.num_kv_heads, s.head_dim, s.max_model_len) == (32, 32, 32, 128, 2048)
+    # MistralConfig: num_key_value_heads 8 and sliding_window 4096 when absent; null window = no window
+    s = spec_from_hf_config({"model_type": "mistral"}, "c/config.json")
+    assert (s.num_kv_heads, s.sliding_window, s.kind_counts()) == (8, 4096, {"sliding": 32})
+    s = spec_from_hf_config({"model_type": "mistral", "sliding_window": None}, "c/config.json")
+    assert s.kind_counts() == {"full": 32}
+    # Qwen3MoeConfig: 24 layers, 32 heads, 4 KV heads, hidden 2048 -> head_dim 64
+    s = spec_from_hf_config({"model_type": "qwen3_moe"}, "c/config.json")
+    assert (s.num_layers, s.num_q_heads, s.num_kv_heads, s.head_dim) == (24, 32, 4, 64)
+    # Olmo3Config: sliding_window 4096 on 3 of every 4 layers
+    s = spec_from_hf_config({"model_type": "olmo3"}, "c/config.json")
+    assert s.kind_counts() == {"full": 8, "sliding": 24} and s.sliding_window == 4096

@@ -134,13 +134,16 @@ def in_flight_tokens(max_num_batched_tokens: int, pipeline_parallel_size: int, a
     return batches * max_num_batched_tokens
 
 
-def pp_ranges(num_layers: int, pipeline_parallel_size: int) -> list[range]:
-    """Layers of each PP stage: vLLM ``distributed/utils.py get_pp_indices`` (the remainder goes one layer
-    each to the stages just before the last)."""
+def pp_ranges(num_layers: int, pipeline_parallel_size: int, partition: tuple[int, ...] | None = None) -> list[range]:
+    """Layers of each PP stage: vLLM ``distributed/utils.py get_pp_indices`` (``VLLM_PP_LAYER_PARTITION``
+    when given, else the remainder goes one layer each to the stages just before the last)."""
     pp = pipeline_parallel_size
-    parts = [num_layers // pp] * pp
-    for i in range(2, num_layers % pp + 2):
-        parts[-i] += 1
+    if partition is not None:
+        parts = list(partition)
+    else:
+        parts = [num_layers // pp] * pp
+        for i in range(2, num_layers % pp + 2):
+            parts[-i] += 1
     out, start = [], 0
     for n in parts:
         out.append(range(start, start + n))
@@ -443,6 +446,7 @@ def build_layout(
     prefix_caching: bool,
     hybrid_kv_cache_manager: bool,
     family: str,
+    pp_layer_partition: tuple[int, ...] | None = None,
 ) -> VllmLayout:
     """vLLM 0.33's KV cache groups and block sizes for ``spec`` on one rank.
 
@@ -483,7 +487,7 @@ def build_layout(
     else:
         groups, padding = _hybrid_groups(_unify_pages(layers))
     per_block = []
-    for stage in pp_ranges(spec.num_layers, pp):
+    for stage in pp_ranges(spec.num_layers, pp, pp_layer_partition):
         per_block.append(
             max(
                 (sum(p for i, p in zip(g.layers, g.layer_pages, strict=True) if i in stage) for g in groups),

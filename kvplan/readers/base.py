@@ -245,23 +245,28 @@ class HFConfig:
                 raise self.error(f"unknown key {key!r} (did you mean {close[0]!r}?); a misspelt key is not guessed")
 
 
-def attention_dims(cfg: HFConfig, *, head_dim_default: Any = _MISSING) -> dict:
+def attention_dims(cfg: HFConfig, defaults: dict | None = None, *, head_dim_default: Any = _MISSING) -> dict:
     """The decoder's common fields: layers, query/KV heads, head_dim, hidden_size, as spec keys.
 
-    ``num_key_value_heads`` absent means H_kv = H_q (transformers' default in every decoder config);
-    ``head_dim`` absent means ``hidden_size // num_attention_heads`` unless ``head_dim_default`` is given
-    (a config class that has its own default, e.g. Gemma's 256).
+    ``defaults`` holds the config class's defaults for absent keys (``layers``, ``heads``, ``kv_heads``,
+    ``hidden``, ``head_dim``); without it those keys are required. ``num_key_value_heads`` set to null, or
+    absent with no class default, means H_kv = H_q (every transformers decoder config does this);
+    ``head_dim`` absent means the class default, else ``hidden_size // num_attention_heads``.
 
     Raises:
         SpecError: a missing or non-integer value, or hidden_size not a multiple of the heads.
     """
-    num_layers = cfg.int("num_hidden_layers")
-    num_q = cfg.int("num_attention_heads")
-    num_kv = cfg.int("num_key_value_heads", num_q)
-    hidden = cfg.int("hidden_size", None)
+    d = defaults or {}
+    num_layers = cfg.int("num_hidden_layers", d.get("layers", _MISSING))
+    num_q = cfg.int("num_attention_heads", d.get("heads", _MISSING))
+    kv_default = d.get("kv_heads") if "num_key_value_heads" not in cfg.raw else None
+    num_kv = cfg.int("num_key_value_heads", kv_default or num_q)
+    hidden = cfg.int("hidden_size", d.get("hidden"))
+    if head_dim_default is _MISSING:
+        head_dim_default = d.get("head_dim")
     if cfg.has("head_dim"):
         head_dim = cfg.int("head_dim")
-    elif head_dim_default is not _MISSING and head_dim_default is not None:
+    elif head_dim_default is not None:
         head_dim = head_dim_default
     else:
         if hidden is None:

@@ -17,21 +17,30 @@ from kvplan.readers.base import HFConfig, attention_dims, max_len
 
 _TYPES = {"full_attention": "full", "sliding_attention": "sliding"}
 
-# model_type -> class defaults: max_position_embeddings, head_dim (None: hidden // heads),
-# sliding_window (the class default), how the window applies.
+# model_type -> class defaults (transformers 5.23): max_position_embeddings, num_hidden_layers,
+# num_attention_heads, num_key_value_heads (absent: = heads), hidden_size, head_dim (absent: hidden // heads),
+# sliding_window, and how the window applies.
 _DEFAULTS: dict[str, dict] = {
-    "llama": {"max_len": 2048},
-    "mistral": {"max_len": 131072, "window": 4096, "windowing": "all"},
-    "mixtral": {"max_len": 131072, "windowing": "all"},
-    "qwen2": {"max_len": 32768, "windowing": "qwen"},
-    "qwen2_moe": {"max_len": 32768, "windowing": "qwen"},
-    "qwen3": {"max_len": 32768, "head_dim": 128, "windowing": "qwen"},
-    "qwen3_moe": {"max_len": 32768, "windowing": "qwen"},
-    "phi3": {"max_len": 4096, "windowing": "ignored"},
-    "olmo2": {"max_len": 2048},
-    "olmo3": {"max_len": 2048, "window": 4096, "windowing": "olmo3"},
-    "glm4": {"max_len": 131072, "head_dim": 128},
-    "glm4_moe": {"max_len": 131072},
+    "llama": {"max_len": 2048, "layers": 32, "heads": 32, "hidden": 4096},
+    "mistral": {
+        "max_len": 131072,
+        "layers": 32,
+        "heads": 32,
+        "kv_heads": 8,
+        "hidden": 4096,
+        "window": 4096,
+        "windowing": "all",
+    },
+    "mixtral": {"max_len": 131072, "layers": 32, "heads": 32, "kv_heads": 8, "hidden": 4096, "windowing": "all"},
+    "qwen2": {"max_len": 32768, "layers": 32, "heads": 32, "hidden": 4096, "windowing": "qwen"},
+    "qwen2_moe": {"max_len": 32768, "layers": 24, "heads": 16, "hidden": 2048, "windowing": "qwen"},
+    "qwen3": {"max_len": 32768, "layers": 32, "heads": 32, "hidden": 4096, "head_dim": 128, "windowing": "qwen"},
+    "qwen3_moe": {"max_len": 32768, "layers": 24, "heads": 32, "kv_heads": 4, "hidden": 2048, "windowing": "qwen"},
+    "phi3": {"max_len": 4096, "layers": 32, "heads": 32, "hidden": 3072, "windowing": "ignored"},
+    "olmo2": {"max_len": 2048, "layers": 32, "heads": 32, "hidden": 4096},
+    "olmo3": {"max_len": 2048, "layers": 32, "heads": 32, "hidden": 4096, "window": 4096, "windowing": "olmo3"},
+    "glm4": {"max_len": 131072, "layers": 40, "heads": 32, "kv_heads": 2, "hidden": 4096, "head_dim": 128},
+    "glm4_moe": {"max_len": 131072, "layers": 46, "heads": 96, "kv_heads": 8, "hidden": 4096},
 }
 
 
@@ -48,7 +57,7 @@ def _window(cfg: HFConfig, default: int | None) -> int | None:
 def read_decoder(cfg: HFConfig) -> dict:
     """A plain decoder's spec mapping (see the module docstring for which keys and defaults)."""
     d = _DEFAULTS[cfg.model_type]
-    data = attention_dims(cfg, head_dim_default=d.get("head_dim"))
+    data = attention_dims(cfg, d)
     n = data["num_layers"]
     data["dtype"] = cfg.dtype()
     data["max_model_len"] = max_len(cfg, d["max_len"])

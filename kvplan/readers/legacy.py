@@ -13,10 +13,10 @@ from __future__ import annotations
 from kvplan.readers.base import HFConfig
 
 
-def _gpt(cfg: HFConfig, default_positions: int) -> dict:
-    num_layers = cfg.first_int("n_layer", "num_hidden_layers")
-    heads = cfg.first_int("n_head", "num_attention_heads")
-    hidden = cfg.first_int("n_embd", "hidden_size")
+def _gpt(cfg: HFConfig, default_positions: int, layers: int, heads: int, hidden: int) -> dict:
+    num_layers = cfg.first_int("n_layer", "num_hidden_layers", default=layers)
+    heads = cfg.first_int("n_head", "num_attention_heads", default=heads)
+    hidden = cfg.first_int("n_embd", "hidden_size", default=hidden)
     if hidden % heads:
         raise cfg.error(f"n_embd={hidden} is not a multiple of n_head={heads}")
     return {
@@ -31,20 +31,20 @@ def _gpt(cfg: HFConfig, default_positions: int) -> dict:
 
 
 def read_gpt2(cfg: HFConfig) -> dict:
-    """GPT-2: MHA on every layer, 1,024 positions by default."""
-    return _gpt(cfg, 1024)
+    """GPT-2: MHA on every layer; GPT2Config defaults 12 layers, 12 heads, 768 wide, 1,024 positions."""
+    return _gpt(cfg, 1024, 12, 12, 768)
 
 
 def read_gptj(cfg: HFConfig) -> dict:
-    """GPT-J: MHA on every layer, 2,048 positions by default."""
-    return _gpt(cfg, 2048)
+    """GPT-J: MHA on every layer; GPTJConfig defaults 28 layers, 16 heads, 4,096 wide, 2,048 positions."""
+    return _gpt(cfg, 2048, 28, 16, 4096)
 
 
 def read_falcon(cfg: HFConfig) -> dict:
     """Falcon: MQA (``multi_query``, the default), or GQA with ``new_decoder_architecture``."""
-    num_layers = cfg.first_int("num_hidden_layers", "n_layer")
-    heads = cfg.first_int("num_attention_heads", "n_head")
-    hidden = cfg.first_int("hidden_size", "n_embd")
+    num_layers = cfg.first_int("num_hidden_layers", "n_layer", default=32)  # FalconConfig defaults (Falcon-7B)
+    heads = cfg.first_int("num_attention_heads", "n_head", default=71)
+    hidden = cfg.first_int("hidden_size", "n_embd", default=4544)
     if hidden % heads:
         raise cfg.error(f"hidden_size={hidden} is not a multiple of num_attention_heads={heads}")
     if cfg.flag("new_decoder_architecture"):
