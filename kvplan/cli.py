@@ -285,15 +285,18 @@ def fit(
             f"--max-model-len {result.max_model_len:,} is beyond {spec.name}'s max context of "
             f"{spec.max_model_len:,} tokens (computed anyway)"
         )
-    from kvplan import perf
+    asked = any(x is not None for x in (concurrency, context, prompt_len, mbu, mfu))
+    speed = None
+    if asked or json_out:  # the table shows the speed bound only when asked; JSON always carries its keys
+        from kvplan import perf
 
-    speed, notes = perf.fit_bound(
-        spec, g, result, opts, concurrency, None if context is None else parse_tokens(context, "--context"),
-        None if prompt_len is None else parse_tokens(prompt_len, "--prompt-len"), mbu, mfu,
-    )  # fmt: skip
-    for note in notes:
-        render.warn(note)
-    shown = speed if any(x is not None for x in (concurrency, context, prompt_len, mbu, mfu)) else None
+        speed, notes = perf.fit_bound(
+            spec, g, result, opts, concurrency, None if context is None else parse_tokens(context, "--context"),
+            None if prompt_len is None else parse_tokens(prompt_len, "--prompt-len"), mbu, mfu,
+        )  # fmt: skip
+        for note in notes:
+            render.warn(note)
+    shown = speed if asked else None
     if json_out:
         render.print_json(render.fit_json(result, speed))
     else:

@@ -131,6 +131,13 @@ def estimate_json(est) -> dict[str, Any]:
     }
 
 
+def _per_token_cell(g) -> str:
+    """Bytes per token; ``+ state`` when the layers also keep a fixed state (Falcon-H1's parallel Mamba-2)."""
+    if g.bytes_per_token and g.state_bytes:
+        return f"{g.bytes_per_token:,} + state"
+    return f"{g.bytes_per_token:,}" if g.bytes_per_token else ("state" if g.state_bytes else "0")
+
+
 def estimate_table(est, con) -> None:
     """Print one estimate: a breakdown per layer kind, then per-request and batch totals."""
     from rich.table import Table
@@ -159,7 +166,7 @@ def estimate_table(est, con) -> None:
             str(g.layers),
             f"{g.window:,}" if g.window else "-",
             f"{g.tokens_cached:,}" if g.kind in TOKEN_KINDS else "-",  # state, shared, none: no token cache
-            f"{g.bytes_per_token:,}" if g.bytes_per_token else ("state" if g.state_bytes else "0"),
+            _per_token_cell(g),
             b,
             gi,
             gd,

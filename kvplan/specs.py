@@ -869,7 +869,9 @@ def _read_text(path: Path) -> str:
             if not path.is_file():
                 raise SpecError(f"{_clip(path)}: not a regular file")
             if path.stat().st_size > MAX_FILE_BYTES:
-                raise SpecError(f"{_clip(path)}: larger than {MAX_FILE_BYTES >> 20} MiB; not a spec, config.json or workload")
+                raise SpecError(
+                    f"{_clip(path)}: larger than {MAX_FILE_BYTES >> 20} MiB; not a spec, config.json or workload"
+                )
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise SpecError(f"{_clip(path)}: no such file") from None

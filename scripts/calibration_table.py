@@ -30,7 +30,8 @@ def main() -> None:
     current = "--current" in sys.argv[1:]
     cases = CALIBRATION.values()
     print(
-        "| case | engine (rules) | GPU | printed tokens | kvplan tokens (from printed budget) | diff | printed KV GiB | kvplan KV GiB (from GPU + settings) | diff |"
+        "| case | engine (rules) | GPU | printed tokens | kvplan tokens (from printed budget) | diff "
+        "| printed KV GiB | kvplan KV GiB (from GPU + settings) | diff |"
     )
     print("|---|---|---|---:|---:|---:|---:|---:|---:|")
     for case in cases:
@@ -53,7 +54,8 @@ def main() -> None:
         spec, get_gpu("h200"), FitOptions(engine=Engine.llamacpp, max_model_len=4096, kv_cache_memory_bytes=GIB)
     )
     print(
-        f"| llamacpp-05 | llamacpp | (RPC CPU) | 1280.00 MiB for 4096 cells | {r.kv_bytes_per_request / 2**20:.2f} MiB | exact | - | - | - |"
+        "| llamacpp-05 | llamacpp | (RPC CPU) | 1280.00 MiB for 4096 cells "
+        f"| {r.kv_bytes_per_request / 2**20:.2f} MiB | exact | - | - | - |"
     )
     spec = load_bundled("gpt-oss-120b")
     r = plan_fit(
@@ -62,7 +64,8 @@ def main() -> None:
         FitOptions(engine=Engine.llamacpp, max_model_len=4096, kv_cache_memory_bytes=GIB, swa_full=True),
     )
     print(
-        f"| llamacpp-08 | llamacpp | (Apple M4 Max) | 288.00 MiB (2 × 144, --swa-full) | {r.kv_bytes_per_request / 2**20:.2f} MiB | exact | - | - | - |"
+        "| llamacpp-08 | llamacpp | (Apple M4 Max) | 288.00 MiB (2 × 144, --swa-full) "
+        f"| {r.kv_bytes_per_request / 2**20:.2f} MiB | exact | - | - | - |"
     )
 
 

@@ -4,7 +4,7 @@ Run with vLLM's interpreter (not kvplan's venv)::
 
     /opt/venv-vllm/bin/python scripts/vllm_state_shapes.py > tests/fixtures/vllm_state_shapes.json
 
-For each fixture in tests/fixtures/hf_configs_new/ (and each config in ``INLINE_CONFIGS``, for model types
+For each fixture in tests/fixtures/hf_configs/ (and each config in ``INLINE_CONFIGS``, for model types
 with no fixture yet: recorded in the output) it loads the file the way vLLM does
 (``vllm.transformers_utils.config.get_config`` on a folder holding it), applies the per-model
 ``VerifyAndUpdateConfig`` that sets ``mamba_ssm_cache_dtype`` (Nemotron-H, Qwen3.5), and records, for TP = 1,
@@ -40,7 +40,7 @@ from types import SimpleNamespace
 
 import torch
 
-FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "hf_configs_new"
+FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "hf_configs"
 TPS = (1, 2, 4, 8)
 # fixture -> keys added before loading (the trimmed copies lack the dtype; the checkpoints ship bf16)
 OVERRIDES = {

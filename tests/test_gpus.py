@@ -13,6 +13,20 @@ from kvplan.gpus import GPU, CatalogError, build_catalog, get_gpu, load_catalog,
 
 MIB = 1 << 20
 
+
+def _raw_catalog() -> dict:
+    """The catalog file as written (kvplan/data/gpus.yaml), by id, read without kvplan.gpus."""
+    import yaml
+
+    from .conftest import ROOT
+
+    entries = yaml.safe_load((ROOT / "kvplan" / "data" / "gpus.yaml").read_text())
+    entries = entries["gpus"] if isinstance(entries, dict) else entries
+    return {e["id"]: e for e in entries}
+
+
+RAW_CATALOG = _raw_catalog()
+
 # nvidia-smi / rocm-smi totals in MiB, copied from ../shared/reference/gpus.yaml (each seen verbatim in
 # public nvidia-smi output, e.g. H100 '0MiB / 81559MiB' in NVIDIA/nccl#1264; H200 '0MiB / 143771MiB';
 # A100-SXM4-80GB '71458MiB / 81920MiB'; L4 '70MiB / 23034MiB'); the first four are also quoted in
@@ -90,25 +104,30 @@ def test_catalog_holds_every_reference_gpu():
 
 @pytest.mark.parametrize("gpu", load_catalog(), ids=lambda g: g.id)
 def test_every_entry_is_consistent(gpu: GPU):
+    # Checked against the catalog file's own numbers (read here with yaml, in MiB and bytes as written),
+    # not against the GPU class's definitions: a wrong unit or a dropped reserve shows.
+    raw = RAW_CATALOG[gpu.id]
     assert get_gpu(gpu.id) is gpu
     for alias in gpu.aliases:
         assert get_gpu(alias) is gpu
     assert gpu.vendor in ("nvidia", "amd")
-    assert gpu.smi_total_bytes % MIB == 0
+    assert gpu.smi_total_bytes == raw["smi_total_mib"] * 1_048_576
     assert isinstance(gpu.cuda_total_bytes, int)
-    assert 0 < gpu.cuda_total_bytes <= gpu.smi_total_bytes
-    # The CUDA total is the smi total less at most 1 GiB of driver reserve.
-    assert gpu.smi_total_bytes - gpu.cuda_total_bytes < 1 << 30
-    if gpu.cuda_total_is_observed:
-        assert gpu.cuda_total_source
-        # reserve_mib records the observed gap, to the MiB.
-        assert abs(gpu.smi_total_bytes - gpu.reserve_bytes - gpu.cuda_total_bytes) < MIB
-    else:
-        assert gpu.cuda_total_bytes == gpu.smi_total_bytes - gpu.reserve_bytes
+    if raw["cuda_total_bytes"] is not None:  # seen in a log: taken verbatim, with its source
+        assert gpu.cuda_total_is_observed and gpu.cuda_total_source
+        assert gpu.cuda_total_bytes == raw["cuda_total_bytes"]
+        # the reserve recorded is the observed gap, to the MiB
+        gap_mib = raw["smi_total_mib"] - raw["cuda_total_bytes"] / 1_048_576
+        assert abs(gap_mib - raw["reserve_mib"]) < 1
+    else:  # estimated: nvidia-smi's total less the reserve, both whole MiB in the file
+        assert not gpu.cuda_total_is_observed
+        assert gpu.cuda_total_bytes == (raw["smi_total_mib"] - raw["reserve_mib"]) * 1_048_576
+    # the driver keeps less than 1 GiB (NVIDIA: 0.4-0.75 GiB, ROCm: nothing)
+    assert 0 <= raw["smi_total_mib"] * 1_048_576 - gpu.cuda_total_bytes < 1_073_741_824
     if gpu.vendor == "amd":
-        assert gpu.reserve_bytes == 0
-    # The smi total is at most the marketed size read as GiB and within 10% of it (GDDR ECC costs 1/16).
-    assert 0.9 <= gpu.smi_total_bytes / (gpu.marketed_gb * (1 << 30)) <= 1.0
+        assert raw["reserve_mib"] == 0 and gpu.cuda_total_bytes == gpu.smi_total_bytes
+    # the smi total is at most the marketed size read as GiB and within 10% of it (GDDR ECC costs 1/16)
+    assert 0.9 <= raw["smi_total_mib"] / (raw["marketed_gb"] * 1024) <= 1.0
 
 
 @pytest.mark.parametrize("alias, smi_mib", sorted(SMI_TOTAL_MIB.items()))

@@ -26,13 +26,12 @@ import pytest
 
 from kvplan.calc import estimate, layer_state_bytes, layer_token_bytes, tokens_cached
 from kvplan.dtypes import get_kv_dtype
-from kvplan.errors import SpecError
 from kvplan.readers import REGISTRY, spec_from_hf_config
 from kvplan.readers.base import HFConfig
 from kvplan.specs import KV_HEAD_KINDS, STATE_KINDS, LayerSpec, ModelSpec
 from tests.oracle import OracleLayer, OracleReading, OracleUnavailable, read_with_transformers
 
-FIXTURE_DIRS = [Path(__file__).parent / "fixtures" / d for d in ("hf_configs", "hf_configs_new")]
+FIXTURE_DIRS = [Path(__file__).parent / "fixtures" / "hf_configs"]
 
 # Tokens per request for the comparisons: above every window and chunk in the fixtures (largest: Llama 4's
 # 8,192-token chunk), so sliding layers show their cap; and one below most windows, for one fixture per kind.
@@ -83,14 +82,8 @@ NO_ORACLE: dict[str, str] = {
     "linear-attention layers)",
 }
 
-# Registered model types kvplan refuses on purpose: model_type -> (the transformers layer type that shows
-# why, reason). The test asserts kvplan still refuses and transformers still builds such layers.
-# (Falcon-H1 and Zamba2 left this table once kvplan could hold a layer with a KV cache and a state:
-# ``parallel_state``; transformers' ``hybrid`` layers are compared as attention + state below.)
-KNOWN_REFUSALS: dict[str, tuple[str, str]] = {}
-
 # Registered model types for which no public copy of a real config.json was found (two searches of public
-# repositories, see tests/fixtures/hf_configs_new/SOURCES.yaml "not_found"): they are compared on the config
+# repositories, see tests/fixtures/hf_configs/SOURCES.yaml "not_found"): they are compared on the config
 # class's own defaults, ``{"model_type": X}``, which the class docstring ties to a released model. This
 # checks that the reader applies transformers' defaults for every absent key; it is no substitute for a real
 # file, and each entry should go once one is found (the test fails when a real fixture exists).
@@ -181,7 +174,7 @@ def _one_fixture_per_kind() -> list[Fixture]:
     """The first registered fixture (with an oracle) that has each layer kind kvplan reads."""
     chosen: dict[str, Fixture] = {}
     for f in REGISTERED_FIXTURES:
-        if f.model_type in NO_ORACLE or f.model_type in KNOWN_REFUSALS:
+        if f.model_type in NO_ORACLE:
             continue
         spec = _spec_or_none(f)
         for layer in spec.layers if spec else ():
@@ -462,14 +455,11 @@ def test_registered_model_type_has_a_fixture(model_type):
         assert not real, f"{model_type}: a real fixture exists now ({real}): remove it from CLASS_DEFAULT_FIXTURES"
     assert found, (
         f"model_type {model_type!r} is registered in kvplan.readers.REGISTRY but no config.json fixture has it: "
-        "add a fixture (tests/fixtures/hf_configs_new/, with its URL in SOURCES.yaml)"
+        "add a fixture (tests/fixtures/hf_configs/, with its URL in SOURCES.yaml)"
     )
 
 
-_ORACLE_FIXTURES = [
-    f for f in REGISTERED_FIXTURES if f.model_type not in NO_ORACLE and f.model_type not in KNOWN_REFUSALS
-]
-_REFUSED_FIXTURES = [f for f in REGISTERED_FIXTURES if f.model_type in KNOWN_REFUSALS]
+_ORACLE_FIXTURES = [f for f in REGISTERED_FIXTURES if f.model_type not in NO_ORACLE]
 _NO_ORACLE_FIXTURES = [f for f in REGISTERED_FIXTURES if f.model_type in NO_ORACLE]
 
 
@@ -515,16 +505,6 @@ def test_no_oracle_entries_are_still_true(fixture):
     _spec(fixture)
     with pytest.raises(OracleUnavailable):
         read_with_transformers(fixture.config, N_SMALL)
-
-
-@pytest.mark.parametrize("fixture", _REFUSED_FIXTURES, ids=lambda f: f.id)
-def test_known_refusals_are_still_true(fixture):
-    """kvplan refuses this model_type on purpose; transformers must still show the layout kvplan cannot hold."""
-    layer_type, reason = KNOWN_REFUSALS[fixture.model_type]
-    with pytest.raises(SpecError):
-        spec_from_hf_config(fixture.config, str(fixture.path))
-    types = {layer.layer_type for layer in _reading(fixture, N_SMALL).layers}
-    assert layer_type in types, f"{fixture.id}: transformers no longer builds {layer_type!r} layers ({reason})"
 
 
 @pytest.mark.parametrize("diff", [d for d, (types, _) in KNOWN_DIFFERENCES.items() if types is not None])

@@ -1,6 +1,6 @@
 """Family tests for the Gemma 2/3/3n/4, GPT-OSS, Llama 4 and Cohere 2 config.json readers.
 
-Each model_type is read from a real config.json (tests/fixtures/hf_configs_new, see SOURCES.yaml there) or, where
+Each model_type is read from a real config.json (tests/fixtures/hf_configs, see SOURCES.yaml there) or, where
 no copy of the published file is at hand, from a dict built from transformers 5.23's config class defaults; the
 per-layer kinds and geometry are compared with what transformers itself builds from the same dict (layer_types,
 ``get_head_shapes``, ``kv_sharing_modes``), the byte counts are exact (arithmetic in the comments), and a tiny
@@ -20,7 +20,7 @@ from kvplan.errors import SpecError
 from kvplan.readers import REGISTRY, spec_from_hf_config
 from kvplan.specs import load_bundled
 
-FIX = Path(__file__).resolve().parent / "fixtures" / "hf_configs_new"
+FIX = Path(__file__).resolve().parent / "fixtures" / "hf_configs"
 
 TYPES = {
     "gemma2": "gemma",

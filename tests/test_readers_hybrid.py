@@ -1,6 +1,6 @@
 """The MLA, hybrid and linear-attention config.json readers (kvplan/readers/deepseek.py, hybrid.py, linear.py).
 
-Real config.json fixtures (tests/fixtures/hf_configs_new/, provenance in its SOURCES.yaml) are read into specs
+Real config.json fixtures (tests/fixtures/hf_configs/, provenance in its SOURCES.yaml) are read into specs
 whose per-layer kinds, geometry, state tensors and exact bytes are checked here, with the arithmetic in a
 comment. Three outside references:
 
@@ -32,7 +32,7 @@ from kvplan.readers import spec_from_hf_config
 from kvplan.specs import StateTensor, load_bundled
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-HF = FIXTURES / "hf_configs_new"
+HF = FIXTURES / "hf_configs"
 VLLM = json.loads((FIXTURES / "vllm_state_shapes.json").read_text())
 OVERRIDES = VLLM["config_overrides"]
 INLINE = VLLM.get("inline_configs", {})

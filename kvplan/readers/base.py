@@ -251,7 +251,8 @@ def attention_dims(cfg: HFConfig, defaults: dict | None = None, *, head_dim_defa
     ``defaults`` holds the config class's defaults for absent keys (``layers``, ``heads``, ``kv_heads``,
     ``hidden``, ``head_dim``); without it those keys are required. ``num_key_value_heads`` set to null, or
     absent with no class default, means H_kv = H_q (every transformers decoder config does this);
-    ``head_dim`` absent means the class default, else ``hidden_size // num_attention_heads``.
+    ``head_dim`` absent means the class default; null, or absent with no default, means
+    ``hidden_size // num_attention_heads``.
 
     Raises:
         SpecError: a missing or non-integer value, or hidden_size not a multiple of the heads.
@@ -266,7 +267,7 @@ def attention_dims(cfg: HFConfig, defaults: dict | None = None, *, head_dim_defa
         head_dim_default = d.get("head_dim")
     if cfg.has("head_dim"):
         head_dim = cfg.int("head_dim")
-    elif head_dim_default is not None:
+    elif head_dim_default is not None and "head_dim" not in cfg.raw:  # null: the class derives it
         head_dim = head_dim_default
     else:
         if hidden is None:

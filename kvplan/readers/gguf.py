@@ -127,8 +127,8 @@ HYBRID_ARCHS: dict[str, str] = {
     "qwen3next": "gdn",  # recurrent unless (i + 1) % 4 == 0 (llama.cpp's hard-coded interval)
 }
 REFUSED = {
-    "falcon-h1": "runs attention and Mamba-2 in parallel in every layer, which kvplan's one-kind-per-layer spec "
-    "cannot describe",
+    "falcon-h1": "runs attention and Mamba-2 in parallel in every layer; kvplan reads that layout from its "
+    "config.json (parallel_state), not yet from GGUF metadata",
     "mamba": "is a pure state-space model (no attention layer)",
     "mamba2": "is a pure state-space model (no attention layer)",
     "gemma3n": "shares KV caches across layers in a way llama.cpp hard-codes (n_layer_kv_from_start)",

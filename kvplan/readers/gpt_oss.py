@@ -18,7 +18,7 @@ reads the dtype from the safetensors header when config.json has none
 
 from __future__ import annotations
 
-from kvplan.readers.base import HFConfig
+from kvplan.readers.base import HFConfig, attention_dims
 from kvplan.readers.gemma import window
 
 _TYPES = {"full_attention": "full", "sliding_attention": "sliding"}
@@ -31,22 +31,14 @@ def read_gpt_oss(cfg: HFConfig) -> dict:
         SpecError: sliding layers with a null ``sliding_window``, or ``layer_types`` that vLLM's fixed
             even/odd alternation would not serve.
     """
-    num_layers = cfg.int("num_hidden_layers", 36)
-    heads = cfg.int("num_attention_heads", 64)
-    hidden = cfg.int("hidden_size", 2880)
-    if cfg.has("head_dim"):
-        head_dim = cfg.int("head_dim")
-    else:
-        head_dim = 64 if "head_dim" not in cfg.raw else hidden // heads  # null: GptOssConfig derives it
-    data = {
-        "num_layers": num_layers,
-        "num_q_heads": heads,
-        "num_kv_heads": cfg.int("num_key_value_heads", 8 if "num_key_value_heads" not in cfg.raw else heads),
-        "head_dim": head_dim,
-        "hidden_size": hidden,
-        "dtype": cfg.dtype(default="bfloat16"),
-        "max_model_len": cfg.int("max_position_embeddings", 131072),
-    }
+    data = attention_dims(cfg, {"layers": 36, "heads": 64, "kv_heads": 8, "hidden": 2880, "head_dim": 64})
+    num_layers = data["num_layers"]
+    data.update(
+        {
+            "dtype": cfg.dtype(default="bfloat16"),
+            "max_model_len": cfg.int("max_position_embeddings", 131072),
+        }
+    )
     alternating = ["sliding" if i % 2 == 0 else "full" for i in range(num_layers)]
     kinds = cfg.layer_types(num_layers, _TYPES)
     if kinds is not None and kinds != alternating:

@@ -16,7 +16,7 @@ full when ``attention_chunk_size`` is null). A ``layer_types`` list that disagre
 
 from __future__ import annotations
 
-from kvplan.readers.base import HFConfig
+from kvplan.readers.base import HFConfig, attention_dims
 
 _TYPES = {"full_attention": "full", "chunked_attention": "chunked"}
 
@@ -28,22 +28,14 @@ def read_llama4(cfg: HFConfig) -> dict:
         SpecError: ``no_rope_layers`` shorter than the layers or not 0/1 values, or ``layer_types`` that
             disagrees with the RoPE/NoPE layout vLLM serves.
     """
-    num_layers = cfg.int("num_hidden_layers", 48)
-    heads = cfg.int("num_attention_heads", 40)
-    hidden = cfg.int("hidden_size", 5120)
-    if cfg.has("head_dim"):
-        head_dim = cfg.int("head_dim")
-    else:
-        head_dim = 128 if "head_dim" not in cfg.raw else hidden // heads  # null: Llama4TextConfig derives it
-    data = {
-        "num_layers": num_layers,
-        "num_q_heads": heads,
-        "num_kv_heads": cfg.int("num_key_value_heads", 8 if "num_key_value_heads" not in cfg.raw else heads),
-        "head_dim": head_dim,
-        "hidden_size": hidden,
-        "dtype": cfg.dtype(),
-        "max_model_len": cfg.int("max_position_embeddings", 131072),
-    }
+    data = attention_dims(cfg, {"layers": 48, "heads": 40, "kv_heads": 8, "hidden": 5120, "head_dim": 128})
+    num_layers = data["num_layers"]
+    data.update(
+        {
+            "dtype": cfg.dtype(),
+            "max_model_len": cfg.int("max_position_embeddings", 131072),
+        }
+    )
     rope = cfg.get("no_rope_layers")
     if rope:  # Llama4TextConfig: an empty list means the default
         if not isinstance(rope, list) or len(rope) < num_layers:
