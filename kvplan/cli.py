@@ -486,7 +486,10 @@ def _verify_table(r, con) -> None:
     for note in r.attention_checks:
         con.print(f"  {note}")
     if getattr(r, "readback_ok", None) is not None:
-        con.print(f"read-back (state updates, indexer keys, shared storage): {'ok' if r.readback_ok else 'MISMATCH'}")
+        con.print(
+            f"read-back (state updates, indexer keys, shared storage, packed values within their bound): "
+            f"{'ok' if r.readback_ok else 'MISMATCH'}"
+        )
     for index, allocated, formula in getattr(r, "mismatched_layers", ()):
         con.print(f"layer {index}: allocated {allocated:,} B but the formula gives {formula:,} B: MISMATCH")
     con.print(

@@ -712,7 +712,8 @@ def _plan_vllm_groups(
             hi = mid - 1
     stages = vllm_rules.pp_ranges(spec.num_layers, pp, opts.pp_layer_partition)
     worst = max(range(pp), key=lambda i: layout.bytes_per_block[i]) if layout.groups else 0
-    per_token = sum(layer_token_bytes(spec.layers[i], kv_dtype, tp) for i in stages[worst])
+    sparse = vllm_rules.is_sparse_mla(spec)  # DeepSeek-V3.2: vLLM's indexer and fp8_ds_mla bytes
+    per_token = sum(vllm_rules.token_bytes(spec.layers[i], kv_dtype, tp, sparse) for i in stages[worst])
     groups = tuple(
         dict(kind=g.kind, layers=len(g.layers), block_size=g.block_size, page_bytes=g.page_bytes) for g in layout.groups
     )

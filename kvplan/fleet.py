@@ -378,8 +378,8 @@ def plan_layout(
         unique, prefix = max(per_stage)
         if unique + prefix > fit.kv_budget_bytes:
             return no(
-                f"one request of class {c.name} ({fmt_tokens(c.tokens)}) needs {fmt_gib(unique + prefix)} of KV per GPU, "
-                f"more than the {fmt_gib(fit.kv_budget_bytes)} budget"
+                f"one request of class {c.name} ({fmt_tokens(c.tokens)}) needs {fmt_gib(unique + prefix)} of KV per "
+                f"GPU, more than the {fmt_gib(fit.kv_budget_bytes)} budget"
             )
         classes.append((c.concurrency, unique, prefix))
     slo = slo or SLO()

@@ -644,7 +644,8 @@ def _tier_vllm_groups(np, specs, seqs, gpus, kv_dtypes, tps, conv, opts, util, m
                 a["weights"][at] = _check_bytes(f"{spec.name}: weights per GPU", weights)
                 a["activation"][at] = _check_bytes(f"{spec.name}: activation per GPU", activation)
                 a["overhead"][at] = _check_bytes(f"{spec.name}: overhead per GPU", overhead)
-                a["per_token"][at] = sum(layer_token_bytes(x, kv_dtype, tp) for x in spec.layers)
+                sparse = vllm_rules.is_sparse_mla(spec)
+                a["per_token"][at] = sum(vllm_rules.token_bytes(x, kv_dtype, tp, sparse) for x in spec.layers)
                 a["per_block"][at] = layout.worst_bytes_per_block
                 # a state group without prefix caching has blocks of max_model_len tokens (vLLM sets
                 # mamba_block_size = max_model_len), which the reported block size takes when smaller

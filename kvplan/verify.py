@@ -137,7 +137,7 @@ class VerifyResult:
         fit_formula_bytes: the exact bytes of those requests in every layer; ``ok`` also needs it within
             the plan's KV budget.
         readback_ok: every write-and-read-back check passed: state updates, MLA indexer keys, shared layers
-            reading their source layer's storage (None when none ran).
+            reading their source layer's storage, packed values within :data:`QUANT_BOUND` (None when none ran).
         mismatched_layers: ``(layer, allocated bytes, formula bytes)`` of each layer whose tensors differ
             from :mod:`kvplan.calc` (empty when every layer matches).
     """

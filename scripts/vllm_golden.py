@@ -30,7 +30,9 @@ config is a stand-in carrying max_model_len and the geometry. The budget is give
 Hardware choices, as vLLM makes them on an H100/H200 (SM 9.0), are inputs here: FlashAttention's
 kernel blocks (``MultipleOf(16)``, so 16-token blocks); MLA with a bf16 cache on FLASH_ATTN_MLA
 (16-token blocks) and with an fp8 cache on FLASHMLA (fixed 64-token blocks, vLLM
-``v1/attention/backends/mla/flashmla.py``; FLASH_ATTN_MLA takes no fp8 cache); Gated DeltaNet
+``v1/attention/backends/mla/flashmla.py``; FLASH_ATTN_MLA takes no fp8 cache); DeepSeek-V3.2's sparse
+MLA on 64-token blocks (its indexer backend takes only 64), an fp8 cache as ``fp8_ds_mla`` (656 B per
+token, FLASHMLA_SPARSE) and the indexer keys (``DeepseekV32IndexerCache``) as their own spec; Gated DeltaNet
 prefill on FlashInfer, which in prefix-caching ("align") mode exports prefill checkpoints on a
 64-token grid and keeps one checkpoint page per layer (``qwen_gdn_linear_attn.py``); the layer-outer
 LBNHC cache layout (the default preference when no backend declares one).
@@ -65,12 +67,14 @@ from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend  # noqa:
 from vllm.v1.core import kv_cache_planning as planning  # noqa: E402
 from vllm.v1.core.kv_cache_config_builder import get_kv_cache_config_builder  # noqa: E402
 from vllm.v1.core.kv_cache_utils import generate_scheduler_kv_cache_config, get_kv_cache_capacity  # noqa: E402
+from vllm.model_executor.models.utils import extract_layer_index  # noqa: E402
 from vllm.v1.kv_cache_interface import (  # noqa: E402
     ChunkedLocalAttentionSpec,
     FullAttentionSpec,
     MambaSpec,
     MLAAttentionSpec,
     SlidingWindowSpec,
+    SparseCacheRole,
     get_kv_quant_mode,
 )
 
@@ -239,6 +243,43 @@ GEOMETRIES: dict[str, dict] = {
         ),
         tps=[1, 2],
     ),
+    "deepseek-v3.2": dict(  # MLA plus the DSA indexer's own cache in every layer (index_head_dim 128)
+        spec=dict(
+            num_layers=61,
+            num_q_heads=128,
+            num_kv_heads=128,
+            head_dim=192,
+            layers=["mla"] * 61,
+            mla={"kv_lora_rank": 512, "qk_rope_head_dim": 64, "index_head_dim": 128},
+        ),
+        tps=[1, 8],
+        pps=[1, 2],
+    ),
+    "falcon-h1-7b": dict(  # every layer: attention (2 KV heads × 128) AND a Mamba-2 mixer (parallel_state)
+        spec=dict(
+            num_layers=44,
+            num_q_heads=12,
+            num_kv_heads=2,
+            head_dim=128,
+            layers=["full"] * 44,
+            parallel_state="mamba2",
+            mamba2={"num_heads": 24, "head_dim": 128, "d_state": 256, "n_groups": 1, "d_conv": 4},
+        ),
+        tps=[1, 2],
+        pps=[1, 2],
+    ),
+    "zamba2-defaults": dict(  # Zamba2Config's defaults: 9 hybrid layers (attention + own Mamba-2), 45 Mamba-2
+        spec=dict(
+            num_layers=54,
+            num_q_heads=32,
+            num_kv_heads=32,
+            head_dim=160,
+            layers=["full" if i in (6, 12, 18, 24, 30, 36, 42, 47, 51) else "mamba2" for i in range(54)],
+            parallel_state="mamba2",
+            mamba2={"num_heads": 8, "head_dim": 640, "d_state": 64, "n_groups": 1, "d_conv": 4},
+        ),
+        tps=[1, 2],
+    ),
 }
 _NEMOTRON_KINDS = {"M": "mamba2", "-": "none", "*": "full"}
 GEOMETRIES["nemotron-h-56b"]["spec"]["layers"] = [
@@ -250,6 +291,11 @@ LENGTHS = [1000, 4096, 131072]
 BATCHED = [2048, 8192]
 KV_DTYPES = ["bf16", "fp8"]
 STATE_KINDS = ("mamba", "mamba2", "gdn")
+
+
+def sparse(spec: dict) -> bool:
+    """DeepSeek Sparse Attention: MLA layers with an indexer (DeepSeek-V3.2)."""
+    return bool(spec.get("mla", {}).get("index_head_dim"))
 
 
 def layer_geometry(spec: dict, i: int, kind: str) -> tuple[int, int, int]:
@@ -310,12 +356,13 @@ def make_config(spec: dict, case: dict) -> VllmConfig:
         ),
     )
     tp = case["tp"]
-    state_kind = next((k for k in STATE_KINDS if k in spec["layers"]), None)
+    state_kind = next((k for k in STATE_KINDS if k in spec["layers"]), spec.get("parallel_state"))
     model = SimpleNamespace(
         max_model_len=case["max_model_len"],
         original_max_model_len=case["max_model_len"],
         supports_kv_cache_grouping=False,
         use_mla="mla" in spec["layers"],
+        use_sparse=sparse(spec),
         dtype=torch.bfloat16,
         architecture="KvplanGolden",
         get_num_kv_heads=lambda parallel: max(1, spec["num_kv_heads"] // tp),
@@ -378,6 +425,25 @@ def align_hybrid(cfg: VllmConfig, spec: dict, tp: int) -> None:
         mamba_abstract.get_mamba_prefill_checkpoint_alignment = saved[2]
 
 
+def mamba_spec(kind: str, block: dict, cc, tp: int) -> MambaSpec:
+    """A state layer's spec as ``MambaBase.get_kv_cache_spec`` builds it, with the layer classes' overrides."""
+    from dataclasses import replace
+
+    shapes, dtypes = state_shapes(kind, block, tp)
+    mamba = MambaSpec(
+        shapes=shapes,
+        dtypes=dtypes,
+        block_size=cc.mamba_block_size,
+        page_size_padded=cc.mamba_page_size_padded,
+        mamba_cache_mode=cc.mamba_cache_mode,
+    )
+    if kind == "mamba2":  # mamba_mixer2.py MambaMixer2.get_kv_cache_spec: always one checkpoint page
+        mamba = replace(mamba, num_prefill_checkpoint_blocks=1, prefill_checkpoint_alignment=1)
+    if kind == "gdn" and cc.mamba_cache_mode == "align":  # qwen_gdn_linear_attn.py get_kv_cache_spec
+        mamba = replace(mamba, num_prefill_checkpoint_blocks=1, prefill_checkpoint_alignment=cc.mamba_block_size)
+    return mamba
+
+
 def pp_ranges(num_layers: int, pp: int) -> list[range]:
     """vLLM ``distributed/utils.py get_pp_indices``: extra layers go to the stages before the last."""
     from vllm.distributed.utils import get_pp_indices
@@ -385,16 +451,37 @@ def pp_ranges(num_layers: int, pp: int) -> list[range]:
     return [range(*get_pp_indices(num_layers, rank, pp)) for rank in range(pp)]
 
 
-def layer_specs(spec: dict, cfg: VllmConfig, case: dict) -> dict:
-    """``{layer name: KVCacheSpec}`` of the whole model on one TP rank, as the layers build them."""
+def layer_specs(spec: dict, cfg: VllmConfig, case: dict) -> tuple[dict, dict]:
+    """(``{layer name: KVCacheSpec}`` of the whole model on one TP rank, as the layers build them and in
+    their registration order; ``{layer name: decoder layer}`` for the PP split).
+
+    Names follow the model files: a DeepSeek-V3.2 layer registers ``...indexer.k_cache`` before its MLA
+    ``...attn``; a parallel Mamba-2 mixer of layer i is ``model.{num_layers + i}.mixer`` (falcon_h1.py)."""
     tp, fp8 = case["tp"], case["kv_dtype"] == "fp8"
     cc = cfg.cache_config
     block = cc.block_size
     kv_torch = torch.uint8 if fp8 else torch.bfloat16  # vLLM STR_DTYPE_TO_TORCH_DTYPE["fp8"] = uint8
     quant = get_kv_quant_mode(cc.cache_dtype)
-    out = {}
+    out, owner = {}, {}
+    n = len(spec["layers"])
     for i, kind in enumerate(spec["layers"]):
         name = f"model.layers.{i}.attn"
+        if kind == "mla" and sparse(spec):
+            # deepseek_v2.py DeepseekV32IndexerCache: fp8 keys + an fp32 scale per 128, uint8, one head;
+            # its backend takes only 64-token kernel blocks (v1/worker/utils.py customize_attention_spec)
+            index_dim = spec["mla"]["index_head_dim"]
+            index_name = f"model.layers.{i}.self_attn.indexer.k_cache"
+            out[index_name] = MLAAttentionSpec(
+                block_size=block,
+                num_kv_heads=1,
+                max_tp_shards=1,
+                head_size=index_dim + index_dim // 128 * 4,
+                dtype=torch.uint8,
+                cache_role=SparseCacheRole.INDEXER,
+                block_stride_alignment=MultipleOf(64),
+            )
+            owner[index_name] = i
+        owner[name] = i
         if kind in ("full", "sliding", "chunked"):
             heads, d, dv = layer_geometry(spec, i, kind)
             common = dict(
@@ -420,26 +507,20 @@ def layer_specs(spec: dict, cfg: VllmConfig, case: dict) -> dict:
                 cache_dtype_str=cc.cache_dtype,
                 kv_quant_mode=quant,
             )
-            if fp8:  # FLASHMLA's fixed 64-token kernel blocks (vLLM v1/worker/utils.py customize_attention_spec)
+            if sparse(spec):  # mla_attention.py MLAAttention.get_kv_cache_spec on a sparse backend
+                kw["state_content_bytes"] = {"fp8_ds_mla": 656}.get(cc.cache_dtype)
+                kw["topk_buffer_width"] = 2048
+                kw["is_index_group_leader"] = True
+            if fp8:  # FLASHMLA(_SPARSE)'s 64-token kernel blocks (v1/worker/utils.py customize_attention_spec)
                 kw["block_stride_alignment"] = MultipleOf(64)
             out[name] = MLAAttentionSpec(**kw)
         elif kind in STATE_KINDS:
-            shapes, dtypes = state_shapes(kind, spec[kind], tp)
-            mamba = MambaSpec(
-                shapes=shapes,
-                dtypes=dtypes,
-                block_size=cc.mamba_block_size,
-                page_size_padded=cc.mamba_page_size_padded,
-                mamba_cache_mode=cc.mamba_cache_mode,
-            )
-            if kind == "gdn" and cc.mamba_cache_mode == "align":  # qwen_gdn_linear_attn.py get_kv_cache_spec
-                from dataclasses import replace
-
-                mamba = replace(
-                    mamba, num_prefill_checkpoint_blocks=1, prefill_checkpoint_alignment=cc.mamba_block_size
-                )
-            out[name] = mamba
-    return out
+            out[name] = mamba_spec(kind, spec[kind], cc, tp)
+        if kind in ("full", "sliding", "chunked") and spec.get("parallel_state"):
+            mixer = f"model.{n + i}.mixer"  # falcon_h1.py: ssm_layer_idx = num_hidden_layers + layer_idx
+            out[mixer] = mamba_spec(spec["parallel_state"], spec[spec["parallel_state"]], cc, tp)
+            owner[mixer] = i
+    return out, {k: owner[k] for k in out}
 
 
 def run_case(geom_name: str, case: dict, budgets: list[int] | None) -> tuple[dict, dict]:
@@ -452,13 +533,16 @@ def run_case(geom_name: str, case: dict, budgets: list[int] | None) -> tuple[dic
     cfg = make_config(spec, case)
     if cfg.model_config.is_hybrid:
         align_hybrid(cfg, spec, case["tp"])
-    if "mla" in spec["layers"] and case["kv_dtype"] == "fp8":
-        cfg.cache_config.block_size = 64  # FLASHMLA get_preferred_block_size: its one kernel block size
-    whole = layer_specs(spec, cfg, case)
+    if "mla" in spec["layers"] and (case["kv_dtype"] == "fp8" or sparse(spec)):
+        # FLASHMLA get_preferred_block_size: its one kernel block size; DeepSeek-V3.2's indexer backend and
+        # the sparse MLA backends: 64 (backends/mla/indexer.py, flashmla_sparse.py, flashattn_mla_sparse.py)
+        cfg.cache_config.block_size = 64
+    if sparse(spec) and case["kv_dtype"] == "fp8":
+        # mla_attention.py _canonicalize_sparse_mla_kv_cache_dtype: FLASHMLA_SPARSE serves fp8 as fp8_ds_mla
+        cfg.cache_config.cache_dtype = "fp8_ds_mla"
+    whole, owner = layer_specs(spec, cfg, case)
     names = list(whole)
-    per_worker = [
-        {n: whole[n] for n in names if int(n.split(".")[2]) in r} for r in pp_ranges(len(spec["layers"]), case["pp"])
-    ]
+    per_worker = [{n: whole[n] for n in names if owner[n] in r} for r in pp_ranges(len(spec["layers"]), case["pp"])]
     groups = planning.get_global_kv_cache_groups(cfg, per_worker)
     builder = get_kv_cache_config_builder(cfg)
     projected = [planning._project_kv_cache_groups_to_worker(groups, w) for w in per_worker]
@@ -474,7 +558,7 @@ def run_case(geom_name: str, case: dict, budgets: list[int] | None) -> tuple[dic
         group_rows.append(
             dict(
                 kind=type(first).__name__,
-                layers=[int(n.split(".")[2]) for n in g.layer_names],
+                layers=[extract_layer_index(n) for n in g.layer_names],
                 block_size=g.kv_cache_spec.block_size,
                 page_bytes=g.kv_cache_spec.page_size_bytes,
             )
@@ -530,7 +614,7 @@ def cases():
     """Every (geometry, setting) the fixture covers."""
     for name, g in GEOMETRIES.items():
         layers = g["spec"]["layers"]
-        hybrid = any(k in STATE_KINDS for k in layers)
+        hybrid = any(k in STATE_KINDS for k in layers) or "parallel_state" in g["spec"]
         windowed = any(k in ("sliding", "chunked") for k in layers)
         for tp in g["tps"]:
             for pp in g.get("pps", [1]):
@@ -606,8 +690,11 @@ def main() -> None:
         generated_by="scripts/vllm_golden.py",
         assumptions=(
             "Hopper (SM 9.0) backends: FlashAttention MultipleOf(16) kernel blocks; MLA bf16 on FLASH_ATTN_MLA "
-            "(16-token blocks), fp8 on FLASHMLA (64); GDN prefill on FlashInfer (64-token checkpoint grid, one "
-            "checkpoint page per layer in align mode); LBNHC layout; Model Runner V2; budget given directly."
+            "(16-token blocks), fp8 on FLASHMLA (64); sparse MLA (DeepSeek-V3.2) on 64-token blocks, bf16 on "
+            "FLASH_ATTN_MLA_SPARSE, fp8 on FLASHMLA_SPARSE as fp8_ds_mla, the indexer cache its own spec; GDN "
+            "prefill on FlashInfer (64-token checkpoint grid, one checkpoint page per layer in align mode); "
+            "Mamba-2 specs with one checkpoint page (MambaMixer2); parallel Mamba-2 mixers named as falcon_h1.py; "
+            "LBNHC layout; Model Runner V2; budget given directly."
         ),
         geometries={k: {"spec": v["spec"], "tps": v["tps"], "pps": v.get("pps", [1])} for k, v in GEOMETRIES.items()},
         layouts=layouts,

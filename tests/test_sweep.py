@@ -366,7 +366,7 @@ def test_cli_table_caps_rows_unless_all(cli):
     assert err == "kvplan: warning: showing the first 200 of 202 rows; --all for every row, --csv or --json for data\n"
     code, out, err = cli(*args, "--all")
     assert code == 0 and err == ""
-    assert "sweep: 202 configurations, vllm convention, blocks of 16 " in out and "shown" not in out
+    assert "sweep: 202 configurations, vllm convention, blocks of 16\n" in out and "shown" not in out
     assert out.count(" llama3-8b ") == 202
 
 

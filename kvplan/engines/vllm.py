@@ -23,7 +23,7 @@ unless a rule names another family; a GPU given by size is taken as Hopper-class
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import lcm
 
 from kvplan.calc import cdiv, kv_heads_per_rank, layer_state_bytes, layer_token_bytes
@@ -151,19 +151,82 @@ def pp_ranges(num_layers: int, pipeline_parallel_size: int, partition: tuple[int
     return out
 
 
-def mla_block_size(family: str, kv_dtype: KVDtype) -> int:
+def mla_block_size(family: str, kv_dtype: KVDtype, sparse: bool = False) -> int:
     """Block size of an MLA model's cache: the backend vLLM 0.33 picks (``platforms/cuda.py``
     ``_get_backend_priorities``) and its kernel block sizes.
 
     Hopper: FLASH_ATTN_MLA (``MultipleOf(16)``: 16) for a 16-bit cache; it takes no fp8 cache, so fp8
     runs on FLASHMLA (fixed 64-token blocks, ``backends/mla/flashmla.py``). SM100: FLASHINFER_MLA
     (kernel blocks 32 or 64: 32). Elsewhere TRITON_MLA (``MultipleOf(16)``: 16).
+
+    ``sparse`` (DeepSeek-V3.2's indexer): 64 on every CUDA GPU, whatever the dtype — the indexer's
+    backend takes only 64-token blocks (``backends/mla/indexer.py DeepseekV32IndexerBackend``:
+    ``[64]`` off ROCm) and the sparse MLA backends ``MultipleOf(64)`` (``flashmla_sparse.py``,
+    ``flashattn_mla_sparse.py``, ``flashinfer_mla_sparse_sm90.py``).
     """
+    if sparse:
+        return 64
     if family == "sm90":
         return 64 if kv_dtype.name.startswith("fp8") else DEFAULT_BLOCK_SIZE
     if family == "sm100":
         return 32
     return DEFAULT_BLOCK_SIZE
+
+
+# --- per-token bytes of attention layers -----------------------------------------------------------
+
+INDEXER_QUANT_BLOCK = 128  # models/deepseek_v32/attention.py DeepseekV32Indexer.quant_block_size
+FP8_DS_MLA_BYTES = 656  # mla_attention.py state_content_bytes["fp8_ds_mla"]: 512 fp8 + 4 fp32 scales + 64 bf16
+
+
+def is_sparse_mla(spec: ModelSpec) -> bool:
+    """True for DeepSeek Sparse Attention models (an MLA layer with an indexer: DeepSeek-V3.2)."""
+    return any(x.kind == "mla" and x.mla is not None and x.mla.index_head_dim for x in spec.layers)
+
+
+def indexer_token_bytes(index_head_dim: int) -> int:
+    """Bytes one token's indexer key takes in one layer: fp8 values plus one fp32 scale per 128 values,
+    whatever the KV dtype, on every TP rank.
+
+    vLLM 0.33 ``models/deepseek_v32/attention.py DeepseekV32Indexer``: the cache layer
+    (``DeepseekV32IndexerCache``, ``model_executor/models/deepseek_v2.py``) has ``head_dim = index_head_dim +
+    index_head_dim // 128 × 4`` in ``torch.uint8`` and registers its own ``MLAAttentionSpec`` (one head,
+    no V, ``max_tp_shards=1``): 128 + 4 = 132 B for DeepSeek-V3.2.
+    """
+    return index_head_dim + index_head_dim // INDEXER_QUANT_BLOCK * 4
+
+
+def mla_latent_token_bytes(latent_dim: int, kv_dtype: KVDtype, sparse: bool) -> int:
+    """Bytes one token's MLA latent takes in one layer (every TP rank).
+
+    Dense MLA: the latent in the KV dtype (``MLAAttentionSpec``: one head of ``kv_lora_rank +
+    qk_rope_head_dim``). Sparse MLA (DeepSeek-V3.2): a 16-bit cache as dense; an fp8 cache is served by
+    FLASHMLA_SPARSE in DeepSeek's ``fp8_ds_mla`` layout, 656 B per token (``mla_attention.py
+    _canonicalize_sparse_mla_kv_cache_dtype`` and ``state_content_bytes``).
+
+    Raises:
+        UsageError: a sparse MLA model with a KV dtype the sparse backends do not take.
+    """
+    if not sparse:
+        return kv_dtype.row_bytes(latent_dim, 1)
+    if kv_dtype.name in ("bf16", "fp16"):
+        return kv_dtype.row_bytes(latent_dim, 1)
+    if kv_dtype.name == "fp8_e4m3":
+        return FP8_DS_MLA_BYTES
+    raise UsageError(
+        f"--kv-dtype: {kv_dtype.name} is not a cache vLLM 0.33's sparse MLA backends take (FLASHMLA_SPARSE, "
+        "FLASH_ATTN_MLA_SPARSE); allowed: bf16, fp8 (stored as fp8_ds_mla, 656 B per token)"
+    )
+
+
+def token_bytes(layer, kv_dtype: KVDtype, tp: int, sparse: bool = False) -> int:
+    """Bytes one token costs in one attention layer on one TP rank, as vLLM 0.33 stores it: K and V
+    (:func:`kvplan.calc.layer_token_bytes`), or the MLA latent plus, for DeepSeek-V3.2, the indexer key
+    (:func:`indexer_token_bytes`); 0 for other kinds."""
+    if layer.kind == "mla":
+        index = indexer_token_bytes(layer.mla.index_head_dim) if layer.mla.index_head_dim else 0
+        return mla_latent_token_bytes(layer.mla.latent_dim, kv_dtype, sparse) + index
+    return layer_token_bytes(layer, kv_dtype, tp)
 
 
 # --- layer specs and groups ------------------------------------------------------------------------
@@ -173,17 +236,23 @@ def mla_block_size(family: str, kv_dtype: KVDtype) -> int:
 class _Layer:
     """One layer's cache on one rank, as vLLM's spec for it (``kv_cache_interface.py``)."""
 
-    index: int
+    index: int  # vLLM's layer index (a parallel Mamba mixer of layer i: num_layers + i, as falcon_h1.py)
     kind: str  # full, sliding, chunked, mla, or a state kind
     key: tuple  # equal keys: equal (or mergeable) specs
     block_size: int
     page: int  # bytes of one block of this layer (padded)
     window: int | None = None
     state_pages: int = 0  # pages one request holds (state layers)
+    owner: int = -1  # the decoder layer it belongs to (its PP stage); -1: index
 
     @property
     def is_state(self) -> bool:
         return self.kind in STATE_KINDS
+
+    @property
+    def layer(self) -> int:
+        """The decoder layer this cache belongs to."""
+        return self.index if self.owner < 0 else self.owner
 
 
 @dataclass(frozen=True)
@@ -199,6 +268,8 @@ class KVGroup:
         state_pages: pages one request holds in a state group (0 for attention groups).
         uniform_type: one group of layers of one kind but different sizes (vLLM
             ``UniformTypeKVCacheSpecs``, whose page is the sum of the layers' pages).
+        owners: the decoder layer each entry of ``layers`` belongs to (its PP stage); equal to
+            ``layers`` except for parallel Mamba mixers (Falcon-H1) and indexer caches (DeepSeek-V3.2).
     """
 
     kind: str
@@ -208,6 +279,7 @@ class KVGroup:
     window: int | None = None
     state_pages: int = 0
     uniform_type: bool = False
+    owners: tuple[int, ...] = ()
 
     @property
     def page_bytes(self) -> int:
@@ -272,14 +344,12 @@ class VllmLayout:
 
 
 def _attention_key(layer, kv_dtype: KVDtype, tp: int) -> tuple:
-    if layer.kind == "mla":
-        return ("mla", layer.mla.latent_dim, layer.mla.index_head_dim or 0)
     h = kv_heads_per_rank(layer.num_kv_heads, tp)
     return (layer.kind, h, layer.head_dim, layer.v_head_dim, layer.window)
 
 
-def _state_key(layer, model_dtype: str, tp: int) -> tuple:
-    return (layer.kind, tuple((t.shape, t.dtype) for t in layer.state.tensors(model_dtype, tp)))
+def _state_key(state, model_dtype: str, tp: int) -> tuple:
+    return (state.kind, tuple((t.shape, t.dtype) for t in state.tensors(model_dtype, tp)))
 
 
 def hybrid_block_size(
@@ -319,6 +389,20 @@ def hybrid_block_size(
     return block, (page if page != mamba_page else None)
 
 
+def state_pages(kind: str, align_mode: bool, gdn_checkpoints: bool) -> int:
+    """Pages one request holds in a state layer (vLLM 0.33 ``MambaSpec.max_memory_usage_bytes``).
+
+    Without prefix caching ("none" mode) 1. In "align" mode 2, plus one prefill-checkpoint page where the
+    layer's spec has ``num_prefill_checkpoint_blocks = 1``: every Mamba-2 mixer
+    (``layers/mamba/mamba_mixer2.py MambaMixer2.get_kv_cache_spec``, always) and Gated DeltaNet layers
+    whose FlashInfer prefill exports checkpoints (``gdn/qwen_gdn_linear_attn.py``, ``gdn_checkpoints``).
+    """
+    if not align_mode:
+        return 1
+    checkpoint = kind == "mamba2" or (kind == "gdn" and gdn_checkpoints)
+    return 2 + (1 if checkpoint else 0)
+
+
 def _layer_specs(
     spec: ModelSpec,
     kv_dtype: KVDtype,
@@ -326,23 +410,42 @@ def _layer_specs(
     block: int,
     mamba_block: int,
     mamba_padded: int | None,
-    state_pages: int,
+    align_mode: bool,
+    gdn_checkpoints: bool,
 ) -> list[_Layer]:
-    """One :class:`_Layer` per layer that caches anything (vLLM ``Attention.get_kv_cache_spec``,
-    ``MLAAttention``, ``ChunkedLocalAttention``, ``MambaBase.get_kv_cache_spec``)."""
+    """One :class:`_Layer` per cache vLLM registers, in its registration order (vLLM
+    ``Attention.get_kv_cache_spec``, ``MLAAttention``, ``ChunkedLocalAttention``,
+    ``MambaBase.get_kv_cache_spec``).
+
+    A DeepSeek-V3.2 layer registers its indexer cache (``DeepseekV32IndexerCache``, built first) and
+    its MLA cache, both under the layer's index. A layer with a ``parallel_state`` (Falcon-H1, Zamba2)
+    registers its attention and then its Mamba-2 mixer, which vLLM numbers ``num_layers + i``
+    (``falcon_h1.py FalconH1ParallelHybrid``: "all attention/ssm layers must have different index";
+    Zamba2 numbers them otherwise, which orders the groups differently but sizes nothing differently).
+    """
+    sparse = is_sparse_mla(spec)
     out = []
     for i, layer in enumerate(spec.layers):
-        if layer.kind in (*KV_HEAD_KINDS, "mla"):
+        if layer.kind in KV_HEAD_KINDS:
             per_token = layer_token_bytes(layer, kv_dtype, tp)
             out.append(
                 _Layer(i, layer.kind, _attention_key(layer, kv_dtype, tp), block, per_token * block, layer.window)
             )
-        elif layer.kind in STATE_KINDS:
+        elif layer.kind == "mla":
+            if layer.mla.index_head_dim:
+                index = indexer_token_bytes(layer.mla.index_head_dim)
+                out.append(_Layer(i, "mla", ("mla-indexer", index), block, index * block))
+            latent = mla_latent_token_bytes(layer.mla.latent_dim, kv_dtype, sparse)
+            out.append(_Layer(i, "mla", ("mla", latent), block, latent * block))
+        if layer.state is not None and layer.kind in (*STATE_KINDS, *KV_HEAD_KINDS):
             page = layer_state_bytes(layer, spec.dtype, tp)
             if mamba_padded is not None:
                 page = max(page, mamba_padded)
-            key = (*_state_key(layer, spec.dtype, tp), mamba_padded)
-            out.append(_Layer(i, layer.kind, key, mamba_block, page, state_pages=state_pages))
+            kind = layer.state.kind
+            key = (*_state_key(layer.state, spec.dtype, tp), mamba_padded)
+            index = i if layer.kind in STATE_KINDS else spec.num_layers + i
+            pages = state_pages(kind, align_mode, gdn_checkpoints)
+            out.append(_Layer(index, kind, key, mamba_block, page, state_pages=pages, owner=i))
     return out
 
 
@@ -356,7 +459,7 @@ def _promote_local(layers: list[_Layer]) -> list[_Layer]:
     for x in layers:
         if x.kind in ("sliding", "chunked"):
             key = ("full", *x.key[1:4], None)
-            x = _Layer(x.index, "full", key, x.block_size, x.page)
+            x = _Layer(x.index, "full", key, x.block_size, x.page, owner=x.owner)
         out.append(x)
     return out
 
@@ -387,12 +490,11 @@ def _unify_pages(layers: list[_Layer]) -> list[_Layer]:
     for x in layers:
         if x.page != largest:
             if x.is_state:
-                x = _Layer(x.index, x.kind, (*x.key, largest), x.block_size, largest, x.window, x.state_pages)
+                x = replace(x, key=(*x.key, largest), page=largest)
             elif largest % x.page == 0:
-                ratio = largest // x.page
-                x = _Layer(x.index, x.kind, x.key, x.block_size * ratio, largest, x.window, x.state_pages)
+                x = replace(x, block_size=x.block_size * (largest // x.page), page=largest)
             elif x.kind != "mla":
-                x = _Layer(x.index, x.kind, (*x.key, largest), x.block_size, largest, x.window, x.state_pages)
+                x = replace(x, key=(*x.key, largest), page=largest)
             else:
                 raise UsageError(
                     f"--engine vllm: layer {x.index}'s MLA page ({x.page:,} B) does not divide the largest page "
@@ -412,6 +514,7 @@ def _group(kind_layers: list[_Layer], uniform_type: bool = False) -> KVGroup:
         window=first.window,
         state_pages=first.state_pages,
         uniform_type=uniform_type,
+        owners=tuple(x.layer for x in kind_layers),
     )
 
 
@@ -459,22 +562,29 @@ def build_layout(
     Raises:
         UsageError: pages vLLM cannot unify.
     """
-    has_state = any(x.kind in STATE_KINDS for x in spec.layers)
+    # state layers, and attention layers that keep a Mamba-2 state beside their KV (parallel_state)
+    stateful = [x for x in spec.layers if x.state is not None and x.kind in (*STATE_KINDS, *KV_HEAD_KINDS)]
+    has_state = bool(stateful)
     has_attention = any(x.kind in (*KV_HEAD_KINDS, "mla") for x in spec.layers)
-    block = block_size or (mla_block_size(family, kv_dtype) if "mla" in spec.layer_kinds else DEFAULT_BLOCK_SIZE)
+    if block_size:
+        block = block_size
+    elif "mla" in spec.layer_kinds:
+        block = mla_block_size(family, kv_dtype, is_sparse_mla(spec))
+    else:
+        block = DEFAULT_BLOCK_SIZE
     align = has_state and prefix_caching
-    state_kinds = {x.kind for x in spec.layers if x.kind in STATE_KINDS}
+    state_kinds = {x.state.kind for x in stateful}
     # GDN prefill on FlashInfer (Hopper) exports prefill checkpoints in align mode: a 64-token grid and one
     # more page per layer (model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py); only when every
-    # state layer can (layers/mamba/abstract.py get_mamba_prefill_checkpoint_alignment).
+    # state layer can (layers/mamba/abstract.py get_mamba_prefill_checkpoint_alignment: Mamba-2 mixers
+    # declare no alignment, although their specs always keep a checkpoint page).
     checkpoint = GDN_CHECKPOINT_ALIGNMENT if align and family == "sm90" and state_kinds == {"gdn"} else None
     mamba_padded = None
     if has_state and has_attention:
-        mamba_page = max(layer_state_bytes(x, spec.dtype, tp) for x in spec.layers if x.kind in STATE_KINDS)
+        mamba_page = max(layer_state_bytes(x, spec.dtype, tp) for x in stateful)
         block, mamba_padded = hybrid_block_size(spec, kv_dtype, tp, block, mamba_page, checkpoint, align)
-    state_pages = (2 + (1 if checkpoint else 0)) if align else 1
     mamba_block = block if align else max_model_len
-    layers = _layer_specs(spec, kv_dtype, tp, block, mamba_block, mamba_padded, state_pages)
+    layers = _layer_specs(spec, kv_dtype, tp, block, mamba_block, mamba_padded, align, checkpoint is not None)
     if not hybrid_kv_cache_manager:
         layers = _promote_local(layers)
     padding = 0
@@ -490,7 +600,7 @@ def build_layout(
     for stage in pp_ranges(spec.num_layers, pp, pp_layer_partition):
         per_block.append(
             max(
-                (sum(p for i, p in zip(g.layers, g.layer_pages, strict=True) if i in stage) for g in groups),
+                (sum(p for i, p in zip(g.owners, g.layer_pages, strict=True) if i in stage) for g in groups),
                 default=0,
             )
         )
