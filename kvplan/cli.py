@@ -199,12 +199,15 @@ def fit(
     ),
     swa_full: bool = typer.Option(False, "--swa-full", help="llama.cpp: size sliding-window layers at n_ctx too."),
     engine_version: Optional[str] = typer.Option(
-        None, "--engine-version", help="vLLM rules of this version: 0.33 (default), 0.11, 0.6 (older logs)."
+        None,
+        "--engine-version",
+        help="Engine rules of this version: vLLM 0.33 (default), 0.11, 0.6 (older logs); TensorRT-LLM 1.0 (1.0-1.1).",
     ),
     max_num_seqs: Optional[int] = typer.Option(
         None,
         "--max-num-seqs",
-        help="vLLM max_num_seqs: cap on running requests (default per GPU: 1024 on ≥ 70 GiB, 256 below and on A100).",
+        help="vLLM max_num_seqs: cap on running requests (default per GPU: 1024 on ≥ 70 GiB, 256 below and on A100); "
+        "TRT-LLM: default max_batch_size.",
     ),
     async_scheduling: Optional[bool] = typer.Option(
         None,
@@ -223,6 +226,15 @@ def fit(
     ),
     pp_layer_partition: Optional[str] = typer.Option(
         None, "--pp-layer-partition", help="Layers per PP stage, e.g. 41,39 (vLLM VLLM_PP_LAYER_PARTITION)."
+    ),
+    num_speculative_tokens: int = typer.Option(
+        0, "--num-speculative-tokens", help="vLLM speculative decoding: draft tokens per step (Mamba states grow)."
+    ),
+    speculative_model: Optional[str] = typer.Option(
+        None, "--speculative-model", help="vLLM: draft model or EAGLE head (a model ref): its KV joins the pool."
+    ),
+    num_mtp_layers: int = typer.Option(
+        0, "--num-mtp-layers", help="vLLM: MTP modules (DeepSeek-V3: 1), each a layer like the target's last one."
     ),
     concurrency: Optional[int] = typer.Option(
         None, "--concurrency", help="Speed bound: requests decoding together (default: the most that fit)."
@@ -272,6 +284,9 @@ def fit(
         enable_prefix_caching=enable_prefix_caching,
         hybrid_kv_cache_manager=hybrid_kv_cache_manager,
         pp_layer_partition=None if pp_layer_partition is None else fitmod.parse_partition(pp_layer_partition),
+        num_speculative_tokens=num_speculative_tokens,
+        speculative_model=None if speculative_model is None else load_model(speculative_model),
+        num_mtp_layers=num_mtp_layers,
     )
     g = get_gpu(gpu)
     try:
@@ -324,7 +339,16 @@ def fleet(
     ),
     tp: List[int] = typer.Option([], "--tp", help="Candidate TP (repeat); default: every TP <= 8 the heads allow."),
     pp: int = typer.Option(1, "--pp", help="pipeline_parallel_size."),
+    pp_layer_partition: Optional[str] = typer.Option(
+        None, "--pp-layer-partition", help="Layers per PP stage, e.g. 41,39 (vLLM VLLM_PP_LAYER_PARTITION)."
+    ),
     engine: str = typer.Option("vllm", "--engine", "-e", help="Convention: vllm, sglang, trtllm, llamacpp."),
+    engine_version: Optional[str] = typer.Option(
+        None, "--engine-version", help="Engine rules of this version (as kvplan fit --engine-version)."
+    ),
+    max_num_seqs: Optional[int] = typer.Option(
+        None, "--max-num-seqs", help="Cap on running requests per replica (vLLM max_num_seqs; TRT-LLM max_batch_size)."
+    ),
     kv_dtype: str = typer.Option("auto", "--kv-dtype", help="KV dtype (auto = model dtype)."),
     weights_dtype: Optional[str] = typer.Option(None, "--weights-dtype", help="Weights dtype (default: model dtype)."),
     gpu_memory_utilization: Optional[float] = typer.Option(
@@ -370,12 +394,17 @@ def fleet(
         )
     else:
         raise UsageError("--workload: give --workload FILE, or --concurrency N with --seq S")
+    from kvplan.fit import parse_partition
+
     opts = FitOptions(
         engine=get_engine(engine),
         pipeline_parallel_size=pp,
         kv_dtype=kv_dtype,
         weights_dtype=weights_dtype,
         gpu_memory_utilization=gpu_memory_utilization,
+        engine_version=engine_version,
+        max_num_seqs=max_num_seqs,
+        pp_layer_partition=None if pp_layer_partition is None else parse_partition(pp_layer_partition),
     )
     gpus = [get_gpu(g) for g in gpu] if gpu else load_catalog()
     prices = fleetmod.parse_prices(price, get_gpu, gpus if gpu else None)

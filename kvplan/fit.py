@@ -45,6 +45,8 @@ from enum import Enum
 
 from kvplan.calc import cdiv, check_tp, layer_state_bytes, layer_token_bytes, resolve_kv_dtype, valid_tp_sizes
 from kvplan.dtypes import KVDtype, get_weight_dtype
+from kvplan.engines import sglang as sglang_rules
+from kvplan.engines import trtllm as trtllm_rules
 from kvplan.engines import vllm as vllm_rules
 from kvplan.errors import DoesNotFit, UsageError
 from kvplan.gpus import GPU, load_catalog
@@ -229,6 +231,8 @@ class FitResult:
         kv_cache_groups: vLLM 0.33's groups: dicts of kind, layers (count), block_size, page_bytes.
         padding_layers: layers vLLM adds so its groups are equal ("Add N padding layers").
         engine_log: the start-up line the engine prints ("GPU KV cache size: ... Maximum concurrency ...").
+        num_speculative_tokens, drafter_layers: speculative decoding (vLLM ≥ 0.33): draft tokens per step and
+            the drafter's layers in the pool (MTP modules, or a draft model's / EAGLE head's layers).
     """
 
     model: str
@@ -273,6 +277,8 @@ class FitResult:
     kv_cache_groups: tuple = ()
     padding_layers: int = 0
     engine_log: str = ""
+    num_speculative_tokens: int = 0
+    drafter_layers: int = 0
 
     @property
     def fits(self) -> bool:
@@ -283,6 +289,17 @@ class FitResult:
     def limited_by_max_num_seqs(self) -> bool:
         """True when ``max_num_seqs``, not memory, bounds the concurrent requests."""
         return self.max_num_seqs is not None and self.max_requests_by_memory > self.max_num_seqs
+
+    @property
+    def kv_room_bytes(self) -> int:
+        """Bytes per GPU that requests are counted against under the engine's rules: vLLM ≥ 0.33 the pool
+        less the null block (``(num_blocks − 1) × kv_bytes_per_block``), TensorRT-LLM the pool it allocates
+        (``num_blocks × kv_bytes_per_block``, rounded up to whole blocks), otherwise the KV budget."""
+        if self.kv_cache_groups:
+            return max(0, self.num_blocks - (1 if self.null_block else 0)) * self.kv_bytes_per_block
+        if self.engine == "trtllm" and self.engine_version and self.kv_bytes_per_block:
+            return self.num_blocks * self.kv_bytes_per_block
+        return self.kv_budget_bytes
 
     @property
     def max_model_len_unbounded(self) -> bool:
@@ -321,6 +338,34 @@ class FitOptions:
     enable_prefix_caching: bool | None = None
     hybrid_kv_cache_manager: bool | None = None
     pp_layer_partition: tuple[int, ...] | None = None
+    num_speculative_tokens: int = 0
+    speculative_model: ModelSpec | None = None
+    num_mtp_layers: int = 0
+
+
+def check_speculative(spec: ModelSpec, opts: FitOptions, vllm_groups: bool) -> None:
+    """Refuse speculative-decoding settings kvplan cannot size: any of them outside vLLM ≥ 0.33's rules, a
+    drafter without ``--num-speculative-tokens``, a draft model whose heads the TP does not split.
+
+    Raises:
+        UsageError: naming the flag.
+    """
+    _check("--num-speculative-tokens", opts.num_speculative_tokens, 0)
+    _check("--num-mtp-layers", opts.num_mtp_layers, 0)
+    asked = opts.num_speculative_tokens or opts.speculative_model is not None or opts.num_mtp_layers
+    if not asked:
+        return
+    if not vllm_groups:
+        raise UsageError(
+            "--num-speculative-tokens / --speculative-model / --num-mtp-layers: sized under vLLM >= 0.33's rules only "
+            "(--engine vllm, the default version)"
+        )
+    if (opts.speculative_model is not None or opts.num_mtp_layers) and not opts.num_speculative_tokens:
+        raise UsageError("--num-speculative-tokens: give the draft tokens per step (>= 1) with a drafter")
+    if opts.speculative_model is not None and opts.num_mtp_layers:
+        raise UsageError("--speculative-model and --num-mtp-layers: give one drafter, not both")
+    if opts.speculative_model is not None:
+        check_tp(opts.speculative_model, opts.tensor_parallel_size, "--tp (for --speculative-model)")
 
 
 def parse_partition(text: str) -> tuple[int, ...]:
@@ -413,6 +458,10 @@ def fixed_memory(
         weights, wname = 0, "unknown"  # the KV budget is given: weights do not enter the plan
     else:
         weights, wname = weights_per_gpu(spec, opts.weights_dtype, tp, pp)
+        draft = opts.speculative_model
+        if draft is not None and (draft.param_count is not None or draft.weights_bytes is not None):
+            # the draft model sits on the last stage, split over TP (vLLM: draft TP = target TP)
+            weights += weights_per_gpu(draft, None, tp, 1)[0]
     activation = opts.activation_bytes
     if activation is None:
         activation = default_activation_bytes(spec, conv, mnbt, tp, max_batch)
@@ -432,6 +481,8 @@ FLAG_LIMITS = {  # upper bounds that keep every count far inside exact int64 / f
     "--tp": 1 << 16,
     "--pp": 1 << 16,
     "--max-num-seqs": 1 << 24,
+    "--num-speculative-tokens": 1 << 10,
+    "--num-mtp-layers": 1 << 10,
 }
 
 
@@ -593,6 +644,7 @@ def plan_fit(spec: ModelSpec, gpu: GPU, opts: FitOptions) -> FitResult:
     )
     if conv.engine is Engine.vllm:
         vs = vllm_settings(spec, gpu, opts)
+        check_speculative(spec, opts, vs.rules.kv_cache_groups)
         if vs.rules.kv_cache_groups:
             return _plan_vllm_groups(spec, kv_dtype, opts, vs, common, max_len, mnbt)
         extra = dict(
@@ -603,8 +655,23 @@ def plan_fit(spec: ModelSpec, gpu: GPU, opts: FitOptions) -> FitResult:
             prefix_caching=vs.prefix_caching,
             hybrid_kv_cache_manager=False,
         )
+    elif conv.engine is Engine.trtllm:
+        check_speculative(spec, opts, False)
+        trt = trtllm_rules.resolve_rules(opts.engine_version)
+        # max_batch_size caps the requests the scheduler runs at once (--max-num-seqs overrides it)
+        seqs = max_batch if opts.max_num_seqs is None else opts.max_num_seqs
+        extra = dict(engine_version=trt.version, max_num_seqs=seqs, max_in_flight_tokens=mnbt)
     else:
+        check_speculative(spec, opts, False)
         extra = dict(max_in_flight_tokens=mnbt)
+    trt = trtllm_rules.resolve_rules(opts.engine_version) if conv.engine is Engine.trtllm else None
+    # TensorRT-LLM (PyTorch backend) sizes every attention layer for max_seq_len: windows as full; so does
+    # SGLang outside its hybrid-SWA architectures (one pool of max_total_num_tokens slots in every layer)
+    swa_full = (
+        opts.swa_full
+        or (trt is not None and trt.windows_as_full)
+        or (conv.engine is Engine.sglang and not sglang_rules.is_hybrid_swa(spec))
+    )
 
     # The worst stage: most bytes per request of max_model_len.
     ranges = stage_layers(spec.num_layers, pp, opts.pp_layer_partition)
@@ -612,37 +679,57 @@ def plan_fit(spec: ModelSpec, gpu: GPU, opts: FitOptions) -> FitResult:
     sizes = [len(r) for r in ranges]
 
     def req(c: StageCache, s: int) -> int:
-        return request_bytes(c, s, conv.engine, block, mnbt, opts.swa_full)
+        return request_bytes(c, s, conv.engine, block, mnbt, swa_full)
 
     worst = max(range(pp), key=lambda i: (req(stages[i], max_len), stages[i].bytes_per_token))
     cache = stages[worst]
     per_request = req(cache, max_len)
     per_block = block * cache.bytes_per_token
-    num_blocks = budget // per_block if per_block else 0
+    if trt is not None:  # ceil(max_tokens / block) blocks, max_tokens = budget // bytes per token
+        num_blocks = trtllm_rules.pool_blocks(budget, cache.bytes_per_token, block, trt)
+    else:
+        num_blocks = budget // per_block if per_block else 0
     shared_tokens = (opts.shared_prefix_tokens // block) * block  # only whole blocks are shared
     shared_bytes = shared_tokens * cache.growing_bytes_per_token
     unique = per_request - shared_bytes
     pool = num_blocks * per_block if per_block else budget
+    # what requests are counted against: the budget, or for TensorRT-LLM the pool it allocates (ceil)
+    room = pool if trt is not None else budget
     if unique <= 0:
         max_requests = 0
         concurrency = 0.0
     else:
-        max_requests = max(0, (budget - shared_bytes) // unique) if budget >= per_request else 0
+        max_requests = max(0, (room - shared_bytes) // unique) if room >= per_request else 0
         concurrency = max(0.0, (pool - shared_bytes) / unique)
 
-    lo, hi = 0, MAX_SEARCH_TOKENS  # largest S with req(S) <= budget (req is non-decreasing in S)
+    lo, hi = 0, MAX_SEARCH_TOKENS  # largest S with req(S) <= room (req is non-decreasing in S)
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if req(cache, mid) <= budget:
+        if req(cache, mid) <= room:
             lo = mid
         else:
             hi = mid - 1
-    seqs = extra.get("max_num_seqs")
     log = ""
+    if conv.engine is Engine.sglang and sglang_rules.is_hybrid_swa(spec):
+        # SGLang's hybrid-SWA pools (kvplan.engines.sglang): full and sliding layers in separate pools
+        win = sglang_rules.window(spec)
+        swa_pt = cache.bytes_per_token - cache.growing_bytes_per_token
+        full_tokens, swa_tokens = sglang_rules.pool_split(budget, cache.growing_bytes_per_token, swa_pt)
+        swa_req = sglang_rules.swa_tokens_per_request(max_len, win)
+        num_blocks = full_tokens // block
+        per_request = max_len * cache.growing_bytes_per_token + swa_pt * swa_req
+        by_full = (full_tokens - shared_tokens) // (max_len - shared_tokens) if full_tokens >= max_len else 0
+        max_requests = min(by_full, swa_tokens // swa_req)
+        concurrency = min(full_tokens / max_len, swa_tokens / swa_req)
+        lo = sglang_rules.longest_request(full_tokens, swa_tokens, win)
+        log = sglang_rules.log_line(full_tokens, swa_tokens)
+    seqs = extra.get("max_num_seqs")
     if conv.engine is Engine.vllm and extra["engine_version"] == "0.6":  # the V0 engine's two lines
         log = f"# GPU blocks: {num_blocks}; Maximum concurrency for {max_len} tokens per request: {concurrency:.2f}x"
     elif conv.engine is Engine.vllm:
         log = vllm_rules.log_line(num_blocks * block, max_len, concurrency)
+    elif trt is not None:
+        log = trtllm_rules.log_lines(max_len, num_blocks, block, cache.bytes_per_token)
     return FitResult(
         **common,
         block_size=block,
@@ -688,6 +775,9 @@ def _plan_vllm_groups(
         vs.hybrid_kv_cache_manager,
         vs.family,
         opts.pp_layer_partition,
+        opts.num_speculative_tokens,
+        opts.speculative_model,
+        opts.num_mtp_layers,
     )
     in_flight = vllm_rules.in_flight_tokens(mnbt, pp, vs.async_scheduling)
     per_block = layout.worst_bytes_per_block
@@ -714,6 +804,14 @@ def _plan_vllm_groups(
     worst = max(range(pp), key=lambda i: layout.bytes_per_block[i]) if layout.groups else 0
     sparse = vllm_rules.is_sparse_mla(spec)  # DeepSeek-V3.2: vLLM's indexer and fp8_ds_mla bytes
     per_token = sum(vllm_rules.token_bytes(spec.layers[i], kv_dtype, tp, sparse) for i in stages[worst])
+    if worst == pp - 1:  # the drafter's layers sit on the last stage
+        per_token += opts.num_mtp_layers * (
+            vllm_rules.token_bytes(vllm_rules.mtp_template(spec), kv_dtype, tp, sparse) if opts.num_mtp_layers else 0
+        )
+        draft = opts.speculative_model
+        if draft is not None:
+            draft_sparse = vllm_rules.is_sparse_mla(draft)
+            per_token += sum(vllm_rules.token_bytes(x, kv_dtype, tp, draft_sparse) for x in draft.layers)
     groups = tuple(
         dict(kind=g.kind, layers=len(g.layers), block_size=g.block_size, page_bytes=g.page_bytes) for g in layout.groups
     )
@@ -743,7 +841,66 @@ def _plan_vllm_groups(
         kv_cache_groups=groups,
         padding_layers=layout.padding_layers,
         engine_log=vllm_rules.log_line(tokens, max_len, concurrency),
+        num_speculative_tokens=opts.num_speculative_tokens,
+        drafter_layers=opts.num_mtp_layers + (opts.speculative_model.num_layers if opts.speculative_model else 0),
     )
+
+
+def request_sizer(spec: ModelSpec, gpu: GPU, opts: FitOptions, fit: FitResult):
+    """A function ``(tokens, shared_prefix) -> (unique bytes, prefix bytes)``: what one request of ``tokens``
+    holds per GPU (the worst stage) under the same engine rules as ``fit`` (:func:`plan_fit` with ``opts``),
+    beside the whole blocks of a shared prefix counted once per replica. Requests are then counted against
+    :attr:`FitResult.kv_room_bytes` (``kvplan fleet`` packs them so).
+
+    vLLM ≥ 0.33: blocks of all KV cache groups (:meth:`kvplan.engines.vllm.VllmLayout.blocks_per_request`,
+    in-flight tokens included) × the worst stage's bytes per block; otherwise :func:`request_bytes` with
+    the engine's window rule (TensorRT-LLM sizes windows as full).
+
+    Raises:
+        UsageError: as :func:`plan_fit`.
+    """
+    kv_dtype = resolve_kv_dtype(spec, opts.kv_dtype)
+    tp, pp = opts.tensor_parallel_size, opts.pipeline_parallel_size
+    if fit.kv_cache_groups or (fit.engine == "vllm" and vllm_rules.resolve_rules(opts.engine_version).kv_cache_groups):
+        vs = vllm_settings(spec, gpu, opts)
+        layout = vllm_rules.build_layout(
+            spec, kv_dtype, tp, pp, fit.max_model_len, opts.block_size, vs.prefix_caching,
+            vs.hybrid_kv_cache_manager, vs.family, opts.pp_layer_partition, opts.num_speculative_tokens,
+            opts.speculative_model, opts.num_mtp_layers,
+        )  # fmt: skip
+        per_block = layout.worst_bytes_per_block
+
+        def vllm_size(tokens: int, shared_prefix: int = 0) -> tuple[int, int]:
+            blocks = layout.blocks_per_request(tokens, fit.max_in_flight_tokens)
+            shared = sum(g.prefix_blocks(shared_prefix) for g in layout.groups)
+            return (blocks - shared) * per_block, shared * per_block
+
+        return vllm_size
+    engine = get_engine(opts.engine)
+    trt = trtllm_rules.resolve_rules(opts.engine_version) if engine is Engine.trtllm else None
+    swa_full = (
+        opts.swa_full
+        or (trt is not None and trt.windows_as_full)
+        or (engine is Engine.sglang and not sglang_rules.is_hybrid_swa(spec))
+    )
+    caches = [stage_cache(spec, kv_dtype, tp, r) for r in stage_layers(spec.num_layers, pp, opts.pp_layer_partition)]
+    # SGLang's hybrid-SWA pools: a request's full slots and its SWA slots (one budget: the split is by ratio)
+    hybrid_swa = engine is Engine.sglang and sglang_rules.is_hybrid_swa(spec)
+
+    def size(tokens: int, shared_prefix: int = 0) -> tuple[int, int]:
+        per_stage = []
+        for cache in caches:
+            if hybrid_swa:
+                swa = sglang_rules.swa_tokens_per_request(tokens, sglang_rules.window(spec))
+                full = cache.growing_bytes_per_token
+                whole = tokens * full + swa * (cache.bytes_per_token - full)
+            else:
+                whole = request_bytes(cache, tokens, engine, fit.block_size, fit.max_num_batched_tokens, swa_full)
+            shared = (shared_prefix // fit.block_size) * fit.block_size * cache.growing_bytes_per_token
+            per_stage.append((whole - shared, shared))
+        return max(per_stage)
+
+    return size
 
 
 def suggest(spec: ModelSpec, gpu: GPU, opts: FitOptions) -> list[str]:
@@ -795,6 +952,11 @@ def does_not_fit_message(spec: ModelSpec, r: FitResult, suggestions: list[str]) 
         what = (
             f"one request of max_model_len {r.max_model_len:,} needs {fmt_gib(r.kv_bytes_per_request)} of KV per "
             f"GPU{null} but the KV budget is {fmt_gib(r.kv_budget_bytes)}"
+        )
+    if r.engine == "trtllm" and r.engine_version and r.num_blocks:  # it starts, with a shorter max_seq_len
+        what += (
+            f"; TensorRT-LLM {r.engine_version} would cut max_seq_len to {r.num_blocks * r.block_size:,} "
+            f"({r.num_blocks:,} blocks of {r.block_size})"
         )
     hint = "; would fit: " + ", or ".join(suggestions) if suggestions else "; nothing in the catalog fits"
     return f"{where}: {what}{hint}"

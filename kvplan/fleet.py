@@ -17,9 +17,9 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
-from kvplan.calc import check_tp, resolve_kv_dtype, valid_tp_sizes
+from kvplan.calc import check_tp, valid_tp_sizes
 from kvplan.errors import UsageError
-from kvplan.fit import CONVENTIONS, FitOptions, FitResult, plan_fit, request_bytes, stage_cache, stage_layers
+from kvplan.fit import FitOptions, FitResult, plan_fit, request_sizer
 from kvplan.gpus import GPU
 from kvplan.specs import ModelSpec
 from kvplan.units import fmt_gib, fmt_tokens, parse_tokens
@@ -150,7 +150,8 @@ class FleetRow:
         gpus: replicas × TP × PP.
         kv_budget_bytes: KV budget per GPU.
         kv_bytes_needed: KV bytes per GPU summed over all requests (prefixes once per replica).
-        kv_utilization: kv_bytes_needed / (replicas × kv_budget_bytes).
+        kv_utilization: kv_bytes_needed / (replicas × the bytes the engine leaves for requests,
+            :attr:`kvplan.fit.FitResult.kv_room_bytes`).
         requests_per_replica: the most requests any replica holds (the maximum over replicas).
         price_usd_per_hour: per GPU, or None; cost_usd_per_hour = gpus × price, computed in exact decimal
             arithmetic from the price as given (``2.49`` × 112 = 278.88, not 278.88000000000005).
@@ -361,25 +362,17 @@ def plan_layout(
 
     if fit.kv_budget_bytes <= 0:
         return no("weights and activations leave no KV memory")
-    kv_dtype = resolve_kv_dtype(spec, opts.kv_dtype)
-    conv = CONVENTIONS[opts.engine]
-    # the same worst stage as plan_fit
-    stages = stage_layers(spec.num_layers, pp)
-    caches = [stage_cache(spec, kv_dtype, tp, r) for r in stages]
+    # fit's engine rules (vLLM 0.33: KV cache groups, in-flight tokens, the null block; TensorRT-LLM: windows
+    # as full, whole blocks; --pp-layer-partition's worst stage): bytes per request, and the room they share
+    size_of = request_sizer(spec, gpu, opts, fit)
+    room = fit.kv_room_bytes
     classes = []
     for c in workload.classes:
-        per_stage = []
-        for cache in caches:
-            size = request_bytes(
-                cache, c.tokens, conv.engine, fit.block_size, fit.max_num_batched_tokens, opts.swa_full
-            )
-            shared = (c.shared_prefix // fit.block_size) * fit.block_size * cache.growing_bytes_per_token
-            per_stage.append((size - shared, shared))
-        unique, prefix = max(per_stage)
-        if unique + prefix > fit.kv_budget_bytes:
+        unique, prefix = size_of(c.tokens, c.shared_prefix)
+        if unique + prefix > room:
             return no(
                 f"one request of class {c.name} ({fmt_tokens(c.tokens)}) needs {fmt_gib(unique + prefix)} of KV per "
-                f"GPU, more than the {fmt_gib(fit.kv_budget_bytes)} budget"
+                f"GPU, more than the {fmt_gib(room)} the engine leaves for requests"
             )
         classes.append((c.concurrency, unique, prefix))
     slo = slo or SLO()
@@ -388,9 +381,9 @@ def plan_layout(
         return no(speed)
     seqs = fit.max_num_seqs if slo.max_num_seqs else None
     costs = [-(-TIME_SCALE // n) for n in speed["slo_caps"]] if speed["slo_caps"] else None
-    memory = pack_limited(fit.kv_budget_bytes, classes)
-    by_seqs = pack_limited(fit.kv_budget_bytes, classes, seqs) if seqs else memory
-    replicas, used, most, groups = pack_limited(fit.kv_budget_bytes, classes, seqs, costs) if costs else by_seqs
+    memory = pack_limited(room, classes)
+    by_seqs = pack_limited(room, classes, seqs) if seqs else memory
+    replicas, used, most, groups = pack_limited(room, classes, seqs, costs) if costs else by_seqs
     limit = "memory" if replicas == memory[0] else "max_num_seqs" if replicas == by_seqs[0] else "SLO"
     caps = [c for c in (seqs, max(speed["slo_caps"], default=None)) if c]
     gpus = replicas * tp * pp
@@ -413,7 +406,7 @@ def plan_layout(
         replicas=replicas,
         gpus=gpus,
         kv_bytes_needed=used,
-        kv_utilization=used / (replicas * fit.kv_budget_bytes),
+        kv_utilization=used / (replicas * room),
         requests_per_replica=most,
         cost_usd_per_hour=cost,
         limit=limit,

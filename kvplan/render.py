@@ -466,6 +466,10 @@ def fit_table(r, con, speed=None) -> None:
                 f"{r.max_in_flight_tokens:,} tokens in flight",
                 "prefix caching" if r.prefix_caching else "no prefix caching",
             ]
+            if r.num_speculative_tokens:
+                settings.append(
+                    f"{r.num_speculative_tokens} speculative tokens, {r.drafter_layers} drafter layers in the pool"
+                )
         con.print(f"vLLM {r.engine_version} rules: " + ", ".join(settings))
         if r.kv_cache_groups and len(r.kv_cache_groups) > 1:
             layout: dict[tuple, int] = {}
@@ -484,11 +488,19 @@ def fit_table(r, con, speed=None) -> None:
             con.print(f"One request of {r.max_model_len:,} tokens takes {r.blocks_per_request:,} blocks{null}")
         con.print(f"Engine log: {r.engine_log}")
     else:
+        if r.engine == "trtllm" and r.engine_version:
+            con.print(
+                f"TensorRT-LLM {r.engine_version} rules: max_batch_size {r.max_num_seqs:,}, every attention layer "
+                "sized for max_seq_len (no max_attention_window), max_seq_len cut to what the pool holds"
+            )
         con.print(f"KV capacity: {r.kv_capacity_tokens:,} tokens in {r.num_blocks:,} blocks of {r.block_size}")
+        if r.engine_log:
+            con.print(f"Engine log: {r.engine_log}")
     con.print(f"Max concurrent requests of {r.max_model_len:,} tokens: {r.max_concurrent_requests:,}")
     if r.limited_by_max_num_seqs:
+        cap = "max_batch_size" if r.engine == "trtllm" else "max_num_seqs"
         con.print(
-            f"  bounded by max_num_seqs {r.max_num_seqs:,}, not memory: the KV pool holds "
+            f"  bounded by {cap} {r.max_num_seqs:,}, not memory: the KV pool holds "
             f"{r.max_requests_by_memory:,} (--max-num-seqs to change)"
         )
     if r.engine != "vllm":

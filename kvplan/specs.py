@@ -27,6 +27,7 @@ Spec YAML format (unknown keys are errors)::
 
     name: gemma4-26b-a4b
     source: https://huggingface.co/google/gemma-4-26B-A4B-it/blob/main/config.json
+    architecture: Gemma4ForConditionalGeneration  # optional: config.json's architectures[0]
     num_layers: 30
     num_q_heads: 16
     num_kv_heads: 8          # the default geometry of attention layers ...
@@ -323,6 +324,8 @@ class ModelSpec:
         mla: the latent config, or None.
         states: state config per state kind present (``{"mamba2": StateConfig, ...}``).
         hf_repo: Hugging Face repository id, when known.
+        architecture: the model class config.json names (``architectures[0]``, e.g. ``GptOssForCausalLM``),
+            when known; engines that choose a rule by architecture (SGLang's hybrid SWA pool) read it.
         weights_bytes: exact bytes of the checkpoint's weights (all of them, before TP/PP), read from a
             GGUF's tensor infos or safetensors headers; None when only param_count is known. ``kvplan fit``
             uses it unless --weights-dtype is given.
@@ -349,6 +352,7 @@ class ModelSpec:
     mla: MLAConfig | None = None
     states: dict = field(default_factory=dict, compare=False)
     hf_repo: str | None = None
+    architecture: str | None = None
     notes: str = ""
     weights_bytes: int | None = None
     moe: MoEConfig | None = None
@@ -438,6 +442,7 @@ _TOP_KEYS = {
     "name",
     "source",
     "hf_repo",
+    "architecture",
     "num_layers",
     "num_q_heads",
     "num_kv_heads",
@@ -668,6 +673,14 @@ def _moe_config(where: str, value: Any, num_layers: int, param_count: int | None
     return cfg
 
 
+def _architecture(where: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.isidentifier():
+        raise SpecError(f"{where}: architecture={str(value)[:80]!r} must be a model class name (GptOssForCausalLM)")
+    return value
+
+
 def build_spec(data: Any, where: str) -> ModelSpec:
     """Validate a parsed spec mapping and build a :class:`ModelSpec` with one :class:`LayerSpec` per layer.
 
@@ -824,6 +837,7 @@ def build_spec(data: Any, where: str) -> ModelSpec:
         mla=mla,
         states=states,
         hf_repo=None if hf_repo is None else str(hf_repo),
+        architecture=_architecture(where, data.get("architecture")),
         moe=moe,
         notes=str(notes).strip(),
         origin=where,

@@ -30,10 +30,12 @@ numpy is imported inside the functions: ``kvplan estimate`` and ``kvplan fit`` n
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterator, Sequence
 
 from kvplan.calc import layer_state_bytes, layer_token_bytes, resolve_kv_dtype, valid_tp_sizes
+from kvplan.engines import sglang as sglang_rules
+from kvplan.engines import trtllm as trtllm_rules
 from kvplan.engines import vllm as vllm_rules
 from kvplan.errors import UsageError
 from kvplan.fit import (
@@ -41,6 +43,7 @@ from kvplan.fit import (
     MAX_SEARCH_TOKENS,
     Engine,
     FitOptions,
+    check_speculative,
     engine_settings,
     fixed_memory,
     get_engine,
@@ -257,8 +260,9 @@ def _request_bytes(np, cfg: _Configs, seq, engine: Engine, block: int, mnbt: int
     return total
 
 
-def _configs(np, specs, kv_dtypes, tps, conv, opts: FitOptions, mnbt: int, max_batch: int, swa_full: bool):
-    """Build the per-configuration arrays (a loop over models × dtypes × TPs, scalar helpers of fit/calc)."""
+def _configs(np, specs, kv_dtypes, tps, conv, opts: FitOptions, mnbt: int, max_batch: int, swa_full):
+    """Build the per-configuration arrays (a loop over models × dtypes × TPs, scalar helpers of fit/calc).
+    ``swa_full``: one bool, or one per model."""
     shape = (len(specs), 1, 1, len(kv_dtypes), len(tps))
     arrays = {k: np.zeros(shape, dtype=np.int64) for k in _Configs.__dataclass_fields__ if k != "valid"}
     arrays["sliding_window"][...] = 1
@@ -294,7 +298,8 @@ def _configs(np, specs, kv_dtypes, tps, conv, opts: FitOptions, mnbt: int, max_b
                         continue
                     arrays["per_token"][at] += per_token
                     window = spec.window_of(kind)
-                    if kind in ("full", "mla") or window is None or swa_full:
+                    full_windows = swa_full[m] if isinstance(swa_full, (list, tuple)) else swa_full
+                    if kind in ("full", "mla") or window is None or full_windows:
                         arrays["growing"][at] += per_token
                     elif kind == "sliding":
                         arrays["sliding"][at] += per_token
@@ -422,11 +427,14 @@ def sweep(
     # GPUs sharing the engine's GPU-dependent defaults (vLLM: batched tokens, max_num_seqs, backend family)
     # are computed together; one tier for every other engine and version.
     groups_rules = engine is Engine.vllm and vllm_rules.resolve_rules(opts.engine_version).kv_cache_groups
+    check_speculative(specs[0], replace(opts, tensor_parallel_size=1), groups_rules)  # TPs: checked per row
     tiers: dict[tuple, list[int]] = {}
     for i, g in enumerate(gpus):
         if engine is Engine.vllm:
             vs = vllm_settings(specs[0], g, opts)
             key = (engine_settings(conv, opts, g)[2], vs.max_num_seqs, vs.family)
+        elif engine is Engine.trtllm:  # max_batch_size caps running requests (as plan_fit)
+            key = (mnbt, max_batch if opts.max_num_seqs is None else opts.max_num_seqs, "")
         else:
             key = (mnbt, None, "")
         tiers.setdefault(key, []).append(i)
@@ -528,7 +536,17 @@ def _tier_legacy(np, specs, seqs, gpus, kv_dtypes, tps, conv, opts, util, block,
         (columns broadcastable to (M, S, G, D, T), valid (M, 1, 1, D, T), dtype codes, dtype names).
     """
     engine = conv.engine
-    cfg, dtype_code, dtype_names = _configs(np, specs, kv_dtypes, tps, conv, opts, mnbt, max_batch, opts.swa_full)
+    # TensorRT-LLM (kvplan.engines.trtllm): windows sized as full, ceil(max_tokens / block) blocks, requests
+    # counted against the pool it allocates
+    trt = trtllm_rules.resolve_rules(opts.engine_version) if engine is Engine.trtllm else None
+    # SGLang (kvplan.engines.sglang): hybrid-SWA architectures split full and SWA pools; the others size
+    # windows as full (one pool of max_total_num_tokens slots in every layer)
+    hybrid = [engine is Engine.sglang and sglang_rules.is_hybrid_swa(sp) for sp in specs]
+    swa_full = [
+        opts.swa_full or (trt is not None and trt.windows_as_full) or (engine is Engine.sglang and not h)
+        for h in hybrid
+    ]
+    cfg, dtype_code, dtype_names = _configs(np, specs, kv_dtypes, tps, conv, opts, mnbt, max_batch, swa_full)
     _check_request_bounds(np, specs, cfg, seqs, gpus, opts, block, mnbt)
     S, G = len(seqs), len(gpus)
     seq_axis = np.asarray(seqs, dtype=np.int64).reshape(1, S, 1, 1, 1)
@@ -536,15 +554,38 @@ def _tier_legacy(np, specs, seqs, gpus, kv_dtypes, tps, conv, opts, util, block,
     # per configuration × GPU (M, 1, G, D, T)
     usable, budget = _budget(np, cfg, totals, engine, util, opts.kv_cache_memory_bytes)
     per_block = block * cfg.per_token
-    num_blocks = np.where(per_block > 0, budget // np.maximum(per_block, 1), 0)
+    if trt is not None:
+        max_tokens = budget // np.maximum(cfg.per_token, 1)
+        blocks = _cdiv(np, max_tokens, block) if trt.ceil_blocks else max_tokens // block
+        num_blocks = np.where(cfg.per_token > 0, blocks, 0)
+    else:
+        num_blocks = np.where(per_block > 0, budget // np.maximum(per_block, 1), 0)
     pool = np.where(per_block > 0, num_blocks * per_block, budget)
-    fit_len = _max_model_len_fit(np, cfg, budget, engine, block, mnbt)
+    room = pool if trt is not None else budget
+    fit_len = _max_model_len_fit(np, cfg, room, engine, block, mnbt)
     # per configuration × seq (M, S, 1, D, T)
     per_request = _request_bytes(np, cfg, seq_axis, engine, block, mnbt)
     # per row (M, S, G, D, T); shared prefix is 0, so unique bytes = per_request
     positive = per_request > 0
-    by_memory = np.where(positive & (budget >= per_request), budget // np.maximum(per_request, 1), 0)
+    by_memory = np.where(positive & (room >= per_request), room // np.maximum(per_request, 1), 0)
     concurrency = np.where(positive, pool / np.where(positive, per_request, 1), 0.0)
+    if any(hybrid):  # SGLang's full / SWA pool split, as plan_fit (kvplan.engines.sglang)
+        hyb = np.asarray(hybrid).reshape(len(specs), 1, 1, 1, 1)
+        win = np.asarray([sglang_rules.window(sp) for sp in specs], dtype=np.int64).reshape(len(specs), 1, 1, 1, 1)
+        full_pt, swa_pt = cfg.growing, cfg.sliding + cfg.chunked
+        ratio = sglang_rules.DEFAULT_SWA_FULL_TOKENS_RATIO
+        cell = full_pt + ratio * swa_pt
+        full = np.where(cell > 0, np.floor_divide(budget.astype(np.float64), np.where(cell > 0, cell, 1)), 0)
+        full = full.astype(np.int64) // block * block
+        swa = (full.astype(np.float64) * ratio).astype(np.int64) // block * block
+        limit = win + sglang_rules.SWA_EVICTION_INTERVAL + 2 * block
+        swa_req = np.minimum(seq_axis, limit)
+        num_blocks = np.where(hyb, full // block, num_blocks)
+        per_request = np.where(hyb, seq_axis * full_pt + swa_pt * swa_req, per_request)
+        by_memory = np.where(hyb, np.minimum(full // seq_axis, swa // swa_req), by_memory)
+        concurrency = np.where(hyb, np.minimum(full / seq_axis, swa / swa_req), concurrency)
+        longest = np.where(swa >= np.minimum(full, limit), full, np.minimum(full, swa))
+        fit_len = np.where(hyb, longest, fit_len)
     capped = by_memory if max_num_seqs is None else np.minimum(by_memory, max_num_seqs)
     columns = {
         "usable_bytes": usable,
@@ -625,6 +666,9 @@ def _tier_vllm_groups(np, specs, seqs, gpus, kv_dtypes, tps, conv, opts, util, m
     max_seq = max(seqs)
     for m, spec in enumerate(specs):
         allowed = set(valid_tp_sizes(spec, limit=min(max(64, *tps), spec.num_q_heads)))
+        draft = opts.speculative_model
+        if draft is not None:  # a TP the draft model's heads refuse is refused too (plan_fit's check_tp)
+            allowed &= set(valid_tp_sizes(draft, limit=min(max(64, *tps), draft.num_q_heads)))
         vs = vllm_settings(spec, gpus[0], opts)
         for t, tp in enumerate(tps):
             weights, _, activation, overhead = fixed_memory(spec, conv, opts, tp, 1, mnbt, 0)
@@ -639,13 +683,19 @@ def _tier_vllm_groups(np, specs, seqs, gpus, kv_dtypes, tps, conv, opts, util, m
                     continue
                 layout = vllm_rules.build_layout(
                     spec, kv_dtype, tp, 1, max_seq, opts.block_size, vs.prefix_caching, vs.hybrid_kv_cache_manager,
-                    family,
+                    family, None, opts.num_speculative_tokens, draft, opts.num_mtp_layers,
                 )  # fmt: skip
                 a["weights"][at] = _check_bytes(f"{spec.name}: weights per GPU", weights)
                 a["activation"][at] = _check_bytes(f"{spec.name}: activation per GPU", activation)
                 a["overhead"][at] = _check_bytes(f"{spec.name}: overhead per GPU", overhead)
                 sparse = vllm_rules.is_sparse_mla(spec)
                 a["per_token"][at] = sum(vllm_rules.token_bytes(x, kv_dtype, tp, sparse) for x in spec.layers)
+                if opts.num_mtp_layers:  # the drafter's layers, as plan_fit
+                    mtp = vllm_rules.mtp_template(spec)
+                    a["per_token"][at] += opts.num_mtp_layers * vllm_rules.token_bytes(mtp, kv_dtype, tp, sparse)
+                if draft is not None:
+                    ds = vllm_rules.is_sparse_mla(draft)
+                    a["per_token"][at] += sum(vllm_rules.token_bytes(x, kv_dtype, tp, ds) for x in draft.layers)
                 a["per_block"][at] = layout.worst_bytes_per_block
                 # a state group without prefix caching has blocks of max_model_len tokens (vLLM sets
                 # mamba_block_size = max_model_len), which the reported block size takes when smaller

@@ -2,6 +2,8 @@
 
 Run by hand, in a separate environment with vLLM installed (CPU is enough: no model is loaded)::
 
+    python3 -m venv /opt/venv-vllm && /opt/venv-vllm/bin/pip install torch==2.13.0
+    /opt/venv-vllm/bin/pip install --no-deps vllm==0.33.0 -r scripts/vllm-requirements.txt
     /opt/venv-vllm/bin/python scripts/vllm_golden.py [--out tests/fixtures/vllm_golden.json]
 
 CI never runs this script; tests/test_vllm_golden.py only reads the fixture and checks that
@@ -61,13 +63,13 @@ from vllm.model_executor.layers.mamba.mamba_utils import (  # noqa: E402
     MambaStateDtypeCalculator,
     MambaStateShapeCalculator,
 )
+from vllm.model_executor.models.utils import extract_layer_index  # noqa: E402
 from vllm.platforms.interface import Platform  # noqa: E402
 from vllm.v1.attention.backend import MultipleOf  # noqa: E402
 from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend  # noqa: E402
 from vllm.v1.core import kv_cache_planning as planning  # noqa: E402
 from vllm.v1.core.kv_cache_config_builder import get_kv_cache_config_builder  # noqa: E402
 from vllm.v1.core.kv_cache_utils import generate_scheduler_kv_cache_config, get_kv_cache_capacity  # noqa: E402
-from vllm.model_executor.models.utils import extract_layer_index  # noqa: E402
 from vllm.v1.kv_cache_interface import (  # noqa: E402
     ChunkedLocalAttentionSpec,
     FullAttentionSpec,
@@ -287,6 +289,27 @@ GEOMETRIES["nemotron-h-56b"]["spec"]["layers"] = [
 ]
 assert len(GEOMETRIES["nemotron-h-56b"]["spec"]["layers"]) == 118
 
+# Speculative decoding (vLLM 0.33): (geometry, variant). ``num_spec`` = num_speculative_tokens; ``mtp`` MTP
+# modules, each a layer like the target's last full-attention / MLA layer (deepseek_mtp.py: layers
+# num_hidden_layers + k); ``draft`` a draft model or EAGLE head in kvplan's spec format, its layers numbered
+# after the target's (llama_eagle.py: start_layer_id = num_hidden_layers), ``method`` as vLLM names it.
+EAGLE_LLAMA3_8B = dict(num_layers=1, num_q_heads=32, num_kv_heads=8, head_dim=128, layers=["full"])
+LLAMA32_1B = dict(num_layers=16, num_q_heads=32, num_kv_heads=8, head_dim=64, layers=["full"] * 16)
+EAGLE3_GPT_OSS = dict(num_layers=1, num_q_heads=64, num_kv_heads=8, head_dim=64, layers=["full"])
+SPECULATIVE = [
+    ("llama3-8b", dict(num_spec=3, method="eagle", draft=EAGLE_LLAMA3_8B)),
+    ("llama3-70b", dict(num_spec=4, method="draft_model", draft=LLAMA32_1B)),
+    ("gpt-oss-20b", dict(num_spec=3, method="eagle3", draft=EAGLE3_GPT_OSS)),  # 12 sliding + 13 full
+    ("deepseek-v3", dict(num_spec=1, method="mtp", mtp=1)),
+    ("deepseek-v3", dict(num_spec=3, method="mtp", mtp=1)),
+    ("deepseek-v3.2", dict(num_spec=2, method="mtp", mtp=1)),
+    ("gemma3-27b", dict(num_spec=3, method="mtp", mtp=2)),  # synthetic: multi-module MTP, windows keep 2 more
+    ("nemotron-h-56b", dict(num_spec=2, method="ngram")),  # no drafter: the states grow
+    ("qwen3-next-80b", dict(num_spec=2, method="mtp", mtp=1)),
+    ("falcon-h1-7b", dict(num_spec=2, method="ngram")),
+    ("jamba-v0.1", dict(num_spec=2, method="ngram")),  # Mamba-1: more pages, conv states unchanged
+]
+
 LENGTHS = [1000, 4096, 131072]
 BATCHED = [2048, 8192]
 KV_DTYPES = ["bf16", "fp8"]
@@ -309,7 +332,7 @@ def layer_geometry(spec: dict, i: int, kind: str) -> tuple[int, int, int]:
     return heads, head_dim, head_dim
 
 
-def state_shapes(kind: str, block: dict, tp: int) -> tuple[tuple, tuple]:
+def state_shapes(kind: str, block: dict, tp: int, num_spec: int = 0) -> tuple[tuple, tuple]:
     """(shapes, dtypes) of one state layer on one of ``tp`` ranks, by vLLM's calculators."""
     model_dtype = torch.bfloat16
     ssm = VLLM_DTYPE_NAMES[block["ssm_dtype"]] if "ssm_dtype" in block else "auto"
@@ -325,11 +348,18 @@ def state_shapes(kind: str, block: dict, tp: int) -> tuple[tuple, tuple]:
             block["head_dim"],
             block["d_state"],
             block["d_conv"],
+            num_spec=num_spec,
         )
         dtypes = MambaStateDtypeCalculator.mamba2_state_dtype(model_dtype, "auto", ssm)
     else:
         shapes = MambaStateShapeCalculator.gated_delta_net_state_shape(
-            tp, block["num_k_heads"], block["num_v_heads"], block["head_k_dim"], block["head_v_dim"], block["d_conv"]
+            tp,
+            block["num_k_heads"],
+            block["num_v_heads"],
+            block["head_k_dim"],
+            block["head_v_dim"],
+            block["d_conv"],
+            num_spec=num_spec,
         )
         dtypes = MambaStateDtypeCalculator.gated_delta_net_state_dtype(model_dtype, "auto", ssm)
     return tuple(shapes), tuple(dtypes)
@@ -371,6 +401,25 @@ def make_config(spec: dict, case: dict) -> VllmConfig:
         state_kind=state_kind,
     )
     object.__setattr__(cfg, "model_config", model)
+    spec_case = case.get("speculative")
+    if spec_case:  # the SpeculativeConfig fields planning reads (config/speculative.py)
+        method, k, mtp = spec_case["method"], spec_case["num_spec"], spec_case.get("mtp", 0)
+        eagle = method in ("eagle", "eagle3", "mtp", "dflash", "dspark")
+        object.__setattr__(
+            cfg,
+            "speculative_config",
+            SimpleNamespace(
+                method=method,
+                num_speculative_tokens=k,
+                parallel_drafting=False,
+                use_eagle=lambda: eagle,
+                use_dflash=lambda: False,
+                use_dspark=lambda: False,
+                uses_draft_model=lambda: method == "draft_model",
+                use_multi_module_mtp=lambda: method == "mtp" and min(mtp, k) > 1,
+                use_eagle_block_drop=lambda: eagle,
+            ),
+        )
     cfg.cache_config.kv_cache_layout = "LBNHC"
     # VllmConfig.__post_init__ on a GPU: the hybrid KV cache manager is on, except for models with chunked
     # local attention (off unless VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1)
@@ -395,12 +444,12 @@ class _GoldenModel:
     @classmethod
     def get_mamba_state_shape_from_config(cls, vllm_config):
         kind = vllm_config.model_config.state_kind
-        return state_shapes(kind, cls.spec[kind], cls.tp)[0]
+        return state_shapes(kind, cls.spec[kind], cls.tp, vllm_config.num_speculative_tokens)[0]
 
     @classmethod
     def get_mamba_state_dtype_from_config(cls, vllm_config):
         kind = vllm_config.model_config.state_kind
-        return state_shapes(kind, cls.spec[kind], cls.tp)[1]
+        return state_shapes(kind, cls.spec[kind], cls.tp, vllm_config.num_speculative_tokens)[1]
 
 
 def align_hybrid(cfg: VllmConfig, spec: dict, tp: int) -> None:
@@ -425,17 +474,18 @@ def align_hybrid(cfg: VllmConfig, spec: dict, tp: int) -> None:
         mamba_abstract.get_mamba_prefill_checkpoint_alignment = saved[2]
 
 
-def mamba_spec(kind: str, block: dict, cc, tp: int) -> MambaSpec:
+def mamba_spec(kind: str, block: dict, cc, tp: int, num_spec: int = 0) -> MambaSpec:
     """A state layer's spec as ``MambaBase.get_kv_cache_spec`` builds it, with the layer classes' overrides."""
     from dataclasses import replace
 
-    shapes, dtypes = state_shapes(kind, block, tp)
+    shapes, dtypes = state_shapes(kind, block, tp, num_spec)
     mamba = MambaSpec(
         shapes=shapes,
         dtypes=dtypes,
         block_size=cc.mamba_block_size,
         page_size_padded=cc.mamba_page_size_padded,
         mamba_cache_mode=cc.mamba_cache_mode,
+        num_speculative_blocks=num_spec,
     )
     if kind == "mamba2":  # mamba_mixer2.py MambaMixer2.get_kv_cache_spec: always one checkpoint page
         mamba = replace(mamba, num_prefill_checkpoint_blocks=1, prefill_checkpoint_alignment=1)
@@ -451,76 +501,107 @@ def pp_ranges(num_layers: int, pp: int) -> list[range]:
     return [range(*get_pp_indices(num_layers, rank, pp)) for rank in range(pp)]
 
 
-def layer_specs(spec: dict, cfg: VllmConfig, case: dict) -> tuple[dict, dict]:
-    """(``{layer name: KVCacheSpec}`` of the whole model on one TP rank, as the layers build them and in
-    their registration order; ``{layer name: decoder layer}`` for the PP split).
+def layer_caches(spec: dict, i: int, kind: str, index: int, cfg: VllmConfig, case: dict, draft: bool) -> dict:
+    """``{layer name: KVCacheSpec}`` of decoder layer ``i`` of ``spec``, registered as vLLM layer ``index``.
 
     Names follow the model files: a DeepSeek-V3.2 layer registers ``...indexer.k_cache`` before its MLA
-    ``...attn``; a parallel Mamba-2 mixer of layer i is ``model.{num_layers + i}.mixer`` (falcon_h1.py)."""
+    ``...attn``; a parallel Mamba-2 mixer is ``model.{num_layers + index}.mixer`` (falcon_h1.py)."""
     tp, fp8 = case["tp"], case["kv_dtype"] == "fp8"
+    num_spec = case.get("speculative", {}).get("num_spec", 0)
     cc = cfg.cache_config
     block = cc.block_size
     kv_torch = torch.uint8 if fp8 else torch.bfloat16  # vLLM STR_DTYPE_TO_TORCH_DTYPE["fp8"] = uint8
     quant = get_kv_quant_mode(cc.cache_dtype)
+    out = {}
+    name = f"model.layers.{index}.attn"
+    if kind == "mla" and sparse(spec):
+        # deepseek_v2.py DeepseekV32IndexerCache: fp8 keys + an fp32 scale per 128, uint8, one head;
+        # its backend takes only 64-token kernel blocks (v1/worker/utils.py customize_attention_spec)
+        index_dim = spec["mla"]["index_head_dim"]
+        out[f"model.layers.{index}.self_attn.indexer.k_cache"] = MLAAttentionSpec(
+            block_size=block,
+            num_kv_heads=1,
+            max_tp_shards=1,
+            head_size=index_dim + index_dim // 128 * 4,
+            dtype=torch.uint8,
+            cache_role=SparseCacheRole.INDEXER,
+            block_stride_alignment=MultipleOf(64),
+            is_draft=draft,
+        )
+    if kind in ("full", "sliding", "chunked"):
+        heads, d, dv = layer_geometry(spec, i, kind)
+        common = dict(
+            num_kv_heads=max(1, heads // tp),
+            head_size=d,
+            head_size_v=dv,
+            dtype=kv_torch,
+            kv_quant_mode=quant,
+            is_draft=draft,
+        )
+        if kind == "full":
+            out[name] = FullAttentionSpec(block_size=block, **common)
+        elif kind == "sliding":
+            out[name] = SlidingWindowSpec(block_size=block, sliding_window=spec["sliding_window"], **common)
+        else:
+            common.pop("head_size_v")
+            out[name] = ChunkedLocalAttentionSpec(
+                block_size=block, attention_chunk_size=spec["attention_chunk_size"], **common
+            )
+    elif kind == "mla":
+        latent = spec["mla"]["kv_lora_rank"] + spec["mla"]["qk_rope_head_dim"]
+        kw = dict(
+            block_size=block,
+            num_kv_heads=1,
+            max_tp_shards=1,
+            head_size=latent,
+            dtype=kv_torch,
+            cache_dtype_str=cc.cache_dtype,
+            kv_quant_mode=quant,
+            is_draft=draft,
+        )
+        if sparse(spec):  # mla_attention.py MLAAttention.get_kv_cache_spec on a sparse backend
+            kw["state_content_bytes"] = {"fp8_ds_mla": 656}.get(cc.cache_dtype)
+            kw["topk_buffer_width"] = 2048
+            kw["is_index_group_leader"] = True
+        if fp8:  # FLASHMLA(_SPARSE)'s 64-token kernel blocks (v1/worker/utils.py customize_attention_spec)
+            kw["block_stride_alignment"] = MultipleOf(64)
+        out[name] = MLAAttentionSpec(**kw)
+    elif kind in STATE_KINDS:
+        out[name] = mamba_spec(kind, spec[kind], cc, tp, num_spec)
+    if kind in ("full", "sliding", "chunked") and spec.get("parallel_state"):
+        n = len(spec["layers"])  # falcon_h1.py: ssm_layer_idx = num_hidden_layers + layer_idx
+        out[f"model.{n + index}.mixer"] = mamba_spec(
+            spec["parallel_state"], spec[spec["parallel_state"]], cc, tp, num_spec
+        )
+    return out
+
+
+def mtp_template(spec: dict) -> int:
+    """The layer an MTP module repeats: the target's last full-attention or MLA layer."""
+    return max(i for i, k in enumerate(spec["layers"]) if k in ("full", "mla"))
+
+
+def layer_specs(spec: dict, cfg: VllmConfig, case: dict) -> tuple[dict, dict]:
+    """(``{layer name: KVCacheSpec}`` of the whole model on one TP rank, as the layers build them and in
+    their registration order; ``{layer name: decoder layer}`` for the PP split). A drafter's layers (MTP
+    modules, a draft model or EAGLE head) follow the target's, on the last stage."""
     out, owner = {}, {}
     n = len(spec["layers"])
     for i, kind in enumerate(spec["layers"]):
-        name = f"model.layers.{i}.attn"
-        if kind == "mla" and sparse(spec):
-            # deepseek_v2.py DeepseekV32IndexerCache: fp8 keys + an fp32 scale per 128, uint8, one head;
-            # its backend takes only 64-token kernel blocks (v1/worker/utils.py customize_attention_spec)
-            index_dim = spec["mla"]["index_head_dim"]
-            index_name = f"model.layers.{i}.self_attn.indexer.k_cache"
-            out[index_name] = MLAAttentionSpec(
-                block_size=block,
-                num_kv_heads=1,
-                max_tp_shards=1,
-                head_size=index_dim + index_dim // 128 * 4,
-                dtype=torch.uint8,
-                cache_role=SparseCacheRole.INDEXER,
-                block_stride_alignment=MultipleOf(64),
-            )
-            owner[index_name] = i
-        owner[name] = i
-        if kind in ("full", "sliding", "chunked"):
-            heads, d, dv = layer_geometry(spec, i, kind)
-            common = dict(
-                num_kv_heads=max(1, heads // tp), head_size=d, head_size_v=dv, dtype=kv_torch, kv_quant_mode=quant
-            )
-            if kind == "full":
-                out[name] = FullAttentionSpec(block_size=block, **common)
-            elif kind == "sliding":
-                out[name] = SlidingWindowSpec(block_size=block, sliding_window=spec["sliding_window"], **common)
-            else:
-                common.pop("head_size_v")
-                out[name] = ChunkedLocalAttentionSpec(
-                    block_size=block, attention_chunk_size=spec["attention_chunk_size"], **common
-                )
-        elif kind == "mla":
-            latent = spec["mla"]["kv_lora_rank"] + spec["mla"]["qk_rope_head_dim"]
-            kw = dict(
-                block_size=block,
-                num_kv_heads=1,
-                max_tp_shards=1,
-                head_size=latent,
-                dtype=kv_torch,
-                cache_dtype_str=cc.cache_dtype,
-                kv_quant_mode=quant,
-            )
-            if sparse(spec):  # mla_attention.py MLAAttention.get_kv_cache_spec on a sparse backend
-                kw["state_content_bytes"] = {"fp8_ds_mla": 656}.get(cc.cache_dtype)
-                kw["topk_buffer_width"] = 2048
-                kw["is_index_group_leader"] = True
-            if fp8:  # FLASHMLA(_SPARSE)'s 64-token kernel blocks (v1/worker/utils.py customize_attention_spec)
-                kw["block_stride_alignment"] = MultipleOf(64)
-            out[name] = MLAAttentionSpec(**kw)
-        elif kind in STATE_KINDS:
-            out[name] = mamba_spec(kind, spec[kind], cc, tp)
-        if kind in ("full", "sliding", "chunked") and spec.get("parallel_state"):
-            mixer = f"model.{n + i}.mixer"  # falcon_h1.py: ssm_layer_idx = num_hidden_layers + layer_idx
-            out[mixer] = mamba_spec(spec["parallel_state"], spec[spec["parallel_state"]], cc, tp)
-            owner[mixer] = i
-    return out, {k: owner[k] for k in out}
+        for name, layer_spec in layer_caches(spec, i, kind, i, cfg, case, False).items():
+            out[name], owner[name] = layer_spec, i
+    sc = case.get("speculative") or {}
+    mtp = sc.get("mtp", 0)
+    for k in range(mtp):
+        t = mtp_template(spec)
+        for name, layer_spec in layer_caches(spec, t, spec["layers"][t], n + k, cfg, case, True).items():
+            out[name], owner[name] = layer_spec, n - 1
+    if sc.get("draft"):
+        d = sc["draft"]
+        for j, kind in enumerate(d["layers"]):
+            for name, layer_spec in layer_caches(d, j, kind, n + mtp + j, cfg, case, True).items():
+                out[name], owner[name] = layer_spec, n - 1
+    return out, owner
 
 
 def run_case(geom_name: str, case: dict, budgets: list[int] | None) -> tuple[dict, dict]:
@@ -645,6 +726,29 @@ def cases():
                                 )
 
 
+def speculative_cases():
+    """The speculative-decoding variants: each at its geometry's TPs, both dtypes, two lengths."""
+    for name, variant in SPECULATIVE:
+        g = GEOMETRIES[name]
+        for tp in g["tps"]:
+            for dtype in KV_DTYPES:
+                for length in (4096, 131072):
+                    yield (
+                        name,
+                        dict(
+                            tp=tp,
+                            pp=1,
+                            kv_dtype=dtype,
+                            max_model_len=length,
+                            max_num_batched_tokens=2048,
+                            async_scheduling=True,
+                            prefix_caching=True,
+                            hybrid_kv_cache_manager="chunked" not in g["spec"]["layers"],
+                            speculative=variant,
+                        ),
+                    )
+
+
 # The issue's worked examples, at their exact settings (budgets as --kv-cache-memory-bytes).
 EXAMPLES = [
     ("mistral-7b-v0.1", dict(max_model_len=32768, max_num_batched_tokens=8192), [10 * GIB]),
@@ -669,6 +773,8 @@ def main() -> None:
         configs.append(dict(config, layout=ids[key], **extra))
 
     for name, case in cases():
+        add(name, case, None)
+    for name, case in speculative_cases():
         add(name, case, None)
     for name, over, budgets in EXAMPLES:
         case = dict(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -46,8 +47,29 @@ def geometry(name: str):
     return build_spec(dict(data, name=name, source="vllm_golden.json", dtype="bf16", max_model_len=1 << 20), name)
 
 
+@lru_cache(maxsize=None)
+def draft_spec(key: str):
+    """A fixture drafter (draft model or EAGLE head, kvplan's spec format) as a ModelSpec."""
+    data = json.loads(key)
+    return build_spec(dict(data, name="draft", source="vllm_golden.json", dtype="bf16", max_model_len=1 << 20), "draft")
+
+
+def speculative(config: dict) -> dict:
+    """The configuration's speculative-decoding settings as FitOptions fields."""
+    sc = config.get("speculative")
+    if not sc:
+        return {}
+    draft = sc.get("draft")
+    return dict(
+        num_speculative_tokens=sc["num_spec"],
+        num_mtp_layers=sc.get("mtp", 0),
+        speculative_model=None if draft is None else draft_spec(json.dumps(draft, sort_keys=True)),
+    )
+
+
 def options(config: dict, budget: int) -> FitOptions:
     return FitOptions(
+        **speculative(config),
         tensor_parallel_size=config["tp"],
         pipeline_parallel_size=config["pp"],
         kv_dtype=config["kv_dtype"],
@@ -75,6 +97,11 @@ def mismatches(config: dict) -> list[str]:
         config["prefix_caching"],
         config["hybrid_kv_cache_manager"],
         "sm90",
+        None,
+        *(
+            speculative(config).get(k, d)
+            for k, d in (("num_speculative_tokens", 0), ("speculative_model", None), ("num_mtp_layers", 0))
+        ),
     )
     groups = [
         dict(kind=SPEC_CLASS[g.kind], layers=list(g.layers), block_size=g.block_size, page_bytes=g.page_bytes)
@@ -233,3 +260,148 @@ def test_fp8_mla_on_hopper_uses_64_token_blocks():
     )
     assert (fp8.block_size, bf16.block_size) == (64, 16)
     assert fp8.kv_bytes_per_block == 61 * 64 * 576  # one fp8 latent of 576 B per token per layer
+
+
+# --- attention layers with a Mamba-2 state beside them; DeepSeek-V3.2's indexer cache ----------------
+
+
+def fixture_row(geometry_name: str, speculative: dict | None = None, **settings) -> tuple[dict, dict]:
+    """(configuration, its 40 GiB row) of the fixture at these settings."""
+    want = {**dict(pp=1, max_num_batched_tokens=2048, async_scheduling=True, prefix_caching=True), **settings}
+    (config,) = [
+        c
+        for c in GOLDEN["configs"]
+        if c["geometry"] == geometry_name
+        and not c.get("example")
+        and c.get("speculative") == speculative
+        and all(c[k] == v for k, v in want.items())
+    ]
+    (row,) = [r for r in config["results"] if r["budget"] == 40 * GIB]
+    return config, row
+
+
+def test_fixture_covers_parallel_state_and_the_indexer():
+    specs = [g["spec"] for g in GOLDEN["geometries"].values()]
+    assert any(s.get("parallel_state") == "mamba2" and set(s["layers"]) == {"full"} for s in specs)  # Falcon-H1
+    assert any(s.get("parallel_state") and "mamba2" in s["layers"] for s in specs)  # Zamba2: mixed
+    assert any(s.get("mla", {}).get("index_head_dim") for s in specs)  # DeepSeek-V3.2
+
+
+@pytest.mark.parametrize("prefix_caching", [True, False])
+def test_falcon_h1_counts_the_mamba_mixer_of_every_attention_layer(prefix_caching):
+    # vLLM registers each Falcon-H1 layer's attention (index i) and its Mamba-2 mixer (index 44 + i): two
+    # groups of 44. The hybrid alignment raises the block to cover a Mamba page: the state is conv
+    # (3, 3584) + ssm (24, 128, 256) = 1,594,368 B, the attention 2 × 2 × 128 × 2 B = 1,024 B per token:
+    # 16 × cdiv(1,594,368, 16 × 1,024) = 1,568 tokens, 1,605,632 B per page. Align mode keeps 3 pages per
+    # Mamba-2 layer (2 + MambaMixer2's checkpoint page): cdiv(4096, 1568) + 3 = 6 blocks per request.
+    config, row = fixture_row("falcon-h1-7b", tp=1, kv_dtype="bf16", max_model_len=4096, prefix_caching=prefix_caching)
+    r = plan_fit(load_bundled("falcon-h1-7b"), get_gpu("h200"), options(config, 40 * GIB))
+    assert [(g["kind"], g["layers"]) for g in r.kv_cache_groups] == [("full", 44), ("mamba2", 44)]
+    assert (r.block_size, r.kv_bytes_per_block) == (row["block_size"], 44 * 1_605_632) == (1568, 70_647_808)
+    assert r.blocks_per_request == (6 if prefix_caching else 4)
+    assert (r.num_blocks, r.engine_log) == (row["num_blocks"], row["log"])
+    if prefix_caching:
+        assert row["log"].endswith("101.17x")  # 607 / 6 (the attention alone: 16-token blocks, no Mamba pages)
+
+
+@pytest.mark.parametrize("kv_dtype,latent", [("bf16", 1152), ("fp8", 656)])
+def test_deepseek_v32_indexer_is_its_own_132_byte_cache(kv_dtype, latent):
+    # DeepseekV32IndexerCache: 128 fp8 values + one fp32 scale per 128 = 132 B per token and layer, whatever
+    # the KV dtype, grouped with the MLA latent (UniformTypeKVCacheSpecs: one group, pages summed); the
+    # sparse backends run 64-token blocks and keep an fp8 cache as fp8_ds_mla (656 B per token)
+    spec = load_bundled("deepseek-v3.2")
+    config, row = fixture_row("deepseek-v3.2", tp=8, kv_dtype=kv_dtype, max_model_len=4096)
+    r = plan_fit(spec, get_gpu("h200"), options(config, 40 * GIB))
+    assert r.kv_bytes_per_token == 61 * (latent + 132)
+    assert (r.block_size, r.kv_bytes_per_block) == (64, 64 * 61 * (latent + 132)) == (64, config["bytes_per_block"][0])
+    assert [g["layers"] for g in r.kv_cache_groups] == [122]  # 61 indexer + 61 MLA caches
+    assert (r.num_blocks, r.engine_log) == (row["num_blocks"], row["log"])
+    # the engine-neutral estimate keeps transformers' rule: the indexer key in the KV dtype
+    from kvplan.calc import layer_token_bytes
+
+    neutral = layer_token_bytes(spec.layers[0], resolve_kv_dtype(spec, kv_dtype))
+    assert neutral == (576 + 128) * (2 if kv_dtype == "bf16" else 1)
+
+
+# --- speculative decoding: the drafter's layers in the pool, wider and more Mamba states ---------------
+
+
+def spec_case(geometry_name: str, **match) -> list[dict]:
+    return [
+        c
+        for c in GOLDEN["configs"]
+        if c["geometry"] == geometry_name
+        and c.get("speculative")
+        and all(c["speculative"].get(k) == v for k, v in match.items())
+    ]
+
+
+def test_fixture_covers_speculative_decoding():
+    methods = Counter(c["speculative"]["method"] for c in GOLDEN["configs"] if c.get("speculative"))
+    assert set(methods) == {"eagle", "eagle3", "draft_model", "mtp", "ngram"}
+
+
+def test_deepseek_v3_mtp_layer_is_one_more_mla_layer():
+    # the MTP module registers an MLA cache like the 61 target layers: 62 layers × 64 tokens × 576 B (fp8)
+    (config,) = [c for c in spec_case("deepseek-v3", num_spec=1) if c["tp"] == 8 and c["kv_dtype"] == "fp8"][:1]
+    assert config["bytes_per_block"] == [62 * 64 * 576]
+    assert GOLDEN["layouts"][config["layout"]]["groups"][0]["layers"][-1] == 61  # model.layers.61: the MTP block
+    r = plan_fit(geometry("deepseek-v3"), get_gpu("h200"), options(config, 40 * GIB))
+    assert r.kv_bytes_per_block == 62 * 64 * 576 and r.kv_bytes_per_token == 62 * 576
+
+
+def test_draft_model_and_eagle_heads_share_the_pool():
+    # llama3-70b + a Llama-3.2-1B-like draft (16 layers of 8 × 64): one group (all full attention), its page
+    # the sum; at TP 4: 80 × 16 × 2 × 128 × 2 × 2 + 16 × 16 × 2 × 64 × 2 × 2 = 1,441,792 B per block
+    (config,) = [c for c in spec_case("llama3-70b") if c["tp"] == 4 and c["kv_dtype"] == "bf16"][:1]
+    assert config["bytes_per_block"] == [1_441_792]
+    # gpt-oss-20b + an EAGLE3 head (one full layer): 12 sliding + 13 full layers, groups of 13, 1 padding layer
+    (config,) = [c for c in spec_case("gpt-oss-20b") if c["tp"] == 1][:1]
+    layout = GOLDEN["layouts"][config["layout"]]
+    assert layout["padding_layers"] == 1 and [len(g["layers"]) for g in layout["groups"]] == [12, 13]
+
+
+def test_multi_module_mtp_keeps_more_sliding_tokens():
+    # gemma3-27b + 2 MTP modules, 3 draft tokens: sliding layers retain num_spec − 1 = 2 more tokens
+    # (get_global_kv_cache_groups: extra_retained_tokens = num_prefill_lookahead_tokens − 1)
+    spec = geometry("gemma3-27b")
+    base = vllm_rules.build_layout(spec, resolve_kv_dtype(spec, "bf16"), 1, 1, 131072, None, True, True, "sm90")
+    mtp = vllm_rules.build_layout(
+        spec, resolve_kv_dtype(spec, "bf16"), 1, 1, 131072, None, True, True, "sm90", None, 3, None, 2
+    )
+    sliding = [g for g in mtp.groups if g.kind == "sliding"]
+    assert sliding and all(g.extra_retained == 2 for g in sliding)
+    assert all(g.extra_retained == 0 for g in base.groups)
+    # cdiv(min(1023 + 2 + 4096, S), 16) + 1 = 322 blocks instead of cdiv(1023 + 4096, 16) + 1 = 321
+    assert sliding[0].blocks_per_request(131072, 4096) == 322
+
+
+def test_speculative_tokens_grow_mamba_states():
+    # nemotron-h (Mamba-2) with 2 draft tokens and no drafter: conv states keep d_conv − 1 + 2 = 5 rows, and
+    # each layer keeps 2 + 2 + 1 = 5 pages (2 align, 2 speculative, 1 checkpoint)
+    configs = [c for c in spec_case("nemotron-h-56b") if c["tp"] == 1 and c["kv_dtype"] == "bf16"]
+    assert configs
+    spec = geometry("nemotron-h-56b")
+    layout = vllm_rules.build_layout(
+        spec, resolve_kv_dtype(spec, "bf16"), 1, 1, 4096, None, True, True, "sm90", None, 2, None, 0
+    )
+    assert {g.state_pages for g in layout.groups if g.kind == "mamba2"} == {5}
+    state = next(x.state for x in spec.layers if x.kind == "mamba2")
+    assert vllm_rules.state_tensors(state, "bf16", 1, 2)[0][0][0] == 3 + 2
+    for c in configs:
+        assert not mismatches(c)
+
+
+@pytest.mark.parametrize(
+    "opts,message",
+    [
+        (FitOptions(engine="sglang", num_speculative_tokens=2), "vLLM >= 0.33's rules only"),
+        (FitOptions(engine_version="0.11", num_mtp_layers=1, num_speculative_tokens=1), "vLLM >= 0.33's rules only"),
+        (FitOptions(num_mtp_layers=1), "--num-speculative-tokens: give the draft tokens"),
+    ],
+)
+def test_speculative_settings_outside_vllm_033_are_refused(opts, message):
+    from kvplan.errors import UsageError
+
+    with pytest.raises(UsageError, match=message):
+        plan_fit(load_bundled("deepseek-v3"), get_gpu("h200"), replace(opts, tensor_parallel_size=8))

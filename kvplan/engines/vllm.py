@@ -26,8 +26,8 @@ import re
 from dataclasses import dataclass, replace
 from math import lcm
 
-from kvplan.calc import cdiv, kv_heads_per_rank, layer_state_bytes, layer_token_bytes
-from kvplan.dtypes import KVDtype
+from kvplan.calc import cdiv, kv_heads_per_rank, layer_token_bytes
+from kvplan.dtypes import KVDtype, get_kv_dtype
 from kvplan.errors import UsageError
 from kvplan.specs import KV_HEAD_KINDS, STATE_KINDS, ModelSpec
 
@@ -243,7 +243,7 @@ class _Layer:
     page: int  # bytes of one block of this layer (padded)
     window: int | None = None
     state_pages: int = 0  # pages one request holds (state layers)
-    owner: int = -1  # the decoder layer it belongs to (its PP stage); -1: index
+    owner: int = -1  # the decoder layer whose PP stage holds it; -1: index
 
     @property
     def is_state(self) -> bool:
@@ -269,7 +269,9 @@ class KVGroup:
         uniform_type: one group of layers of one kind but different sizes (vLLM
             ``UniformTypeKVCacheSpecs``, whose page is the sum of the layers' pages).
         owners: the decoder layer each entry of ``layers`` belongs to (its PP stage); equal to
-            ``layers`` except for parallel Mamba mixers (Falcon-H1) and indexer caches (DeepSeek-V3.2).
+            ``layers`` except for parallel Mamba mixers (Falcon-H1) and drafter layers (the last stage).
+        extra_retained: tokens a sliding group keeps beyond its window for speculative decoding
+            (``SlidingWindowSpec.extra_retained_tokens``).
     """
 
     kind: str
@@ -280,6 +282,7 @@ class KVGroup:
     state_pages: int = 0
     uniform_type: bool = False
     owners: tuple[int, ...] = ()
+    extra_retained: int = 0
 
     @property
     def page_bytes(self) -> int:
@@ -296,7 +299,7 @@ class KVGroup:
         (``MambaSpec``: 2 with prefix caching, "align" mode, 1 without).
         """
         if self.kind == "sliding":
-            return cdiv(min(self.window - 1 + in_flight, seq_len), self.block_size) + 1
+            return cdiv(min(self.window - 1 + self.extra_retained + in_flight, seq_len), self.block_size) + 1
         if self.kind == "chunked":
             return cdiv(min(self.window + in_flight, seq_len), self.block_size)
         if self.kind in STATE_KINDS:
@@ -389,18 +392,100 @@ def hybrid_block_size(
     return block, (page if page != mamba_page else None)
 
 
-def state_pages(kind: str, align_mode: bool, gdn_checkpoints: bool) -> int:
+SPEC_WIDENED_STATES = ("mamba2", "gdn", "short_conv")  # conv states with num_spec more rows
+
+
+def state_tensors(state, model_dtype: str, tp: int, num_spec: int = 0) -> tuple:
+    """A state's tensors on one rank, ``(shape, dtype)`` each, with speculative decoding: vLLM 0.33's
+    ``MambaStateShapeCalculator`` gives Mamba-2, Gated DeltaNet and short-conv conv states
+    ``d_conv − 1 + num_spec`` rows (``mamba2_state_shape``, ``gated_delta_net_state_shape``,
+    ``short_conv_state_shape``; ``mamba1_state_shape`` and ``linear_attention_state_shape`` take none)."""
+    out = []
+    for t in state.tensors(model_dtype, tp):
+        shape = t.shape
+        if num_spec and t.name == "conv" and state.kind in SPEC_WIDENED_STATES:
+            shape = (shape[0] + num_spec, *shape[1:])
+        out.append((shape, t.dtype))
+    return tuple(out)
+
+
+def state_bytes(state, model_dtype: str, tp: int, num_spec: int = 0) -> int:
+    """Bytes of one request's state in one layer on one rank (:func:`state_tensors`)."""
+    total = 0
+    for shape, dtype in state_tensors(state, model_dtype, tp, num_spec):
+        n = 1
+        for d in shape:
+            n *= d
+        total += get_kv_dtype(dtype).bytes_for(n)
+    return total
+
+
+def state_pages(kind: str, align_mode: bool, gdn_checkpoints: bool, num_spec: int = 0) -> int:
     """Pages one request holds in a state layer (vLLM 0.33 ``MambaSpec.max_memory_usage_bytes``).
 
-    Without prefix caching ("none" mode) 1. In "align" mode 2, plus one prefill-checkpoint page where the
-    layer's spec has ``num_prefill_checkpoint_blocks = 1``: every Mamba-2 mixer
-    (``layers/mamba/mamba_mixer2.py MambaMixer2.get_kv_cache_spec``, always) and Gated DeltaNet layers
+    Without prefix caching ("none" mode) 1, in "align" mode 2; plus ``num_spec`` speculative pages
+    (``num_speculative_blocks`` = ``num_speculative_tokens``, ``layers/mamba/abstract.py``); plus in align
+    mode one prefill-checkpoint page where the layer's spec has ``num_prefill_checkpoint_blocks = 1``: every
+    Mamba-2 mixer (``layers/mamba/mamba_mixer2.py MambaMixer2.get_kv_cache_spec``, always) and Gated DeltaNet layers
     whose FlashInfer prefill exports checkpoints (``gdn/qwen_gdn_linear_attn.py``, ``gdn_checkpoints``).
     """
     if not align_mode:
-        return 1
+        return 1 + num_spec
     checkpoint = kind == "mamba2" or (kind == "gdn" and gdn_checkpoints)
-    return 2 + (1 if checkpoint else 0)
+    return 2 + num_spec + (1 if checkpoint else 0)
+
+
+def _layer_caches(
+    layer,
+    i: int,
+    index: int,
+    owner: int,
+    model_dtype: str,
+    num_layers: int,
+    kv_dtype: KVDtype,
+    tp: int,
+    block: int,
+    sparse: bool,
+    states: dict,
+) -> list[_Layer]:
+    """The caches one decoder layer registers (``index``: its vLLM layer index; ``owner``: the decoder layer
+    whose PP stage holds it). ``states`` carries the state settings (mamba_block, mamba_padded, align_mode,
+    gdn_checkpoints, num_spec)."""
+    out = []
+    if layer.kind in KV_HEAD_KINDS:
+        per_token = layer_token_bytes(layer, kv_dtype, tp)
+        key = _attention_key(layer, kv_dtype, tp)
+        out.append(_Layer(index, layer.kind, key, block, per_token * block, layer.window, owner=owner))
+    elif layer.kind == "mla":
+        if layer.mla.index_head_dim:
+            idx = indexer_token_bytes(layer.mla.index_head_dim)
+            out.append(_Layer(index, "mla", ("mla-indexer", idx), block, idx * block, owner=owner))
+        latent = mla_latent_token_bytes(layer.mla.latent_dim, kv_dtype, sparse)
+        out.append(_Layer(index, "mla", ("mla", latent), block, latent * block, owner=owner))
+    if layer.state is not None and layer.kind in (*STATE_KINDS, *KV_HEAD_KINDS):
+        num_spec, padded = states["num_spec"], states["mamba_padded"]
+        page = state_bytes(layer.state, model_dtype, tp, num_spec)
+        if padded is not None:
+            page = max(page, padded)
+        kind = layer.state.kind
+        key = (kind, state_tensors(layer.state, model_dtype, tp, num_spec), padded)
+        at = index if layer.kind in STATE_KINDS else num_layers + index
+        pages = state_pages(kind, states["align_mode"], states["gdn_checkpoints"], num_spec)
+        out.append(_Layer(at, kind, key, states["mamba_block"], page, state_pages=pages, owner=owner))
+    return out
+
+
+def mtp_template(spec: ModelSpec):
+    """The layer an MTP module repeats: the target's last full-attention or MLA layer (DeepSeek-V3's MTP
+    block is a decoder layer with MLA, ``model_executor/models/deepseek_mtp.py``).
+
+    Raises:
+        UsageError: the model has neither.
+    """
+    for layer in reversed(spec.layers):
+        if layer.kind in ("full", "mla"):
+            return layer
+    raise UsageError(f"--num-mtp-layers: {spec.name} has no full-attention or MLA layer an MTP module would repeat")
 
 
 def _layer_specs(
@@ -412,6 +497,9 @@ def _layer_specs(
     mamba_padded: int | None,
     align_mode: bool,
     gdn_checkpoints: bool,
+    num_spec: int = 0,
+    draft: ModelSpec | None = None,
+    num_mtp_layers: int = 0,
 ) -> list[_Layer]:
     """One :class:`_Layer` per cache vLLM registers, in its registration order (vLLM
     ``Attention.get_kv_cache_spec``, ``MLAAttention``, ``ChunkedLocalAttention``,
@@ -422,30 +510,35 @@ def _layer_specs(
     registers its attention and then its Mamba-2 mixer, which vLLM numbers ``num_layers + i``
     (``falcon_h1.py FalconH1ParallelHybrid``: "all attention/ssm layers must have different index";
     Zamba2 numbers them otherwise, which orders the groups differently but sizes nothing differently).
+
+    Speculative decoding adds the drafter's caches to the same pool, on the last PP stage
+    (``kv_cache_interface.py`` ``KVCacheSpec.is_draft``, which grouping ignores): ``num_mtp_layers`` MTP
+    modules (layers ``num_layers + k``, each like :func:`mtp_template`), then a draft model's or EAGLE
+    head's own layers with its own geometry, at the target's TP (``SpeculativeConfig._verify_and_get_draft_tp``).
     """
+    states = dict(
+        mamba_block=mamba_block,
+        mamba_padded=mamba_padded,
+        align_mode=align_mode,
+        gdn_checkpoints=gdn_checkpoints,
+        num_spec=num_spec,
+    )
+    n = spec.num_layers
     sparse = is_sparse_mla(spec)
     out = []
     for i, layer in enumerate(spec.layers):
-        if layer.kind in KV_HEAD_KINDS:
-            per_token = layer_token_bytes(layer, kv_dtype, tp)
-            out.append(
-                _Layer(i, layer.kind, _attention_key(layer, kv_dtype, tp), block, per_token * block, layer.window)
-            )
-        elif layer.kind == "mla":
-            if layer.mla.index_head_dim:
-                index = indexer_token_bytes(layer.mla.index_head_dim)
-                out.append(_Layer(i, "mla", ("mla-indexer", index), block, index * block))
-            latent = mla_latent_token_bytes(layer.mla.latent_dim, kv_dtype, sparse)
-            out.append(_Layer(i, "mla", ("mla", latent), block, latent * block))
-        if layer.state is not None and layer.kind in (*STATE_KINDS, *KV_HEAD_KINDS):
-            page = layer_state_bytes(layer, spec.dtype, tp)
-            if mamba_padded is not None:
-                page = max(page, mamba_padded)
-            kind = layer.state.kind
-            key = (*_state_key(layer.state, spec.dtype, tp), mamba_padded)
-            index = i if layer.kind in STATE_KINDS else spec.num_layers + i
-            pages = state_pages(kind, align_mode, gdn_checkpoints)
-            out.append(_Layer(index, kind, key, mamba_block, page, state_pages=pages, owner=i))
+        out += _layer_caches(layer, i, i, i, spec.dtype, n, kv_dtype, tp, block, sparse, states)
+    if num_mtp_layers:
+        template = mtp_template(spec)
+        for k in range(num_mtp_layers):
+            out += _layer_caches(template, n + k, n + k, n - 1, spec.dtype, n, kv_dtype, tp, block, sparse, states)
+    if draft is not None:
+        base, draft_sparse = n + num_mtp_layers, is_sparse_mla(draft)
+        for j, layer in enumerate(draft.layers):
+            out += _layer_caches(
+                layer, j, base + j, n - 1, spec.dtype, 2 * base + draft.num_layers, kv_dtype, tp, block, draft_sparse,
+                states,
+            )  # fmt: skip
     return out
 
 
@@ -550,6 +643,9 @@ def build_layout(
     hybrid_kv_cache_manager: bool,
     family: str,
     pp_layer_partition: tuple[int, ...] | None = None,
+    num_spec: int = 0,
+    draft: ModelSpec | None = None,
+    num_mtp_layers: int = 0,
 ) -> VllmLayout:
     """vLLM 0.33's KV cache groups and block sizes for ``spec`` on one rank.
 
@@ -558,6 +654,15 @@ def build_layout(
     equal groups), after the hybrid alignment of ``platforms/interface.py`` for models with state layers,
     and the stage split of ``get_pp_indices``. ``block_size`` None: the backend's default
     (:func:`mla_block_size` for MLA models, 16 otherwise).
+
+    Speculative decoding (``num_spec`` = ``num_speculative_tokens``; a ``draft`` model or EAGLE head;
+    ``num_mtp_layers`` MTP modules): the drafter's layers join the pool (:func:`_layer_specs`); state
+    layers keep ``num_spec`` more pages and wider conv states (:func:`state_pages`, :func:`state_tensors`);
+    sliding layers retain ``num_spec − 1`` more tokens with multi-module MTP
+    (``get_global_kv_cache_groups``: ``extra_retained_tokens = max(0, num_prefill_lookahead_tokens − 1)``,
+    ``VllmConfig.num_prefill_lookahead_tokens``: ``num_speculative_tokens`` for MTP with
+    ``min(num_nextn_predict_layers, num_speculative_tokens) > 1``, 1 for other EAGLE-family drafters, 0
+    for a draft model).
 
     Raises:
         UsageError: pages vLLM cannot unify.
@@ -581,10 +686,14 @@ def build_layout(
     checkpoint = GDN_CHECKPOINT_ALIGNMENT if align and family == "sm90" and state_kinds == {"gdn"} else None
     mamba_padded = None
     if has_state and has_attention:
-        mamba_page = max(layer_state_bytes(x, spec.dtype, tp) for x in stateful)
+        mamba_page = max(state_bytes(x.state, spec.dtype, tp, num_spec) for x in stateful)
         block, mamba_padded = hybrid_block_size(spec, kv_dtype, tp, block, mamba_page, checkpoint, align)
     mamba_block = block if align else max_model_len
-    layers = _layer_specs(spec, kv_dtype, tp, block, mamba_block, mamba_padded, align, checkpoint is not None)
+    layers = _layer_specs(
+        spec, kv_dtype, tp, block, mamba_block, mamba_padded, align, checkpoint is not None, num_spec, draft,
+        num_mtp_layers,
+    )  # fmt: skip
+    extra_retained = max(0, num_spec - 1) if num_mtp_layers and min(num_mtp_layers, num_spec) > 1 else 0
     if not hybrid_kv_cache_manager:
         layers = _promote_local(layers)
     padding = 0
@@ -596,6 +705,8 @@ def build_layout(
         groups = [_group(layers, uniform_type=True)]  # _get_kv_cache_groups_uniform_type
     else:
         groups, padding = _hybrid_groups(_unify_pages(layers))
+    if extra_retained:
+        groups = [replace(g, extra_retained=extra_retained) if g.kind == "sliding" else g for g in groups]
     per_block = []
     for stage in pp_ranges(spec.num_layers, pp, pp_layer_partition):
         per_block.append(

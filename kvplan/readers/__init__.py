@@ -137,5 +137,8 @@ def spec_from_hf_config(config: Any, where: str, name: str | None = None):
         p = Path(where)
         name = p.stem if p.name != "config.json" else p.parent.name
         name = name or str(cfg.raw.get("_name_or_path") or config.get("_name_or_path") or "model")
+    archs = config.get("architectures")
+    if isinstance(archs, list) and archs and isinstance(archs[0], str) and archs[0].isidentifier():
+        data.setdefault("architecture", archs[0])
     data = {"name": name, "source": where, **data}
     return build_spec(data, where)

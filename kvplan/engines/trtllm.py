@@ -1,0 +1,122 @@
+"""TensorRT-LLM's KV-cache sizing rules, by version: what ``kvplan fit --engine trtllm [--engine-version V]``
+applies.
+
+Rule sets (``--engine-version`` picks the newest set not newer than the version given; older versions get
+the oldest set, and kvplan says which it applied):
+
+==========  ==============================================================================================
+``1.0``     (default) the PyTorch backend of TensorRT-LLM 1.0 and 1.1, ``tensorrt_llm/_torch/pyexecutor/
+            resource_manager.py KVCacheManager`` (read at NVIDIA/TensorRT-LLM commit b35ac1b6, and checked
+            on a TensorRT-LLM 1.1.0rc3 start-up log of gpt-oss-120b):
+
+            - without ``kv_cache_config.max_attention_window`` the window of every layer is
+              ``max_seq_len`` (``max_attention_window_vec = [max_seq_len]``): sliding layers are sized like
+              full ones ("kv size is 73728" per token for gpt-oss-120b: 36 layers × 2 × 8 × 64 × 2 B);
+            - ``max_tokens = kv memory // bytes per token`` (``_util.py`` ``_cal_max_tokens``), and the pool
+              holds ``ceil(max_tokens / tokens_per_block)`` blocks (``calculate_max_num_blocks``);
+            - ``max_seq_len`` is cut to what the pool holds for one sequence,
+              ``blocks × tokens_per_block`` (beam 1, no sink tokens: ``get_max_atten_window_upper_bound``),
+              logging "Attention window size S exceeds upper bound B for available blocks. Reducing to B."
+==========  ==============================================================================================
+
+Later main (commit 001541ba, after November 2025) floors the block count instead
+(``int(max_tokens // tokens_per_block)``): one block less when the tokens do not fill the last block.
+The release it shipped in is not confirmed from a log, so kvplan has no rule set for it yet.
+
+Not modelled: variable sliding windows (``max_attention_window`` given: ``calculate_max_num_blocks_from_cpp``
+splits the memory per window size), beam search, sink tokens, the host (secondary) pool.
+
+Pure Python: no numpy or torch.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from kvplan.calc import cdiv
+from kvplan.errors import UsageError
+
+
+@dataclass(frozen=True)
+class TrtllmRules:
+    """One version's KV-cache conventions.
+
+    Attributes:
+        version: the rule set (``1.0``).
+        windows_as_full: every attention layer is cached for max_seq_len tokens (no max_attention_window).
+        ceil_blocks: the pool holds ``ceil(max_tokens / tokens_per_block)`` blocks (else floor).
+        clamp_max_seq_len: max_seq_len is cut to ``blocks × tokens_per_block`` when larger.
+        description: one line for the output.
+    """
+
+    version: str
+    windows_as_full: bool
+    ceil_blocks: bool
+    clamp_max_seq_len: bool
+    description: str
+
+
+RULE_SETS = (
+    TrtllmRules("1.0", True, True, True, "TensorRT-LLM 1.0-1.1 PyTorch backend (resource_manager.py KVCacheManager)"),
+)
+LATEST = RULE_SETS[0]
+
+
+def _version_tuple(text: str) -> tuple[int, ...] | None:
+    m = re.fullmatch(r"v?(\d+)(?:\.(\d+))?(?:\.(\d+))?(?:[.a-z+-].*)?", text.strip().lower())
+    return None if m is None else tuple(int(g or 0) for g in m.groups())
+
+
+def resolve_rules(version: str | None) -> TrtllmRules:
+    """The rule set for a TensorRT-LLM version (None, ``latest``: the newest): the newest set not newer than it,
+    else the oldest.
+
+    Raises:
+        UsageError: not a version number.
+    """
+    if version is None or str(version).strip().lower() in ("", "latest", "current"):
+        return LATEST
+    asked = _version_tuple(str(version))
+    if asked is None:
+        allowed = ", ".join(r.version for r in RULE_SETS)
+        raise UsageError(f"--engine-version: {version!r} is not a version number (e.g. 1.1); rule sets: {allowed}")
+    for rules in RULE_SETS:
+        if asked >= _version_tuple(rules.version):
+            return rules
+    return RULE_SETS[-1]
+
+
+def pool_blocks(budget: int, bytes_per_token: int, tokens_per_block: int, rules: TrtllmRules) -> int:
+    """Blocks of the primary pool for ``budget`` bytes of KV memory.
+
+    ``max_tokens = budget // bytes_per_token`` (``_util.py _cal_max_tokens``: ``int(available_kv_mem //
+    kv_size_per_token)``), then ``ceil(max_tokens / tokens_per_block)`` (``resource_manager.py
+    calculate_max_num_blocks``, 1.0-1.1) or the floor. 0 when nothing is cached per token.
+    """
+    if bytes_per_token <= 0:
+        return 0
+    max_tokens = budget // bytes_per_token
+    return cdiv(max_tokens, tokens_per_block) if rules.ceil_blocks else max_tokens // tokens_per_block
+
+
+def max_seq_len_upper_bound(blocks: int, tokens_per_block: int) -> int:
+    """The longest sequence the pool holds (``get_max_atten_window_upper_bound`` with beam 1 and no sink
+    tokens): ``blocks × tokens_per_block``."""
+    return blocks * tokens_per_block
+
+
+def log_lines(max_seq_len: int, blocks: int, tokens_per_block: int, bytes_per_token: int) -> str:
+    """What the start-up log prints about the pool: the window cut when max_seq_len is beyond the pool
+    (``_validate_and_adjust_attention_windows``), then the allocation (C++ ``KVCacheManager``:
+    "[MemUsageChange] Allocated X GiB for max tokens in paged KV cache (N)")."""
+    bound = max_seq_len_upper_bound(blocks, tokens_per_block)
+    tokens = blocks * tokens_per_block
+    alloc = f"Allocated {tokens * bytes_per_token / (1 << 30):.2f} GiB for max tokens in paged KV cache ({tokens})"
+    if blocks and max_seq_len > bound:
+        cut = (
+            f"Attention window size {max_seq_len} exceeds upper bound {bound} for available blocks. "
+            f"Reducing to {bound}."
+        )
+        return f"{cut} {alloc}"
+    return alloc

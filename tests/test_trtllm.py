@@ -1,0 +1,99 @@
+"""``kvplan fit --engine trtllm``: TensorRT-LLM's PyTorch-backend KV rules (kvplan.engines.trtllm).
+
+The numbers come from a public TensorRT-LLM 1.1.0rc3 start-up log of gpt-oss-120b (trtllm-serve on a DGX
+Spark, --max_batch_size 64, free_gpu_memory_fraction 0.9; the log issue 9 quotes), which prints, twice
+(the estimation pass with max_tokens 8,224, then the real pool):
+
+    ... available KV cache memory when calculating max tokens: 5.95 GiB, fraction is set 0.9, kv size is 73728.
+    Both free_gpu_memory_fraction and max_tokens are set (to 0.9 and 86711, respectively). ...
+    Attention window size 131072 exceeds upper bound 86720 for available blocks. Reducing to 86720.
+    Adjusted max_seq_len to 86720
+    [MemUsageChange] Allocated 5.95 GiB for max tokens in paged KV cache (86720).
+
+and the rules are those of NVIDIA/TensorRT-LLM ``tensorrt_llm/_torch/pyexecutor/resource_manager.py``
+(``KVCacheManager``: ``max_attention_window_vec = [max_seq_len]``, ``calculate_max_num_blocks``:
+``ceil(max_tokens / tokens_per_block)``, ``get_max_atten_window_upper_bound``) and ``_util.py``
+(``_cal_max_tokens``: ``int(available_kv_mem // kv_size_per_token)``).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kvplan.engines import trtllm as trt_rules
+from kvplan.errors import UsageError
+from kvplan.fit import Engine, FitOptions, does_not_fit_message, plan_fit
+from kvplan.gpus import get_gpu
+from kvplan.specs import load_bundled
+from kvplan.sweep import sweep
+
+GPT_OSS_KV_SIZE = 36 * 2 * 8 * 64 * 2  # every one of the 36 layers, sliding ones included: 73,728 B per token
+
+
+def trt(max_model_len: int, budget: int, **kw) -> FitOptions:
+    return FitOptions(engine=Engine.trtllm, max_model_len=max_model_len, kv_cache_memory_bytes=budget, **kw)
+
+
+def test_gpt_oss_sliding_layers_sized_like_full_ones():
+    # "kv size is 73728": 18 sliding (window 128) + 18 full layers, all at 8 KV heads × 64 × K and V × 2 B
+    r = plan_fit(load_bundled("gpt-oss-120b"), get_gpu("h100"), trt(4096, 8 * (1 << 30)))
+    assert r.kv_bytes_per_token == GPT_OSS_KV_SIZE == 73_728
+    assert r.kv_bytes_per_request == 4096 * 73_728  # the 128-token window does not shrink a request
+    assert r.engine_version == "1.0"
+
+
+def test_issue_example_max_seq_len_cut_to_86720():
+    # max_tokens = int(kv memory // 73,728) = 86,711 (the log's "max_tokens ... 86711"); the pool holds
+    # ceil(86,711 / 32) = 2,710 blocks = 86,720 tokens; a 131,072-token request does not fit: the engine
+    # starts with max_seq_len cut to 86,720
+    budget = 86_711 * GPT_OSS_KV_SIZE + 12_345
+    spec = load_bundled("gpt-oss-120b")
+    r = plan_fit(spec, get_gpu("h100"), trt(131_072, budget))
+    assert (r.num_blocks, r.kv_capacity_tokens) == (2_710, 86_720)
+    assert not r.fits
+    assert r.max_model_len_fit == 86_720
+    assert r.engine_log == (
+        "Attention window size 131072 exceeds upper bound 86720 for available blocks. Reducing to 86720. "
+        "Allocated 5.95 GiB for max tokens in paged KV cache (86720)"
+    )
+    assert "would cut max_seq_len to 86,720 (2,710 blocks of 32)" in does_not_fit_message(spec, r, [])
+    # a request of the cut length fits, one token more does not
+    assert plan_fit(spec, get_gpu("h100"), trt(86_720, budget)).max_requests_by_memory == 1
+    assert not plan_fit(spec, get_gpu("h100"), trt(86_721, budget)).fits
+    # the estimation pass of the same log: max_tokens 8,224 → 257 blocks, "Allocated 0.56 GiB ... (8224)"
+    first = plan_fit(spec, get_gpu("h100"), trt(131_072, 8_224 * GPT_OSS_KV_SIZE))
+    assert first.engine_log.startswith("Attention window size 131072 exceeds upper bound 8224")
+    assert first.engine_log.endswith("Allocated 0.56 GiB for max tokens in paged KV cache (8224)")
+
+
+def test_block_count_rounds_up():
+    # ceil: 86,711 tokens take 2,710 blocks of 32 (later main floors: 2,709); a whole number of blocks is exact
+    rules = trt_rules.resolve_rules(None)
+    assert trt_rules.pool_blocks(86_711 * 73_728 + 5, 73_728, 32, rules) == 2_710
+    assert trt_rules.pool_blocks(86_720 * 73_728, 73_728, 32, rules) == 2_710
+    assert trt_rules.pool_blocks(73_727, 73_728, 32, rules) == 0
+
+
+def test_max_batch_size_caps_concurrency():
+    # llama3-8b, 1,024-token requests, 40 GiB: memory holds 320 requests; max_batch_size 64 binds
+    r = plan_fit(load_bundled("llama3-8b"), get_gpu("h100"), trt(1024, 40 << 30, max_batch_size=64))
+    assert r.max_requests_by_memory == 320 and r.max_concurrent_requests == 64
+    assert r.limited_by_max_num_seqs and r.max_num_seqs == 64
+
+
+def test_engine_versions():
+    assert trt_rules.resolve_rules("1.1.0rc3").version == "1.0"
+    assert trt_rules.resolve_rules("1.1").version == "1.0"
+    assert trt_rules.resolve_rules("0.21").version == "1.0"  # the oldest set kvplan has
+    with pytest.raises(UsageError, match="--engine-version"):
+        trt_rules.resolve_rules("newest please")
+
+
+def test_sweep_applies_the_same_rules():
+    spec, gpu = load_bundled("gpt-oss-120b"), get_gpu("h100")
+    budget = 86_711 * GPT_OSS_KV_SIZE + 12_345
+    opts = FitOptions(engine=Engine.trtllm, kv_cache_memory_bytes=budget)
+    cols = sweep([spec], [131_072], [gpu], opts=opts).columns
+    r = plan_fit(spec, gpu, trt(131_072, budget))
+    got = (int(cols["num_blocks"][0]), int(cols["max_model_len_fit"][0]), bool(cols["fits"][0]))
+    assert got == (r.num_blocks, r.max_model_len_fit, False) == (2_710, 86_720, False)
