@@ -77,16 +77,20 @@ def test_configs_kvplan_must_not_guess(config, message):
     "fixture, bundled",
     [("phi3-mini-4k-instruct.json", "phi3-mini"), ("phi3-medium-4k-instruct.json", "phi3-medium")],
 )
-def test_phi3_has_one_answer_full_attention_as_vllm_serves_it(fixture, bundled):
+def test_phi3_has_one_answer_its_window_on_every_layer(fixture, bundled):
+    # transformers and vLLM 0.33 both keep Phi-3's 2,047-token window on every layer (see decoder.py)
     config = _config(fixture)
-    assert config["sliding_window"] == 2047  # set in the published config.json
+    assert config["sliding_window"] == 2047 and "layer_types" not in config
     hf, spec = spec_from_hf_config(config, fixture), load_bundled(bundled)
-    assert hf.kind_counts() == spec.kind_counts() == {"full": hf.num_layers}
-    for s in (1, 4096, 131072):
+    assert hf.kind_counts() == spec.kind_counts() == {"sliding": hf.num_layers}
+    assert hf.sliding_window == spec.sliding_window == 2047
+    for s in (1, 2047, 2048, 4096, 131072):
         assert estimate(hf, s).total_bytes == estimate(spec, s).total_bytes
     if bundled == "phi3-mini":
-        # 2 × 32 layers × 32 KV heads × 96 × 2 B × 4096 tokens = 1,610,612,736 B (not the 2,047-token ring)
-        assert estimate(hf, 4096).total_bytes == 1_610_612_736
+        # 2 × 32 layers × 32 KV heads × 96 × 2 B = 393,216 B per token, for at most 2,047 tokens:
+        # 393,216 × 2,047 = 804,913,152 B at 4,096 tokens (1,610,612,736 B if every token were kept)
+        assert estimate(hf, 4096).total_bytes == 804_913_152
+        assert estimate(hf, 2047).total_bytes == estimate(hf, 4096).total_bytes
 
 
 def test_gemma4_issue_example_and_the_published_file():

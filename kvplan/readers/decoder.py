@@ -1,14 +1,47 @@
 """Plain decoders: every layer is GQA attention, full or with one sliding window.
 
-Mirrors transformers' LlamaConfig, MistralConfig, MixtralConfig, Qwen2Config, Qwen2MoeConfig,
-Qwen3Config, Qwen3MoeConfig, Phi3Config, Olmo2Config, Olmo3Config, Glm4Config and Glm4MoeConfig (5.23),
-with their defaults for absent keys (the table below), and was checked against vLLM 0.33's
-``model_executor/models/llama.py`` (a layer gets a window only where ``layer_types`` says
-``sliding_attention``), ``qwen2.py``/``qwen3.py`` and ``olmo3.py``.
+Mirrors transformers' (5.23) config classes, with their defaults for absent keys (the table below): Llama,
+Mistral, Mixtral, Qwen2, Qwen2Moe, Qwen3, Qwen3Moe, Phi3, Olmo2, Olmo3, Glm4, Glm4Moe, Gemma, Granite,
+GraniteMoe, GraniteMoeShared, GraniteSWA, GraniteMoeSWA, Olmo, Olmoe, Phimoe, Starcoder2, StableLm, Cohere,
+InternLM3, Exaone4, ExaoneMoe, SmolLM3, SeedOss, Ministral3, Ernie4_5, Ernie4_5_Moe, Helium, Apertus, Arcee,
+Phi, Glm, VaultGemma, Dots1, Cwm, Afmoe, HyperCLOVAX, HYV3, Jais2, FlexOlmo, Mellum, Laguna, IQuestCoder,
+NanoChat, SolarOpen, GPTNeoX, Persimmon and OPT (``<Name>Config``). Checked against vLLM 0.33: ``llama.py``
+(also InternLM3, IQuestCoder, Ernie 4.5 and, through ``mistral.py``, Ministral 3: a layer gets a window only
+where ``layer_types`` says ``sliding_attention``), ``qwen2.py``/``qwen3.py``, ``olmo3.py``, ``gemma.py``,
+``granite.py`` (also GraniteSWA), ``granitemoe.py``/``granitemoeshared.py`` (also GraniteMoeSWA), ``olmoe.py``,
+``phimoe.py``, ``stablelm.py``, ``commandr.py``, ``exaone4.py``, ``exaone_moe.py``, ``ernie45_moe.py``,
+``apertus.py``, ``opt.py``, ``afmoe.py``, ``hyperclovax.py``, ``hy_v3.py``, ``laguna.py``, and the
+Transformers backend (``models/transformers/base.py``; KV heads and head size from
+``transformers_utils/model_arch_config_convertor.py``) that serves OLMo, Phi, GLM, Seed-OSS, SmolLM3,
+Starcoder2, VaultGemma, Arcee, GPT-NeoX, CWM, Jais 2, FlexOlmo and Mellum, and (no vLLM model of their own:
+``registry.py`` falls back to it) Helium, Persimmon, dots.llm1 (``dots1``), NanoChat and Solar Open.
 
-Phi-3 sets ``sliding_window`` (2047 in Phi-3-mini) with no ``layer_types``: transformers' cache then keeps a
-2,047-token ring on every layer, while vLLM (``phi3.py`` is Llama's model) runs full attention and keeps
-every token. kvplan follows vLLM here: a planner answers for serving, and full attention is what is served.
+Cohere (v1): vLLM takes ``model_max_length`` over ``max_position_embeddings`` when set
+(``derive_max_model_len``), and so does kvplan.
+
+Window rules. Where a config has no ``layer_types`` attribute, vLLM sets ``CacheConfig.sliding_window`` to
+``sliding_window`` (``engine/arg_utils.py``) and every attention layer without a per-layer window uses it, as
+transformers' cache does (``get_layer_types_and_kwargs``): ``windowing: all``. Classes whose
+``__post_init__`` builds ``layer_types`` (Exaone4, SmolLM3, VaultGemma, GraniteSWA, ...) are mirrored by
+:func:`_pattern`; vLLM reads the same ``layer_types`` from the same config object. Mellum and Laguna carry a
+``sliding_window`` but fill ``layer_types`` with ``full_attention``: only an explicit ``layer_types`` slides
+(``windowing: explicit``). ExaoneMoe's per-layer ``sliding_windows`` (read by vLLM's ``exaone_moe.py`` only)
+is refused.
+
+Ministral3Config has no ``layer_types`` (transformers warns when a config.json has one, then caches a window
+its attention mask does not apply, while vLLM's ``llama.py`` applies it): ``layer_types: False`` refuses
+sliding entries there rather than pick one reading.
+
+Head rules. ``head_rule: derived`` marks classes whose attention (in transformers or in vLLM) always uses
+``hidden_size // num_attention_heads`` (OlmoeAttention and GraniteMoeAttention in vLLM, StableLM, GPT-NeoX,
+Persimmon, OPT): a config.json ``head_dim`` that disagrees is refused. ``kv: mha`` marks classes without
+``num_key_value_heads`` (every head keeps K and V): a config.json value other than the head count is refused.
+
+Phi-3 sets ``sliding_window`` (2047 in Phi-3-mini and -medium 4k) with no ``layer_types``: transformers'
+cache keeps a 2,047-token ring on every layer, and so does vLLM 0.33: with no ``layer_types`` it sets
+``CacheConfig.sliding_window`` from the config (``engine/arg_utils.py``), and ``Attention`` applies it to every
+layer that has no window of its own (``model_executor/layers/attention/attention.py``; ``phi3.py`` is Llama's
+model, which passes none). kvplan does the same: every Phi-3 layer is sliding when the window is set.
 """
 
 from __future__ import annotations
@@ -19,7 +52,7 @@ _TYPES = {"full_attention": "full", "sliding_attention": "sliding"}
 
 # model_type -> class defaults (transformers 5.23): max_position_embeddings, num_hidden_layers,
 # num_attention_heads, num_key_value_heads (absent: = heads), hidden_size, head_dim (absent: hidden // heads),
-# sliding_window, and how the window applies.
+# sliding_window, how the window applies (windowing), and the head rules of the module docstring.
 _DEFAULTS: dict[str, dict] = {
     "llama": {"max_len": 2048, "layers": 32, "heads": 32, "hidden": 4096},
     "mistral": {
@@ -36,11 +69,153 @@ _DEFAULTS: dict[str, dict] = {
     "qwen2_moe": {"max_len": 32768, "layers": 24, "heads": 16, "hidden": 2048, "windowing": "qwen"},
     "qwen3": {"max_len": 32768, "layers": 32, "heads": 32, "hidden": 4096, "head_dim": 128, "windowing": "qwen"},
     "qwen3_moe": {"max_len": 32768, "layers": 24, "heads": 32, "kv_heads": 4, "hidden": 2048, "windowing": "qwen"},
-    "phi3": {"max_len": 4096, "layers": 32, "heads": 32, "hidden": 3072, "windowing": "ignored"},
+    "phi3": {"max_len": 4096, "layers": 32, "heads": 32, "hidden": 3072, "windowing": "all"},
     "olmo2": {"max_len": 2048, "layers": 32, "heads": 32, "hidden": 4096},
     "olmo3": {"max_len": 2048, "layers": 32, "heads": 32, "hidden": 4096, "window": 4096, "windowing": "olmo3"},
     "glm4": {"max_len": 131072, "layers": 40, "heads": 32, "kv_heads": 2, "hidden": 4096, "head_dim": 128},
     "glm4_moe": {"max_len": 131072, "layers": 46, "heads": 96, "kv_heads": 8, "hidden": 4096},
+    # --- plain decoders added for transformers 5.23's wider zoo (same shape, other defaults) ---
+    "gemma": {"max_len": 8192, "layers": 28, "heads": 16, "kv_heads": 16, "hidden": 3072, "head_dim": 256},
+    "granite": {"max_len": 2048, "layers": 32, "heads": 32, "hidden": 4096},
+    "granitemoe": {"max_len": 2048, "layers": 32, "heads": 32, "hidden": 4096, "head_rule": "derived"},
+    "granitemoeshared": {"max_len": 2048, "layers": 32, "heads": 32, "hidden": 4096, "head_rule": "derived"},
+    "granite_swa": {
+        "max_len": 8192,
+        "layers": 24,
+        "heads": 20,
+        "kv_heads": 4,
+        "hidden": 2560,
+        "window": 128,
+        "windowing": "first_of_4_full",
+    },
+    "granitemoe_swa": {
+        "max_len": 2048,
+        "layers": 32,
+        "heads": 32,
+        "hidden": 4096,
+        "window": 128,
+        "windowing": "first_of_4_full",
+        "head_rule": "derived",
+    },
+    "olmo": {"max_len": 2048, "layers": 32, "heads": 32, "hidden": 4096},
+    "olmoe": {"max_len": 4096, "layers": 16, "heads": 16, "hidden": 2048, "head_rule": "derived"},
+    "phimoe": {"max_len": 131072, "layers": 32, "heads": 32, "kv_heads": 8, "hidden": 4096, "windowing": "all"},
+    "starcoder2": {"max_len": 4096, "layers": 30, "heads": 24, "kv_heads": 2, "hidden": 3072, "windowing": "all"},
+    "stablelm": {"max_len": 4096, "layers": 32, "heads": 32, "kv_heads": 32, "hidden": 2560, "head_rule": "derived"},
+    "cohere": {
+        "max_len": 8192,
+        "layers": 40,
+        "heads": 64,
+        "hidden": 8192,
+        "max_keys": ("model_max_length", "max_position_embeddings"),
+    },
+    "internlm3": {"max_len": 32768, "layers": 48, "heads": 32, "kv_heads": 2, "hidden": 4096, "head_dim": 128},
+    "exaone4": {
+        "max_len": 2048,
+        "layers": 32,
+        "heads": 32,
+        "kv_heads": 32,
+        "hidden": 4096,
+        "window": 4096,
+        "windowing": "exaone4",
+    },
+    "smollm3": {"max_len": 32768, "layers": 36, "heads": 16, "kv_heads": 4, "hidden": 2048, "windowing": "smollm3"},
+    "seed_oss": {"max_len": 524288, "layers": 64, "heads": 80, "kv_heads": 8, "hidden": 4096, "head_dim": 128},
+    "ministral3": {
+        "max_len": 262144,
+        "layers": 34,
+        "heads": 32,
+        "kv_heads": 8,
+        "hidden": 4096,
+        "head_dim": 128,
+        "windowing": "all",
+        "layer_types": False,
+    },
+    "ernie4_5": {"max_len": 131072, "layers": 18, "heads": 16, "kv_heads": 2, "hidden": 1024, "head_dim": 128},
+    "ernie4_5_moe": {"max_len": 131072, "layers": 28, "heads": 20, "kv_heads": 4, "hidden": 2560},
+    "helium": {"max_len": 4096, "layers": 24, "heads": 20, "kv_heads": 20, "hidden": 2560, "head_dim": 128},
+    "apertus": {"max_len": 65536, "layers": 32, "heads": 32, "hidden": 4096},
+    "arcee": {"max_len": 4096, "layers": 32, "heads": 32, "hidden": 2560},
+    "phi": {"max_len": 2048, "layers": 24, "heads": 32, "hidden": 2048},
+    "glm": {"max_len": 131072, "layers": 40, "heads": 32, "kv_heads": 2, "hidden": 4096, "head_dim": 128},
+    "vaultgemma": {
+        "max_len": 8192,
+        "layers": 26,
+        "heads": 8,
+        "kv_heads": 4,
+        "hidden": 2304,
+        "head_dim": 256,
+        "window": 4096,
+        "windowing": "alternate",
+    },
+    "dots1": {
+        "max_len": 2048,
+        "layers": 62,
+        "heads": 32,
+        "kv_heads": 32,
+        "hidden": 4608,
+        "window": 4096,
+        "windowing": "dots1",
+    },
+    "cwm": {
+        "max_len": 131072,
+        "layers": 64,
+        "heads": 48,
+        "kv_heads": 8,
+        "hidden": 6144,
+        "head_dim": 128,
+        "window": 8192,
+        "windowing": "first_of_4_full",
+    },
+    "afmoe": {
+        "max_len": 16384,
+        "layers": 32,
+        "heads": 16,
+        "hidden": 2048,
+        "head_dim": 128,
+        "window": 1024,
+        "windowing": "afmoe",
+    },
+    "exaone_moe": {
+        "max_len": 2048,
+        "layers": 32,
+        "heads": 32,
+        "kv_heads": 32,
+        "hidden": 4096,
+        "window": 4096,
+        "windowing": "exaone4",
+        "refuse": ("sliding_windows",),
+    },
+    "hyperclovax": {"max_len": 2048, "layers": 32, "heads": 32, "hidden": 4096},
+    "hy_v3": {"max_len": 131072, "layers": 80, "heads": 64, "kv_heads": 8, "hidden": 4096, "head_dim": 128},
+    "jais2": {"max_len": 8192, "layers": 32, "heads": 26, "hidden": 3328},
+    "flex_olmo": {"max_len": 4096, "layers": 32, "heads": 32, "hidden": 4096},
+    "mellum": {
+        "max_len": 131072,
+        "layers": 28,
+        "heads": 32,
+        "kv_heads": 4,
+        "hidden": 2304,
+        "head_dim": 128,
+        "window": 1024,
+        "windowing": "explicit",
+    },
+    "laguna": {
+        "max_len": 131072,
+        "layers": 40,
+        "heads": 48,
+        "kv_heads": 8,
+        "hidden": 2048,
+        "head_dim": 128,
+        "window": 512,
+        "windowing": "explicit",
+    },
+    "iquestcoder": {"max_len": 131072, "layers": 80, "heads": 40, "kv_heads": 8, "hidden": 5120, "head_dim": 128},
+    "nanochat": {"max_len": 2048, "layers": 12, "heads": 6, "hidden": 768},
+    "solar_open": {"max_len": 131072, "layers": 48, "heads": 64, "kv_heads": 8, "hidden": 4096, "head_dim": 128},
+    "gpt_neox": {"max_len": 2048, "layers": 44, "heads": 64, "hidden": 6144, "head_rule": "derived", "kv": "mha"},
+    "persimmon": {"max_len": 16384, "layers": 36, "heads": 64, "hidden": 4096, "head_rule": "derived", "kv": "mha"},
+    "opt": {"max_len": 2048, "layers": 12, "heads": 12, "hidden": 768, "head_rule": "derived", "kv": "mha"},
 }
 
 
@@ -54,36 +229,112 @@ def _window(cfg: HFConfig, default: int | None) -> int | None:
     return cfg.check_int("sliding_window", value)
 
 
+def _pattern(cfg: HFConfig, windowing: str, n: int, window: int | None) -> list[str] | None:
+    """The per-layer kinds a config class builds when config.json has no ``layer_types`` (None: every layer
+    full, or no rule). Each rule is the class's ``__post_init__`` (transformers 5.23).
+
+    Raises:
+        SpecError: a setting the class itself cannot build (Exaone4 with no window, or a string
+            ``sliding_window_pattern``).
+    """
+    if windowing == "alternate":  # VaultGemmaConfig: even layers (0, 2, ...) sliding
+        return ["sliding" if (i + 1) % 2 else "full" for i in range(n)]
+    if windowing == "first_of_4_full":  # GraniteSWAConfig, GraniteMoeSWAConfig, CwmConfig: layers 0, 4, 8 ... full
+        return ["full" if i % 4 == 0 else "sliding" for i in range(n)]
+    if windowing == "afmoe":  # AfmoeConfig: full where (i + 1) % global_attn_every_n_layers == 0
+        every = cfg.int("global_attn_every_n_layers", 4)
+        return ["full" if (i + 1) % every == 0 else "sliding" for i in range(n)]
+    if windowing == "exaone4":  # Exaone4Config, ExaoneMoeConfig: sliding unless (i + 1) % sliding_window_pattern == 0
+        pattern = cfg.get("sliding_window_pattern", 4)
+        if window is None:
+            raise cfg.error(
+                "sliding_window is null and layer_types is absent: Exaone4Config then divides by a "
+                "sliding_window_pattern of 0; give layer_types"
+            )
+        pattern = cfg.check_int("sliding_window_pattern", pattern)
+        return ["full" if (i + 1) % pattern == 0 else "sliding" for i in range(n)]
+    if windowing == "smollm3":  # SmolLM3Config: sliding where use_sliding_window and the layer has no RoPE
+        use = cfg.flag("use_sliding_window", False)
+        interval = cfg.int("no_rope_layer_interval", 4)
+        rope = cfg.list("no_rope_layers", n)
+        if rope is None:
+            rope = [int((i + 1) % interval != 0) for i in range(n)]
+        return ["sliding" if use and window is not None and not rope[i] else "full" for i in range(n)]
+    if window is None:
+        return None
+    if windowing == "dots1":  # Dots1Config: sliding from max_window_layers (default 62) on
+        first = cfg.int("max_window_layers", 62, minimum=0)
+        return ["sliding" if i >= first else "full" for i in range(n)]
+    if windowing == "all":
+        return ["sliding"] * n
+    if windowing == "qwen":  # Qwen2Config: sliding from max_window_layers on, when use_sliding_window
+        first = cfg.int("max_window_layers", 28, minimum=0)
+        use = cfg.flag("use_sliding_window", False)
+        return ["sliding" if use and i >= first else "full" for i in range(n)]
+    if windowing == "olmo3":  # Olmo3Config: every 4th layer full
+        return ["full" if (i + 1) % 4 == 0 else "sliding" for i in range(n)]
+    if windowing == "explicit":  # the class fills layer_types with full_attention: the window needs layer_types
+        return ["full"] * n
+    return ["full"] * n
+
+
+def _check_rules(cfg: HFConfig, d: dict, data: dict) -> None:
+    """Apply ``head_rule: derived`` and ``kv: mha`` (module docstring) to ``data``.
+
+    Raises:
+        SpecError: a config.json value the class's attention does not use.
+    """
+    heads, hidden = data["num_q_heads"], data["hidden_size"]
+    if d.get("head_rule") == "derived":
+        if hidden % heads:
+            raise cfg.error(f"hidden_size={hidden} is not a multiple of num_attention_heads={heads}")
+        if cfg.has("head_dim") and data["head_dim"] != hidden // heads:
+            raise cfg.error(
+                f"head_dim={data['head_dim']} but the {cfg.model_type} attention uses hidden_size / "
+                f"num_attention_heads = {hidden // heads}; kvplan will not guess which one is served"
+            )
+        data["head_dim"] = hidden // heads
+    if d.get("kv") == "mha" and data["num_kv_heads"] != heads:
+        raise cfg.error(
+            f"num_key_value_heads={data['num_kv_heads']} but the {cfg.model_type} attention keeps all "
+            f"num_attention_heads={heads} K/V heads (its config class has no num_key_value_heads)"
+        )
+
+
 def read_decoder(cfg: HFConfig) -> dict:
-    """A plain decoder's spec mapping (see the module docstring for which keys and defaults)."""
+    """A plain decoder's spec mapping (see the module docstring for which keys and defaults).
+
+    Raises:
+        SpecError: a missing or inconsistent value, or a window layout the class cannot build.
+    """
     d = _DEFAULTS[cfg.model_type]
+    for key in d.get("refuse", ()):
+        if cfg.has(key):
+            raise cfg.error(f"{key} is set (per-layer windows, read by vLLM only); kvplan has one window per kind")
     data = attention_dims(cfg, d)
+    _check_rules(cfg, d, data)
     n = data["num_layers"]
     data["dtype"] = cfg.dtype()
-    data["max_model_len"] = max_len(cfg, d["max_len"])
+    data["max_model_len"] = max_len(cfg, d["max_len"], *d.get("max_keys", ()))
     cfg.ignore("max_window_layers", "use_sliding_window")
     windowing = d.get("windowing", "none")
     window = _window(cfg, d.get("window")) if windowing != "none" else None
     kinds = cfg.layer_types(n, _TYPES)
-    if kinds is None and window is not None:
-        if windowing == "all":
-            kinds = ["sliding"] * n
-        elif windowing == "qwen":  # Qwen2Config: sliding from max_window_layers on, when use_sliding_window
-            first = cfg.int("max_window_layers", 28, minimum=0)
-            use = cfg.flag("use_sliding_window", False)
-            kinds = ["sliding" if use and i >= first else "full" for i in range(n)]
-        elif windowing == "olmo3":  # Olmo3Config: every 4th layer full
-            kinds = ["full" if (i + 1) % 4 == 0 else "sliding" for i in range(n)]
-        else:  # phi3: see the module docstring
-            kinds = ["full"] * n
+    if kinds is None:
+        kinds = _pattern(cfg, windowing, n, window)
+    else:  # the class reads these only to build layer_types
+        cfg.ignore("sliding_window_pattern", "no_rope_layers", "no_rope_layer_interval")
+        if d.get("layer_types") is False and "sliding" in kinds:
+            raise cfg.error(
+                f"layer_types has sliding_attention layers, which the {cfg.model_type} config class does not "
+                "read (transformers caches a window its attention does not apply); kvplan will not guess"
+            )
     kinds = kinds or ["full"] * n
     if "sliding" in kinds:
         if window is None:
             raise cfg.error("layer_types has sliding_attention layers but sliding_window is not set")
         data["sliding_window"] = window
     data["layers"] = kinds
-    if cfg.model_type == "phi3" and window is not None:
-        data["notes"] = f"sliding_window {window} in config.json not applied: vLLM serves Phi-3 with full attention"
     return data
 
 
