@@ -50,6 +50,15 @@ def console(file: TextIO | None = None, width: int | None = None):
                 return
             super().print(*objects, **kwargs)
 
+        def on_broken_pipe(self) -> None:
+            # rich exits 1 when the reader closes the pipe (`kvplan models | head -1`); that is not a failure:
+            # point stdout at /dev/null (nothing more is written) and let the CLI end with exit 0.
+            import os
+
+            self.quiet = True
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise BrokenPipeError
+
     out = file or sys.stdout
     if width is None and not out.isatty():
         width = PIPE_WIDTH

@@ -813,6 +813,13 @@ def build_spec(data: Any, where: str) -> ModelSpec:
     for kind in geometry:
         if kind not in kinds:
             raise SpecError(f"{where}: geometry.{kind} is given but no layer is of kind {kind}")
+    for i, layer in enumerate(layers):  # a shared layer listed by kind must have an earlier cache to read
+        if layer.kind == "shared" and layer.shared_from is None:
+            if not any(x.kind in ATTENTION_KINDS for x in layers[:i]):
+                raise SpecError(
+                    f"{where}: layer {i} is shared but no earlier layer keeps an attention cache for it to read; "
+                    "a shared layer reuses an earlier layer's cache (see num_kv_shared_layers)"
+                )
     if all(layer.kind in ("shared", "none") for layer in layers):
         raise SpecError(f"{where}: no layer keeps a cache of its own (all shared or none)")
     notes = data.get("notes") or ""

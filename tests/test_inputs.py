@@ -108,3 +108,17 @@ def test_empty_spec_file_says_empty(cli, tmp_path):
     code, _, err = cli("estimate", str(p), "--seq", "1")
     assert code == 2
     assert err == f"kvplan: error: {p}: empty file; a spec is a YAML mapping of fields (see 'kvplan models')\n"
+
+
+@pytest.mark.parametrize("args", [["models"], ["models", "--json"], ["gpus"]])
+def test_a_reader_closing_the_pipe_early_is_not_a_failure(args):
+    import subprocess
+    import sys
+
+    # `kvplan models | head -1`: rich would exit 1 on the broken pipe, as if a plan did not fit
+    code = "import sys; from kvplan.cli import run; sys.exit(run(sys.argv[1:]))"
+    p = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.readline()
+    p.stdout.close()
+    assert p.wait(timeout=30) == 0
+    assert p.stderr.read() == b""

@@ -126,8 +126,15 @@ def test_good_spec_loads(tmp_path):
             "layers.rules[0].indices has 9; allowed: 0..3",
         ),
         (
-            ("max_model_len: 1024\n", "max_model_len: 1024\nlayers: {default: shared}\n"),
+            ("max_model_len: 1024\n", "max_model_len: 1024\nlayers: {default: none}\n"),
             "no layer keeps a cache of its own (all shared or none)",
+        ),
+        (
+            (
+                "max_model_len: 1024\n",
+                "max_model_len: 1024\nlayers: {default: full, rules: [{kind: shared, indices: [0]}]}\n",
+            ),
+            "layer 0 is shared but no earlier layer keeps an attention cache for it to read",
         ),
     ],
 )
@@ -279,13 +286,19 @@ def test_hf_reader_errors(tmp_path, text, message):
             {"model_type": "llama4_text", "attention_chunk_size": 8, "no_rope_layers": ["a", 1, 1, 1]},
             "no_rope_layers",
         ),
-        ({"model_type": "gemma3_text", "sliding_window": 4, "sliding_window_pattern": "x"}, "sliding_window_pattern='x'"),
+        (
+            {"model_type": "gemma3_text", "sliding_window": 4, "sliding_window_pattern": "x"},
+            "sliding_window_pattern='x'",
+        ),
         (
             {"model_type": "qwen2", "sliding_window": 8, "use_sliding_window": True, "max_window_layers": "x"},
             "max_window_layers='x'",
         ),
         ({"model_type": "mistral", "sliding_window": -1}, "sliding_window=-1 must be an integer >= 1"),
-        ({"model_type": "llama", "layer_types": [[1], {}, 2, None]}, "layer_types[0]=[1] is not handled by the llama reader"),
+        (
+            {"model_type": "llama", "layer_types": [[1], {}, 2, None]},
+            "layer_types[0]=[1] is not handled by the llama reader",
+        ),
         ({"model_type": "llama", "layer_types": "full_attention"}, "layer_types must be a list of 4 values"),
         (
             {"model_type": "deepseek_v3", "kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": "x"},
