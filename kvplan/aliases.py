@@ -18,11 +18,21 @@ typed (engine)                            kvplan flag                  where the
 ``--max-model-len``, ``--seq``,           ``--seq`` or                 vLLM, SGLang, llama.cpp: the context
 ``--context-length``, ``--ctx-size``      ``--max-model-len``          flag of the command, either name
 ``--mem-fraction-static``                 ``--gpu-memory-utilization`` SGLang, with ``--engine sglang`` only
-``--dtype``                               ``--weights-dtype``          vLLM (``auto`` = the model's dtype)
+``--dtype``                               ``--weights-dtype`` and      vLLM: the model dtype, so the weights
+                                          ``--kv-dtype``               and (unless a KV dtype is given) the
+                                                                       KV cache (``auto`` = the model's dtype)
 ``--quantization``, ``-q``                ``--weights-dtype``          vLLM (fp8, awq, gptq, mxfp4, ...)
 ``--kv-cache-memory-bytes``               ``--kv-cache-memory``        vLLM
 ``--page-size``                           ``--block-size``             SGLang
 ========================================  ===========================  ==========================================
+
+vLLM's ``--dtype`` sets the model dtype (``ModelConfig.dtype``; vLLM 0.33 ``config/model.py``
+``_get_and_verify_dtype``: an explicit ``float``/``float32`` is served in float32, only ``auto`` downcasts a
+float32 config), and ``--kv-cache-dtype auto`` follows it (``utils/torch_utils.py``
+``kv_cache_dtype_str_to_dtype``: ``auto`` is ``model_config.dtype``). So ``--dtype X`` becomes
+``--weights-dtype X`` (dropped when ``--quantization`` says how the weights are stored) and ``--kv-dtype X``
+unless ``--kv-dtype`` / ``--kv-cache-dtype`` is given; a given KV dtype ``auto`` becomes X too. ``--dtype
+half`` on a bf16 model therefore plans an fp16 cache (the same bytes), ``--dtype float`` an fp32 one.
 
 Options that take several values (``--seq`` of ``estimate`` and ``sweep``, ``--tp``, ``--gpu``,
 ``--kv-dtype`` where repeatable) also take them comma-separated: ``--seq 4k,32k,128k``.
@@ -49,7 +59,7 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "--context-length": ("--max-model-len", "--seq"),
     "--ctx-size": ("--max-model-len", "--seq"),
     "--mem-fraction-static": ("--gpu-memory-utilization",),
-    "--dtype": ("--weights-dtype",),
+    "--dtype": ("--weights-dtype", "--kv-dtype"),
     "--quantization": ("--weights-dtype",),
     "-q": ("--weights-dtype",),
     "--kv-cache-memory-bytes": ("--kv-cache-memory",),
@@ -57,6 +67,7 @@ ALIASES: dict[str, tuple[str, ...]] = {
 }
 
 COMMA_LISTS = ("--seq", "-s", "--tp", "--gpu", "-g", "--kv-dtype")
+KV_FLAGS = ("--kv-dtype", "--kv-cache-dtype")
 
 # vLLM's --dtype values -> kvplan weight dtype names (None: the model's own dtype, i.e. no flag)
 DTYPE_VALUES: dict[str, str | None] = {
@@ -139,6 +150,19 @@ def _value(flag: str, typed: str, value: str, argv: list[str]) -> str | None:
     return value
 
 
+def _model_dtype(argv: list[str]) -> str | None:
+    """The kvplan dtype name of vLLM's ``--dtype`` in argv (before ``--``), or None (absent, ``auto``, or a
+    value :func:`_value` will refuse)."""
+    for i, tok in enumerate(argv):
+        if tok == "--":
+            break
+        if tok == "--dtype" and i + 1 < len(argv):
+            return DTYPE_VALUES.get(argv[i + 1].strip().lower())
+        if tok.startswith("--dtype="):
+            return DTYPE_VALUES.get(tok.split("=", 1)[1].strip().lower())
+    return None
+
+
 def rewrite(argv: list[str], command) -> list[str]:
     """``argv`` with engine spellings replaced by the flags of the command it invokes, and comma lists split.
 
@@ -162,6 +186,8 @@ def rewrite(argv: list[str], command) -> list[str]:
         start = 1
     names, valued, multiple = _options(sub)
     quantized = any(t in ("--quantization", "-q") or t.startswith("--quantization=") for t in argv)
+    kv_given = any(t in KV_FLAGS or t.startswith(tuple(f + "=" for f in KV_FLAGS)) for t in argv)
+    model_dtype = _model_dtype(argv)  # vLLM's --dtype: the KV cache's dtype when none (or auto) is given
     out = list(argv[:start])
     i = start
     while i < len(argv):
@@ -185,12 +211,21 @@ def rewrite(argv: list[str], command) -> list[str]:
             out.append(tok if target == flag else target)  # click reports the missing value
             i += 1
             continue
-        if target != flag:
-            if flag == "--dtype" and quantized:
-                continue  # --quantization says how the weights are stored; --dtype is the activation dtype
+        if flag == "--dtype" and target != flag:
             value = _value(target, flag, value, argv)
             if value is None:
                 continue
+            if target == "--weights-dtype" and not quantized:  # --quantization says how the weights are stored
+                out.extend([target, value])
+            if "--kv-dtype" in names and not kv_given:  # vLLM: --kv-cache-dtype auto = the model dtype
+                out.extend(["--kv-dtype", value])
+            continue
+        if target != flag:
+            value = _value(target, flag, value, argv)
+            if value is None:
+                continue
+        if target == "--kv-dtype" and model_dtype is not None:  # vLLM's auto is the --dtype given
+            value = ",".join(model_dtype if v.strip().lower() == "auto" else v for v in value.split(","))
         if flag in COMMA_LISTS or target in COMMA_LISTS:
             parts = value.split(",") if "," in value else [value]
             if len(parts) > 1:

@@ -324,17 +324,21 @@ def compare_topologies(
 
 def describe_layers(spec: ModelSpec) -> str:
     """Short text of the layer layout: ``GQA: 52 sliding(1024) + 10 full``; with the per-kind geometry
-    when attention layers differ in it: ``GQA: 5 full[2×512] + 25 sliding(1024)[8×256]``."""
+    when attention layers differ in it: ``GQA: 5 full[2×512] + 25 sliding(1024)[8×256]``; attention layers
+    that also keep a state (``parallel_state``: Falcon-H1, Zamba2) say which: ``GQA: 44 full+mamba2``."""
     geometries: dict[str, list[str]] = {}
+    parallel: dict[str, str] = {}  # attention kind -> the state kind its layers keep beside the KV
     for layer in spec.layers:
         g = layer.geometry()
         if g and g not in geometries.setdefault(layer.kind, []):
             geometries[layer.kind].append(g)
+        if layer.state is not None and layer.kind in KV_HEAD_KINDS:
+            parallel[layer.kind] = layer.state.kind
     mixed = len({g for gs in geometries.values() for g in gs}) > 1
     parts = []
     for kind, n in spec.kind_counts().items():
         w = spec.window_of(kind)
-        text = f"{n} {kind}" + (f"({w})" if w else "")
+        text = f"{n} {kind}" + (f"+{parallel[kind]}" if kind in parallel else "") + (f"({w})" if w else "")
         if mixed and geometries.get(kind):
             text += "[" + ",".join(geometries[kind]) + "]"
         parts.append(text)
@@ -342,10 +346,11 @@ def describe_layers(spec: ModelSpec) -> str:
 
 
 def model_summary(spec: ModelSpec, kv_dtype: str = "bf16", seqs: tuple[int, ...] = (4096, 131072)) -> dict:
-    """One row of ``kvplan models``: geometry and KV bytes (``kv_bytes_<S>``, ``bytes_per_token_<S>``).
+    """One row of ``kvplan models``: geometry, parameters and KV bytes (``kv_bytes_<S>``, ``bytes_per_token_<S>``).
 
     ``bytes_per_token_<S>`` is ``kv_bytes_<S> / S`` (a float only because windows and states make the
-    average fractional); ``kv_bytes_<S>`` is exact.
+    average fractional); ``kv_bytes_<S>`` is exact. ``param_count`` / ``active_param_count`` are None when the
+    spec gives no param_count (``kvplan fit`` then needs --weights-gib).
     """
     row = {
         "name": spec.name,
@@ -358,6 +363,8 @@ def model_summary(spec: ModelSpec, kv_dtype: str = "bf16", seqs: tuple[int, ...]
         "max_model_len": spec.max_model_len,
         "dtype": spec.dtype,
         "kv_dtype": kv_dtype,
+        "param_count": spec.param_count,
+        "active_param_count": spec.active_param_count if spec.moe is not None else None,
     }
     for s in seqs:
         b = estimate(spec, s, kv_dtype=kv_dtype).bytes_per_request

@@ -194,14 +194,18 @@ def fit(
         "--kv-cache-memory",
         help="KV budget per GPU, bypassing the memory model (bytes, or 16GiB ...), as vLLM's --kv-cache-memory-bytes.",
     ),
-    shared_prefix: int = typer.Option(
-        0, "--shared-prefix", help="Prompt tokens shared by every request, cached once per replica (full/MLA layers)."
+    shared_prefix: str = typer.Option(
+        "0",
+        "--shared-prefix",
+        help="Prompt tokens shared by every request, cached once per replica (full/MLA layers); 2k = 2048.",
     ),
     swa_full: bool = typer.Option(False, "--swa-full", help="llama.cpp: size sliding-window layers at n_ctx too."),
     engine_version: Optional[str] = typer.Option(
         None,
         "--engine-version",
-        help="Engine rules of this version: vLLM 0.33 (default), 0.11, 0.6 (older logs); TensorRT-LLM 1.0 (1.0-1.1).",
+        help="Engine rules of this version: vLLM 0.33 (default), 0.11, 0.6 (older logs); TensorRT-LLM 1.0 (1.0-1.1); "
+        "SGLang 0.5.23; llama.cpp one set (any build). The newest set not newer applies; older than the oldest: "
+        "the oldest, with a warning.",
     ),
     max_num_seqs: Optional[int] = typer.Option(
         None,
@@ -276,7 +280,7 @@ def fit(
         overhead_bytes=None if overhead_gib is None else parse_size_default_gib(overhead_gib, "--overhead-gib"),
         weights_bytes=None if weights_gib is None else parse_size_default_gib(weights_gib, "--weights-gib"),
         kv_cache_memory_bytes=None if kv_cache_memory is None else parse_bytes(kv_cache_memory, "--kv-cache-memory"),
-        shared_prefix_tokens=shared_prefix,
+        shared_prefix_tokens=parse_tokens(shared_prefix, "--shared-prefix", allow_zero=True),
         swa_full=swa_full,
         engine_version=engine_version,
         max_num_seqs=max_num_seqs,
@@ -289,11 +293,14 @@ def fit(
         num_mtp_layers=num_mtp_layers,
     )
     g = get_gpu(gpu)
+    old = fitmod.engine_version_warning(opts.engine, engine_version)
+    if old:
+        render.warn(old)
     try:
         result = fitmod.require_fit(spec, g, opts)
     except DoesNotFit as e:
         if json_out:
-            render.print_json(render.fit_json(e.result))
+            render.print_json(render.fit_json(e.result, reason=e.reason, suggestions=e.suggestions))
         raise
     if result.max_model_len > spec.max_model_len:
         render.warn(
@@ -351,10 +358,15 @@ def fleet(
     ),
     kv_dtype: str = typer.Option("auto", "--kv-dtype", help="KV dtype (auto = model dtype)."),
     weights_dtype: Optional[str] = typer.Option(None, "--weights-dtype", help="Weights dtype (default: model dtype)."),
+    weights_gib: Optional[str] = typer.Option(
+        None, "--weights-gib", help="Weights per GPU (GiB, or a size with unit), instead of param_count; one --tp."
+    ),
     gpu_memory_utilization: Optional[float] = typer.Option(
         None, "--gpu-memory-utilization", help="Memory fraction (engine default)."
     ),
-    price: List[str] = typer.Option([], "--price", help="GPU=USD_PER_HOUR per GPU (repeat), e.g. h100=2.49."),
+    price: List[str] = typer.Option(
+        [], "--price", help="GPU=USD_PER_HOUR per GPU (repeat, or a comma list), e.g. h100=2.49,h200=3.5."
+    ),
     sort: str = typer.Option("gpus", "--sort", help="gpus or cost."),
     show_all: bool = typer.Option(False, "--all", help="List every TP that fits, not only the best layout per GPU."),
     tpot_ms: Optional[float] = typer.Option(
@@ -395,10 +407,14 @@ def fleet(
     else:
         raise UsageError("--workload: give --workload FILE, or --concurrency N with --seq S")
     from kvplan.fit import parse_partition
+    from kvplan.units import parse_size_default_gib
 
+    if weights_gib is not None and len(tp) != 1:
+        raise UsageError("--weights-gib: weights per GPU depend on TP, so give one --tp with it (each TP its own run)")
     opts = FitOptions(
         engine=get_engine(engine),
         pipeline_parallel_size=pp,
+        weights_bytes=None if weights_gib is None else parse_size_default_gib(weights_gib, "--weights-gib"),
         kv_dtype=kv_dtype,
         weights_dtype=weights_dtype,
         gpu_memory_utilization=gpu_memory_utilization,
@@ -408,6 +424,11 @@ def fleet(
     )
     gpus = [get_gpu(g) for g in gpu] if gpu else load_catalog()
     prices = fleetmod.parse_prices(price, get_gpu, gpus if gpu else None)
+    from kvplan.fit import engine_version_warning
+
+    old = engine_version_warning(opts.engine, engine_version)
+    if old:
+        render.warn(old)
     from kvplan.perf import check_fraction
     from kvplan.units import parse_tokens
 
@@ -572,12 +593,14 @@ def verify(
     allocated then), 2 on bad input or when torch is missing.
     """
     from kvplan import render
-    from kvplan.errors import MissingExtra, UsageError
+    from kvplan.errors import DoesNotFit, MissingExtra, UsageError
     from kvplan.specs import load_model
-    from kvplan.units import parse_bytes, parse_tokens
+    from kvplan.units import check_batch, parse_bytes, parse_tokens
 
     spec = load_model(model)
     s = parse_tokens(seq)
+    if batch is not None:
+        check_batch(batch)
     if not fit_plan:
         for flag, given in (
             ("--gpu", gpu is not None),
@@ -597,10 +620,12 @@ def verify(
         raise MissingExtra(f"kvplan verify needs torch: {extra_hint('verify')}") from None
     from kvplan import verify as verifymod
 
-    if s > spec.max_model_len:
-        render.warn(
-            f"--seq {s:,} is beyond {spec.name}'s max context of {spec.max_model_len:,} tokens (allocated anyway)"
-        )
+    # said once: with the result (allocated anyway), or inside the error when nothing could be allocated
+    beyond = (
+        f"--seq {s:,} is beyond {spec.name}'s max context of {spec.max_model_len:,} tokens"
+        if s > spec.max_model_len
+        else None
+    )
     bar, progress = _verify_progress()
     try:
         if fit_plan:
@@ -617,9 +642,15 @@ def verify(
             )
         else:
             result = verifymod.verify(spec, s, batch or 1, kv_dtype, device=device, layers=layers, progress=progress)
+    except DoesNotFit as e:
+        if beyond is None:
+            raise
+        raise DoesNotFit(f"{e} ({beyond})") from None
     finally:
         if bar.live.is_started:
             bar.stop()
+    if beyond is not None:
+        render.warn(f"{beyond} (allocated anyway)")
     if json_out:
         render.print_json(result.to_json())
     else:
@@ -652,6 +683,11 @@ def sweep(
         None, "--max-num-batched-tokens", help="Tokens per forward step (engine default)."
     ),
     weights_dtype: Optional[str] = typer.Option(None, "--weights-dtype", help="Weights dtype (default: model dtype)."),
+    weights_gib: Optional[str] = typer.Option(
+        None,
+        "--weights-gib",
+        help="Weights per GPU (GiB, or a size with unit), instead of param_count; one MODEL and one --tp.",
+    ),
     all_rows: bool = typer.Option(False, "--all", help="Table: print every row (default: the first 200)."),
     csv_out: bool = typer.Option(False, "--csv", help="Print every row as CSV."),
     json_out: bool = typer.Option(False, "--json", help="Print every row as a JSON list of objects."),
@@ -666,16 +702,24 @@ def sweep(
     from kvplan.fit import FitOptions, get_engine
     from kvplan.gpus import get_gpu
     from kvplan.specs import load_model
-    from kvplan.units import parse_tokens
+    from kvplan.units import parse_tokens, plural
 
     if csv_out and json_out:
         raise UsageError("--csv, --json: choose one output format")
+    if weights_gib is not None and (len(model) != 1 or len(tp) != 1):
+        raise UsageError(
+            "--weights-gib: one model's weights per GPU at one TP, so give one MODEL and one --tp with it "
+            f"(got {plural(len(model), 'model')}, {plural(len(tp), 'TP')})"
+        )
+    from kvplan.units import parse_size_default_gib
+
     opts = FitOptions(
         engine=get_engine(engine),
         gpu_memory_utilization=gpu_memory_utilization,
         block_size=block_size,
         max_num_batched_tokens=max_num_batched_tokens,
         weights_dtype=weights_dtype,
+        weights_bytes=None if weights_gib is None else parse_size_default_gib(weights_gib, "--weights-gib"),
     )
     specs = [load_model(m) for m in model]
     seqs = [parse_tokens(s) for s in seq]
@@ -685,14 +729,17 @@ def sweep(
         render.warn(sweepmod.skipped_message(result))
     if result.beyond_max_context_rows:
         render.warn(
-            f"{result.beyond_max_context_rows:,} rows have --seq beyond the model's max context (computed anyway)"
+            f"{plural(result.beyond_max_context_rows, 'row has', 'rows have')} --seq beyond the model's max context "
+            "(computed anyway)"
         )
     if csv_out or json_out:
         (render.sweep_csv if csv_out else render.sweep_json)(result.iter_rows())
         return
     limit = None if all_rows else render.SWEEP_TABLE_ROWS
     rows = result.rows(limit, sweepmod.TABLE_COLUMNS)
-    render.sweep_table(rows, result.num_rows, result.engine, result.block_size, render.console())
+    render.sweep_table(
+        rows, result.num_rows, result.engine, result.block_size, render.console(), result.columns.get("block_size")
+    )
     if len(rows) < result.num_rows:
         render.warn(
             f"showing the first {len(rows):,} of {result.num_rows:,} rows; "

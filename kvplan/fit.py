@@ -45,13 +45,14 @@ from enum import Enum
 
 from kvplan.calc import cdiv, check_tp, layer_state_bytes, layer_token_bytes, resolve_kv_dtype, valid_tp_sizes
 from kvplan.dtypes import KVDtype, get_weight_dtype
+from kvplan.engines import llamacpp as llamacpp_rules
 from kvplan.engines import sglang as sglang_rules
 from kvplan.engines import trtllm as trtllm_rules
 from kvplan.engines import vllm as vllm_rules
 from kvplan.errors import DoesNotFit, UsageError
 from kvplan.gpus import GPU, load_catalog
 from kvplan.specs import ModelSpec
-from kvplan.units import GIB, MIB, fmt_gib
+from kvplan.units import GIB, MIB, fmt_gib, plural
 
 MAX_SEARCH_TOKENS = 1 << 40  # upper end of the max_model_len search (a cache with no per-token growth)
 
@@ -117,6 +118,54 @@ def get_engine(name: str | Engine) -> Engine:
     except ValueError:
         allowed = ", ".join(e.value for e in Engine)
         raise UsageError(f"--engine: unknown engine {name!r}; allowed: {allowed}") from None
+
+
+def engine_rules(engine: Engine, version: str | None) -> tuple[str, str]:
+    """(rule set, its description) an engine applies for ``--engine-version`` ``version`` (None: the newest).
+
+    vLLM and TensorRT-LLM: the newest set not newer than the version (:mod:`kvplan.engines.vllm`,
+    :mod:`kvplan.engines.trtllm`); SGLang and llama.cpp have one set each, and take any version that parses.
+    A version older than the oldest set gets that set (:func:`engine_version_warning` says so).
+
+    Raises:
+        UsageError: a version that does not parse (the message lists the rule sets).
+    """
+    if engine is Engine.vllm:
+        r = vllm_rules.resolve_rules(version)
+        return r.version, r.description
+    if engine is Engine.trtllm:
+        t = trtllm_rules.resolve_rules(version)
+        return t.version, t.description
+    if engine is Engine.sglang:
+        return sglang_rules.resolve_rules(version), sglang_rules.DESCRIPTION
+    return llamacpp_rules.resolve_rules(version), llamacpp_rules.DESCRIPTION
+
+
+ENGINE_NAMES = {
+    Engine.vllm: "vLLM",
+    Engine.sglang: "SGLang",
+    Engine.trtllm: "TensorRT-LLM",
+    Engine.llamacpp: "llama.cpp",
+}
+_ENGINE_MODULES = {Engine.vllm: vllm_rules, Engine.sglang: sglang_rules, Engine.trtllm: trtllm_rules,
+                   Engine.llamacpp: llamacpp_rules}  # fmt: skip
+
+
+def engine_version_warning(engine: str | Engine, version: str | None) -> str | None:
+    """The warning for a ``--engine-version`` older than the engine's oldest rule set (kvplan applies that
+    set rather than refuse: the output names it), else None.
+
+    Raises:
+        UsageError: as :func:`engine_rules`.
+    """
+    eng = get_engine(engine)
+    rules, description = engine_rules(eng, version)
+    if version is None or not _ENGINE_MODULES[eng].older_than_oldest(version):
+        return None
+    return (
+        f"--engine-version {str(version).strip()} is older than the oldest {ENGINE_NAMES[eng]} rule set kvplan has; "
+        f"applying {rules} ({description})"
+    )
 
 
 def stage_layers(num_layers: int, pipeline_parallel_size: int, partition: tuple[int, ...] | None = None) -> list[range]:
@@ -215,12 +264,22 @@ class FitResult:
         kv_bytes_per_block: ``block_size × kv_bytes_per_token``.
         kv_bytes_per_request: bytes one request of max_model_len holds (engine rules, blocks, state).
         num_blocks: ``kv_budget_bytes // kv_bytes_per_block``.
-        kv_capacity_tokens: ``num_blocks × block_size`` (vLLM's "GPU KV cache size").
+        kv_capacity_tokens: vLLM's "GPU KV cache size": for vLLM ≥ 0.33 ``int(max_concurrency ×
+            max_model_len)`` (``kv_cache_utils.py get_kv_cache_capacity``: requests' worth of max_model_len,
+            not the tokens of context that fit, see ``max_model_len_fit``); otherwise the pool's tokens,
+            ``num_blocks × block_size``, a token counted in every layer.
         max_concurrent_requests: whole requests of max_model_len that fit (floor).
-        max_concurrency: vLLM's "Maximum concurrency": pool bytes / bytes per request (a ratio).
+        max_concurrency: vLLM's "Maximum concurrency": pool / one request (a ratio; vLLM's log rounds it to
+            two decimals and counts the null block, so "7.00x" can mean 6 whole requests).
+        max_requests_ratio: kvplan's own ratio: the room requests are counted against (vLLM ≥ 0.33: the
+            null block left out; a shared prefix paid once) over one request's own bytes; its floor is
+            ``max_requests_by_memory``. Shown cut, never rounded, to two decimals.
         max_model_len_fit: the longest single request that fits the budget (tokens).
         shared_prefix_tokens / shared_prefix_bytes: prompt tokens counted once per replica, and their bytes.
-        engine_version: the rule set applied (vLLM: ``0.33``, ``0.11``, ``0.6``; "" for other engines).
+        engine_version: the rule set applied (vLLM: ``0.33``, ``0.11``, ``0.6``; TensorRT-LLM ``1.0``; SGLang
+            ``0.5.23``; "" for llama.cpp, which has one rule set without a number).
+        engine_version_asked: ``--engine-version`` as given ("" when not given).
+        engine_rules: the rule set in words (:func:`engine_rules`).
         max_num_seqs: the engine's cap on running requests (vLLM ``max_num_seqs``), or None.
         max_requests_by_memory: whole requests of max_model_len the KV pool holds (vLLM 0.33: the null
             block excluded); ``max_concurrent_requests`` is this capped at ``max_num_seqs``.
@@ -279,6 +338,9 @@ class FitResult:
     engine_log: str = ""
     num_speculative_tokens: int = 0
     drafter_layers: int = 0
+    max_requests_ratio: float = 0.0
+    engine_version_asked: str = ""
+    engine_rules: str = ""
 
     @property
     def fits(self) -> bool:
@@ -378,7 +440,7 @@ def parse_partition(text: str) -> tuple[int, ...]:
         return tuple(int(x) for x in str(text).split(","))
     except ValueError:
         raise UsageError(
-            f"--pp-layer-partition: {text!r} must be layer counts separated by commas, e.g. 41,39"
+            f"--pp-layer-partition: {text!r} must be layer counts (one per --pp stage) separated by commas, e.g. 41,39"
         ) from None
 
 
@@ -391,14 +453,49 @@ def check_pp_partition(spec: ModelSpec, pp: int, partition: tuple[int, ...] | No
     """
     if partition is None:
         return
-    if len(partition) != pp or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in partition):
-        given = ",".join(str(n) for n in partition)
-        raise UsageError(f"--pp-layer-partition: {given} must be {pp} layer counts >= 1, one per PP stage")
+    given = ",".join(str(n) for n in partition)
+    want = (
+        f"give {plural(pp, 'count')} (one per --pp stage), each >= 1, that sum to {spec.num_layers} "
+        f"({spec.name}'s num_layers)"
+    )
+    if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in partition):
+        raise UsageError(f"--pp-layer-partition: {given} has a count below 1; {want}")
+    wrong = []
     if sum(partition) != spec.num_layers:
-        raise UsageError(
-            f"--pp-layer-partition: {','.join(map(str, partition))} sums to {sum(partition)}, "
-            f"not {spec.name}'s {spec.num_layers} layers"
+        wrong.append(f"sums to {plural(sum(partition), 'layer')}")
+    if len(partition) != pp:
+        wrong.append(f"has {plural(len(partition), 'count')} for --pp {pp}")
+    if wrong:
+        raise UsageError(f"--pp-layer-partition: {given} {' and '.join(wrong)}; {want}")
+
+
+def no_param_count_message(spec: ModelSpec, weights_dtype: str | None = None) -> str:
+    """The one-line error for weights that cannot be sized: what is missing and what fixes it, told apart
+    for a bundled name, a user's spec YAML, a checkpoint whose bytes but not parameters are known (with
+    ``weights_dtype``), and a config.json (local or from the Hub)."""
+    from pathlib import Path
+
+    from kvplan.specs import bundled_specs_dir
+
+    fix = "give --weights-gib (weights per GPU)"
+    origin = spec.origin or spec.source
+    if spec.weights_bytes is not None and weights_dtype is not None:
+        return (
+            f"{spec.name}: the checkpoint's weights are known in bytes ({spec.weights_bytes:,} B) but not in "
+            f"parameters, so --weights-dtype {weights_dtype} cannot re-size them; drop --weights-dtype, or {fix}"
         )
+    if not origin.lower().endswith((".json", ".gguf")) and "://" not in origin:  # a spec YAML
+        if Path(origin).resolve().parent == bundled_specs_dir().resolve():
+            return f"{spec.name}: the bundled spec gives no param_count, so weights are unknown; {fix}"
+        return (
+            f"{spec.name}: {origin} gives no param_count, so weights are unknown; add param_count (total "
+            f"parameters) to that spec YAML, or {fix}"
+        )
+    return (
+        f"{spec.name}: a config.json gives no parameter count and no safetensors weights were found with it "
+        f"(model.safetensors or model.safetensors.index.json), so weights are unknown; {fix}, or write a spec "
+        "YAML with param_count"
+    )
 
 
 def weights_per_gpu(spec: ModelSpec, weights_dtype: str | None, tp: int, pp: int) -> tuple[int, str]:
@@ -413,17 +510,15 @@ def weights_per_gpu(spec: ModelSpec, weights_dtype: str | None, tp: int, pp: int
     given; the dtype name is then ``checkpoint``.
 
     Raises:
-        UsageError: the spec has no param_count (give --weights-gib), or an unknown dtype.
+        UsageError: the spec has no param_count (give --weights-gib; the message says what else fixes it
+            for a bundled name, a spec YAML, a config.json or a checkpoint), or an unknown dtype.
     """
     if spec.weights_bytes is not None and weights_dtype is None:  # exact, from a GGUF's or safetensors' headers
         return cdiv(spec.weights_bytes, tp * pp), "checkpoint"
     model_wd = get_weight_dtype(spec.dtype)
     wd = get_weight_dtype(weights_dtype or spec.weights_dtype or spec.dtype)
     if spec.param_count is None:
-        raise UsageError(
-            f"{spec.name}: no param_count in the spec, so weights are unknown; add param_count to a spec YAML "
-            "(a config.json has none), or with 'kvplan fit' give --weights-gib (weights per GPU)"
-        )
+        raise UsageError(no_param_count_message(spec, weights_dtype))
     kept = spec.param_count_unquantized if wd.bits != model_wd.bits else 0
     total = wd.bytes_for(spec.param_count - kept) + model_wd.bytes_for(kept)
     return cdiv(total, tp * pp), wd.name
@@ -594,6 +689,7 @@ def plan_fit(spec: ModelSpec, gpu: GPU, opts: FitOptions) -> FitResult:
     if pp > spec.num_layers:
         raise UsageError(f"--pp: {pp} is more stages than {spec.name}'s {spec.num_layers} layers")
     check_pp_partition(spec, pp, opts.pp_layer_partition)
+    rules_version, rules_text = engine_rules(conv.engine, opts.engine_version)
     util, block, mnbt, max_batch = engine_settings(conv, opts, gpu)
     max_len = spec.max_model_len if opts.max_model_len is None else opts.max_model_len
     _check("--shared-prefix", opts.shared_prefix_tokens, 0)
@@ -641,6 +737,8 @@ def plan_fit(spec: ModelSpec, gpu: GPU, opts: FitOptions) -> FitResult:
         overhead_bytes=overhead,
         kv_budget_bytes=budget,
         kv_budget_given=given,
+        engine_version_asked="" if opts.engine_version is None else str(opts.engine_version).strip(),
+        engine_rules=rules_text,
     )
     if conv.engine is Engine.vllm:
         vs = vllm_settings(spec, gpu, opts)
@@ -663,7 +761,7 @@ def plan_fit(spec: ModelSpec, gpu: GPU, opts: FitOptions) -> FitResult:
         extra = dict(engine_version=trt.version, max_num_seqs=seqs, max_in_flight_tokens=mnbt)
     else:
         check_speculative(spec, opts, False)
-        extra = dict(max_in_flight_tokens=mnbt)
+        extra = dict(engine_version=rules_version, max_in_flight_tokens=mnbt)
     trt = trtllm_rules.resolve_rules(opts.engine_version) if conv.engine is Engine.trtllm else None
     # TensorRT-LLM (PyTorch backend) sizes every attention layer for max_seq_len: windows as full; so does
     # SGLang outside its hybrid-SWA architectures (one pool of max_total_num_tokens slots in every layer)
@@ -697,10 +795,11 @@ def plan_fit(spec: ModelSpec, gpu: GPU, opts: FitOptions) -> FitResult:
     room = pool if trt is not None else budget
     if unique <= 0:
         max_requests = 0
-        concurrency = 0.0
+        concurrency = ratio = 0.0
     else:
         max_requests = max(0, (room - shared_bytes) // unique) if room >= per_request else 0
         concurrency = max(0.0, (pool - shared_bytes) / unique)
+        ratio = max(0.0, (room - shared_bytes) / unique)  # floor = max_requests
 
     lo, hi = 0, MAX_SEARCH_TOKENS  # largest S with req(S) <= room (req is non-decreasing in S)
     while lo < hi:
@@ -721,6 +820,7 @@ def plan_fit(spec: ModelSpec, gpu: GPU, opts: FitOptions) -> FitResult:
         by_full = (full_tokens - shared_tokens) // (max_len - shared_tokens) if full_tokens >= max_len else 0
         max_requests = min(by_full, swa_tokens // swa_req)
         concurrency = min(full_tokens / max_len, swa_tokens / swa_req)
+        ratio = min(max(0, full_tokens - shared_tokens) / (max_len - shared_tokens), swa_tokens / swa_req)
         lo = sglang_rules.longest_request(full_tokens, swa_tokens, win)
         log = sglang_rules.log_line(full_tokens, swa_tokens)
     seqs = extra.get("max_num_seqs")
@@ -746,6 +846,7 @@ def plan_fit(spec: ModelSpec, gpu: GPU, opts: FitOptions) -> FitResult:
         stage_num_layers=sizes[worst],
         max_requests_by_memory=max_requests,
         engine_log=log,
+        max_requests_ratio=ratio,
         **extra,
     )
 
@@ -790,6 +891,7 @@ def _plan_vllm_groups(
         by_memory = (usable - shared_blocks) // unique
     else:
         by_memory = 0
+    ratio = max(0, usable - shared_blocks) / unique if per_request and unique > 0 else 0.0  # floor = by_memory
     concurrency = num_blocks / per_request if per_request else 0.0
     tokens = int(concurrency * max_len) if vs.rules.log_from_concurrency else num_blocks * layout.block_size
 
@@ -843,6 +945,7 @@ def _plan_vllm_groups(
         engine_log=vllm_rules.log_line(tokens, max_len, concurrency),
         num_speculative_tokens=opts.num_speculative_tokens,
         drafter_layers=opts.num_mtp_layers + (opts.speculative_model.num_layers if opts.speculative_model else 0),
+        max_requests_ratio=ratio,
     )
 
 
@@ -903,13 +1006,50 @@ def request_sizer(spec: ModelSpec, gpu: GPU, opts: FitOptions, fit: FitResult):
     return size
 
 
+def has_fp8(gpu: GPU) -> bool:
+    """Whether FP8 weights or an FP8 KV cache are worth suggesting on ``gpu``: the catalog's ``fp8`` field
+    (native FP8 tensor cores: Ada, Hopper, Blackwell, MI300); a GPU given by size is taken as able (kvplan's
+    vLLM rules take it as Hopper-class)."""
+    return gpu.fp8 or gpu.is_custom
+
+
+def _uses_fp8(fit: FitResult) -> bool:
+    return fit.kv_dtype.startswith("fp8") or fit.weights_dtype.startswith("fp8")
+
+
 def suggest(spec: ModelSpec, gpu: GPU, opts: FitOptions) -> list[str]:
-    """What would fit instead: the largest max_model_len, the smallest TP the heads allow, a catalog GPU."""
+    """What would fit instead, same hardware first: the longest max_model_len that fits, an FP8 KV cache
+    (llama.cpp: q8_0), FP8 weights; then the smallest TP the heads allow; then a larger catalog GPU.
+
+    FP8 is offered only on a GPU with FP8 support (:func:`has_fp8`; not on a T4, V100 or A100), and a
+    larger GPU is one with FP8 support when the plan already uses FP8; with a given KV budget
+    (``kv_cache_memory_bytes``) no other GPU is offered (the budget would be the same).
+    """
     out = []
     base = plan_fit(spec, gpu, opts)
     if base.max_model_len_fit >= 1 and base.kv_budget_bytes > 0:
         out.append(f"--max-model-len {base.max_model_len_fit} (the longest that fits)")
-    if opts.weights_bytes is None and spec.param_count is not None and opts.kv_cache_memory_bytes is None:
+    engine = get_engine(opts.engine)
+    kv = resolve_kv_dtype(spec, opts.kv_dtype)
+    if kv.bytes_for(1 << 20) > 1 << 20:  # wider than 8 bits per element
+        quant = "q8_0" if engine is Engine.llamacpp else "fp8" if has_fp8(gpu) else None
+        try:
+            if (
+                quant is not None
+                and base.kv_budget_bytes > 0
+                and plan_fit(spec, gpu, replace(opts, kv_dtype=quant)).fits
+            ):
+                what = "8-bit blocks" if quant == "q8_0" else "an FP8 KV cache, 1 byte per value"
+                out.append(f"--kv-dtype {quant} ({what})")
+        except UsageError:  # a cache the engine's backends do not take for this model
+            pass
+    if (
+        opts.weights_bytes is None
+        and spec.param_count is not None
+        and opts.kv_cache_memory_bytes is None
+        and engine is not Engine.llamacpp  # GGUF has no FP8 type
+        and has_fp8(gpu)
+    ):
         current = get_weight_dtype(opts.weights_dtype or spec.weights_dtype or spec.dtype)
         if current.bits > 8 and plan_fit(spec, gpu, replace(opts, weights_dtype="fp8")).fits:
             out.append("--weights-dtype fp8 (an FP8 checkpoint: half the weights)")
@@ -922,11 +1062,17 @@ def suggest(spec: ModelSpec, gpu: GPU, opts: FitOptions) -> list[str]:
                 break
         except UsageError:
             continue
-    tps = [t for t in valid_tp_sizes(spec) if t >= opts.tensor_parallel_size]
+    fp8_needed = _uses_fp8(base)
+    # a given KV budget (--kv-cache-memory) is the same on any GPU: a larger one changes nothing
+    tps = (
+        [t for t in valid_tp_sizes(spec) if t >= opts.tensor_parallel_size]
+        if opts.kv_cache_memory_bytes is None
+        else []
+    )
     for tp in tps:  # a larger GPU: the fewest GPUs first (smallest TP), then the smallest GPU
         found = None
         for g in sorted(load_catalog(), key=lambda g: g.cuda_total_bytes):
-            if g.cuda_total_bytes <= gpu.cuda_total_bytes:
+            if g.cuda_total_bytes <= gpu.cuda_total_bytes or (fp8_needed and not has_fp8(g)):
                 continue
             if plan_fit(spec, g, replace(opts, tensor_parallel_size=tp)).fits:
                 found = g
@@ -939,8 +1085,8 @@ def suggest(spec: ModelSpec, gpu: GPU, opts: FitOptions) -> list[str]:
     return out
 
 
-def does_not_fit_message(spec: ModelSpec, r: FitResult, suggestions: list[str]) -> str:
-    """One line: what needs how much against what is available, and what would fit."""
+def does_not_fit_reason(spec: ModelSpec, r: FitResult) -> str:
+    """Why a plan does not fit, one line: what needs how much against what is available."""
     where = f"{spec.name} on {r.gpu} (TP={r.tensor_parallel_size}, PP={r.pipeline_parallel_size}, {r.engine})"
     if r.kv_budget_bytes <= 0:
         what = (
@@ -956,23 +1102,33 @@ def does_not_fit_message(spec: ModelSpec, r: FitResult, suggestions: list[str]) 
     if r.engine == "trtllm" and r.engine_version and r.num_blocks:  # it starts, with a shorter max_seq_len
         what += (
             f"; TensorRT-LLM {r.engine_version} would cut max_seq_len to {r.num_blocks * r.block_size:,} "
-            f"({r.num_blocks:,} blocks of {r.block_size})"
+            f"({plural(r.num_blocks, 'block')} of {r.block_size})"
         )
+    return f"{where}: {what}"
+
+
+def does_not_fit_message(spec: ModelSpec, r: FitResult, suggestions: list[str]) -> str:
+    """One line: what needs how much against what is available (:func:`does_not_fit_reason`), and what would
+    fit (:func:`suggest`)."""
     hint = "; would fit: " + ", or ".join(suggestions) if suggestions else "; nothing in the catalog fits"
-    return f"{where}: {what}{hint}"
+    return f"{does_not_fit_reason(spec, r)}{hint}"
 
 
 def require_fit(spec: ModelSpec, gpu: GPU, opts: FitOptions) -> FitResult:
     """:func:`plan_fit`, raising :class:`DoesNotFit` (exit 1) with suggestions when nothing fits.
 
     Raises:
-        DoesNotFit: not one request of max_model_len fits; ``.result`` holds the plan.
+        DoesNotFit: not one request of max_model_len fits; ``.result`` holds the plan, ``.reason`` the
+            reason (:func:`does_not_fit_reason`) and ``.suggestions`` what would fit (:func:`suggest`).
         UsageError: as :func:`plan_fit`.
     """
     r = plan_fit(spec, gpu, opts)
     if not r.fits:
-        e = DoesNotFit(does_not_fit_message(spec, r, suggest(spec, gpu, opts)))
+        suggestions = suggest(spec, gpu, opts)
+        e = DoesNotFit(does_not_fit_message(spec, r, suggestions))
         e.result = r
+        e.reason = does_not_fit_reason(spec, r)
+        e.suggestions = suggestions
         raise e
     return r
 

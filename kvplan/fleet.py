@@ -79,7 +79,8 @@ def workload_from_data(data: Any, where: str) -> Workload:
 
     Raises:
         UsageError: not a mapping, no classes, unknown keys, counts < 1, token counts that do not parse,
-            a shared prefix longer than the request (the message names the file and field).
+            a shared prefix longer than the request, two classes with one name (the message names the file
+            and field).
     """
     if not isinstance(data, dict):
         raise UsageError(f"{where}: a workload must be a YAML mapping with name and classes")
@@ -90,6 +91,7 @@ def workload_from_data(data: Any, where: str) -> Workload:
     if len(classes) > MAX_CLASSES:
         raise UsageError(f"{where}: {len(classes):,} request classes; at most {MAX_CLASSES:,} (merge similar ones)")
     out = []
+    names: dict[str, int] = {}
     for i, c in enumerate(classes):
         key = f"classes[{i}]"
         if not isinstance(c, dict):
@@ -121,7 +123,13 @@ def workload_from_data(data: Any, where: str) -> Workload:
             raise UsageError(
                 f"{where}: {key}: prompt_tokens + output_tokens must equal tokens={tokens} (each at least 1)"
             )
-        out.append(RequestClass(str(c.get("name") or f"class{i}"), conc, tokens, prefix, prompt, output))
+        name = str(c.get("name") or f"class{i}")
+        if name in names:
+            raise UsageError(
+                f"{where}: {key}.name={name!r} is the name of classes[{names[name]}] too; class names must be unique"
+            )
+        names[name] = i
+        out.append(RequestClass(name, conc, tokens, prefix, prompt, output))
     return Workload(str(data.get("name") or Path(where).stem), tuple(out))
 
 
@@ -452,7 +460,7 @@ def _speed(spec: ModelSpec, gpu: GPU, fit: FitResult, workload: Workload, slo: S
             if cap == 0:
                 one = perf.tpot_seconds(spec, gpu, fit, [(1, ctx)], slo.mbu, slo.mfu) * 1e3
                 return (
-                    f"TPOT bound {one:,.2f} ms for one request of class {c.name} ({ctx:,} tokens cached) exceeds "
+                    f"TPOT bound {one:,.2f} ms for one request of class {c.name} ({fmt_tokens(ctx)} cached) exceeds "
                     f"--tpot-ms {slo.tpot_ms:g}"
                 )
             out["slo_caps"].append(cap)
@@ -514,7 +522,8 @@ def exact_usd(price: Decimal | float | int | str) -> Decimal:
 
 def parse_prices(items: list[str], resolve, gpus: list[GPU] | None = None) -> dict[str, Decimal]:
     """``["h100=2.49", "mi300x=3.5"]`` → ``{gpu id: USD per GPU-hour}``, each price the exact Decimal of its
-    string (costs are exact: 2.49 × 112 GPUs = 278.88).
+    string (costs are exact: 2.49 × 112 GPUs = 278.88). An item may be a comma list (``h100=2.49,h200=3.5``),
+    as other repeatable flags take; the same price given twice for a GPU (by any of its names) is accepted.
 
     Args:
         items: ``GPU=USD_PER_HOUR`` strings.
@@ -522,25 +531,39 @@ def parse_prices(items: list[str], resolve, gpus: list[GPU] | None = None) -> di
         gpus: the GPUs planned (``--gpu``); a price for another GPU is refused. None: any GPU.
 
     Raises:
-        UsageError: not ``GPU=NUMBER`` with a number >= 0, an unknown GPU, or a GPU not in ``gpus``.
+        UsageError: not ``GPU=NUMBER``, a price below 0 (or not below 10^9), an unknown GPU, a GPU not in
+            ``gpus``, or two different prices for one GPU (the message names both).
     """
-    out = {}
+    out: dict[str, Decimal] = {}
+    given: dict[str, str] = {}
     planned = None if gpus is None else [g.id for g in gpus]
-    for item in items:
-        name, sep, value = str(item).partition("=")
-        try:
-            price = Decimal(value.strip())
-        except InvalidOperation:
-            price = Decimal(-1)
-        if not sep or not price.is_finite() or not 0 <= price < 10**9:  # also refuses nan and inf
-            raise UsageError(f"--price: {item!r} must be GPU=USD_PER_HOUR, e.g. h100=2.49")
-        gid = resolve(name, "--price").id
-        if planned is not None and gid not in planned:
-            raise UsageError(
-                f"--price: {name!r} ({gid}) is not among the GPUs planned (--gpu {', '.join(planned)}); "
-                f"add --gpu {name} or drop its price"
-            )
-        out[gid] = price
+    for entry in items:
+        parts = str(entry).split(",")
+        if len(parts) > 1 and any(not p.strip() for p in parts):
+            raise UsageError(f"--price: empty item in the list {entry!r}")
+        for item in parts:
+            item = item.strip()
+            name, sep, value = item.partition("=")
+            try:
+                price = Decimal(value.strip())
+            except InvalidOperation:
+                price = None
+            if not sep or not name.strip() or price is None or not price.is_finite():  # also refuses nan and inf
+                raise UsageError(f"--price: {item!r} must be GPU=USD_PER_HOUR, e.g. h100=2.49")
+            if not 0 <= price < 10**9:
+                raise UsageError(f"--price: {item!r}: the price must be >= 0 USD per GPU-hour (and below 10^9)")
+            gid = resolve(name.strip(), "--price").id
+            if planned is not None and gid not in planned:
+                raise UsageError(
+                    f"--price: {name!r} ({gid}) is not among the GPUs planned (--gpu {', '.join(planned)}); "
+                    f"add --gpu {name} or drop its price"
+                )
+            if gid in out and out[gid] != price:
+                raise UsageError(
+                    f"--price: {given[gid]!r} and {item!r} give {gid} two prices; give one price per GPU"
+                )
+            out[gid] = price
+            given.setdefault(gid, item)
     return out
 
 

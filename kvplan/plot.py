@@ -44,6 +44,7 @@ POINTS_PER_DOUBLING = 8
 # Longest --max-seq drawn: 2^30 tokens (1,073,741,824), 21 doublings past the 512-token start. Beyond it
 # the figure says nothing new and matplotlib's axis code fails on huge ints.
 MAX_SEQ_LIMIT = 1 << 30
+WEIGHTS_UNKNOWN = "weights unknown (no param_count)"  # a model's panel without budgets says so
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,8 @@ class PlotData:
         tensor_parallel_size: TP of the budgets; the curves are bytes per GPU at this TP.
         engine: the engine convention of the budgets.
         weights_dtype: the weights dtype asked for (None: each model's own).
+        no_budget: (model, GPU id, reason) for each (model, GPU) whose budget could not be computed at all
+            (weights unknown: no param_count); marked in the model's panel.
     """
 
     points: tuple[int, ...]
@@ -116,10 +119,15 @@ class PlotData:
     tensor_parallel_size: int = 1
     engine: str = "vllm"
     weights_dtype: str | None = None
+    no_budget: tuple[tuple[str, str, str], ...] = ()
 
     def budgets_of(self, model: str) -> tuple[BudgetLine, ...]:
         """The budget lines of one model (by name)."""
         return tuple(b for b in self.budgets if b.model == model)
+
+    def no_budget_of(self, model: str) -> tuple[tuple[str, str], ...]:
+        """(GPU id, reason) of each GPU without a budget for one model (by name)."""
+        return tuple((g, why) for m, g, why in self.no_budget if m == model)
 
 
 def sample_points(max_seq: int, start: int = START_TOKENS, per_doubling: int = POINTS_PER_DOUBLING) -> list[int]:
@@ -217,6 +225,7 @@ def plot_data(
             label = f"{first.name} as {label} ({h} KV heads)"
             curves.append(Curve(label, b, first.max_model_len, variant=True, model=first.name))
     budgets = []
+    no_budget = []
     where = f"{eng.value}, TP={tp}" + (f", {weights_dtype} weights" if weights_dtype else "")
     for spec in specs:
         for g in gpus:
@@ -225,7 +234,16 @@ def plot_data(
             try:
                 r = plan_fit(spec, g, opts)
             except UsageError as e:
-                notes.append(f"--gpu {gid}: no KV budget for {spec.name} ({e})")
+                if spec.param_count is None and (spec.weights_bytes is None or weights_dtype is not None):
+                    why = WEIGHTS_UNKNOWN
+                    notes.append(
+                        f"--gpu {gid}: no KV budget for {spec.name}: {why} (add param_count to a spec YAML, or "
+                        "plan it with 'kvplan fit --weights-gib'); marked in its panel"
+                    )
+                else:
+                    why = str(e)
+                    notes.append(f"--gpu {gid}: no KV budget for {spec.name} ({e}); marked in its panel")
+                no_budget.append((spec.name, gid, why))
                 continue
             line = BudgetLine(
                 spec.name, gid, g.name, r.kv_budget_bytes, r.engine, tp, r.weights_dtype, r.usable_bytes,
@@ -237,7 +255,10 @@ def plot_data(
                     f"--gpu {gid}: {spec.name} does not fit: its weights, activation and overhead leave no KV "
                     f"memory ({where}); marked in its panel"
                 )
-    return PlotData(tuple(points), tuple(curves), tuple(budgets), kv_dtype, tuple(notes), tp, eng.value, weights_dtype)
+    return PlotData(
+        tuple(points), tuple(curves), tuple(budgets), kv_dtype, tuple(notes), tp, eng.value, weights_dtype,
+        tuple(no_budget),
+    )  # fmt: skip
 
 
 def check_out(out: str | os.PathLike, force: bool) -> Path:
@@ -292,8 +313,9 @@ NO_FIT_COLOR = "#c00000"
 
 
 def _panels(data: PlotData) -> list[tuple[str | None, list[Curve]]]:
-    """(model or None, curves) per panel: one per model when there are budgets, else one for all."""
-    if not data.budgets:
+    """(model or None, curves) per panel: one per model when there are budgets (or GPUs without one), else
+    one for all."""
+    if not data.budgets and not data.no_budget:
         return [(None, list(data.curves))]
     return [(c.model, [x for x in data.curves if x.model == c.model]) for c in data.curves if not c.variant]
 
@@ -331,9 +353,15 @@ def _draw_curves(ax, xs, curves: list[Curve], colors: dict[str, str]) -> bool:
     return dotted_any
 
 
-def _draw_budgets(ax, budgets: tuple[BudgetLine, ...], gpu_order: list[str]) -> None:
-    """One horizontal line per GPU the model fits; a red "does not fit" line of text per GPU it does not."""
+def _draw_budgets(
+    ax, budgets: tuple[BudgetLine, ...], gpu_order: list[str], no_budget: tuple[tuple[str, str], ...] = ()
+) -> None:
+    """One horizontal line per GPU the model fits; a red "does not fit" line of text per GPU it does not,
+    and a red "no KV budget" line per GPU whose budget is unknown (weights unknown)."""
     no_fit = []
+    for gid, why in no_budget:
+        no_fit.append(f"{gid}: no KV budget: {why}")
+        ax.plot([], [], "x", color=NO_FIT_COLOR, label=f"{gid}: no KV budget")
     for b in budgets:
         k = gpu_order.index(b.gpu)
         if not b.fits:
@@ -407,10 +435,15 @@ def figure(data: PlotData):
     for ax, (model, curves) in zip(axes, panels, strict=False):  # axes: a whole grid, maybe more
         dotted_any = _draw_curves(ax, xs, curves, colors)
         if model is not None:
-            _draw_budgets(ax, data.budgets_of(model), gpu_order)
+            _draw_budgets(ax, data.budgets_of(model), gpu_order, data.no_budget_of(model))
             b0 = data.budgets_of(model)
             weights = b0[0].weights_dtype if b0 else (data.weights_dtype or "model dtype")
-            ax.set_title(f"{model}: KV budget per GPU with {weights} weights", loc="left", fontsize=10.5)
+            if not b0 and data.no_budget_of(model):
+                unknown = all(why == WEIGHTS_UNKNOWN for _, why in data.no_budget_of(model))
+                title = f"{model}: no KV budget" + (f": {WEIGHTS_UNKNOWN}" if unknown else "")
+                ax.set_title(title, loc="left", fontsize=10.5)
+            else:
+                ax.set_title(f"{model}: KV budget per GPU with {weights} weights", loc="left", fontsize=10.5)
         handles, labels = ax.get_legend_handles_labels()
         if dotted_any:
             handles.append(Line2D([], [], ls=":", color="0.4"))
@@ -423,7 +456,10 @@ def figure(data: PlotData):
     ax0.set_xticks(ticks, [_tokens_label(t) for t in ticks])
     ax0.set_xlim(xs[0], xs[-1])
     ymin, ymax = ax0.get_ylim()
-    no_fit_lines = max((sum(not b.fits for b in data.budgets_of(m)) for m, _ in panels if m is not None), default=0)
+    no_fit_lines = max(
+        (sum(not b.fits for b in data.budgets_of(m)) + len(data.no_budget_of(m)) for m, _ in panels if m is not None),
+        default=0,
+    )
     if no_fit_lines:  # headroom above every line for the red "does not fit" box at the top of a panel
         f = min(0.5, 0.05 + 0.045 * no_fit_lines)  # fraction of the panel's height the box takes
         lo, hi = math.log2(ymin), math.log2(ymax)

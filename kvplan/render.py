@@ -10,7 +10,7 @@ from dataclasses import asdict, is_dataclass
 from enum import Enum
 from typing import Any, TextIO
 
-from kvplan.units import GB, GIB, fmt_bytes, fmt_gb, fmt_gib, fmt_tokens
+from kvplan.units import GB, GIB, fmt_bytes, fmt_gb, fmt_gib, fmt_ratio_floor, fmt_tokens, plural
 
 
 class OutputFormat(str, Enum):
@@ -194,11 +194,23 @@ def estimate_table(est, con) -> None:
 # --- models ------------------------------------------------------------------------------------
 
 
+def fmt_params(n: int) -> str:
+    """A parameter count in short form: ``8.03B``, ``853M``, ``1.03T``."""
+    for scale, unit in ((10**12, "T"), (10**9, "B"), (10**6, "M")):
+        if n >= scale:
+            return f"{n / scale:.3g}{unit}"
+    return f"{n:,}"
+
+
 def models_table(rows: list[dict[str, Any]], con) -> None:
-    """Print the bundled models listing."""
+    """Print the bundled models listing; the params column is total parameters (MoE: ``(A…)`` active), or
+    ``-`` where the spec has none (``kvplan fit`` then needs --weights-gib)."""
     from rich.table import Table
 
-    t = Table(title="Bundled models (bytes/token: KV at bf16, S = 4096, averaged over the 4096 tokens)")
+    t = Table(
+        title="Bundled models (bytes/token: KV at bf16, S = 4096, averaged over the 4096 tokens; "
+        "params '-': fit needs --weights-gib)"
+    )
     cols = [
         ("model", "name", "left"),
         ("layers", "num_layers", "right"),
@@ -207,6 +219,7 @@ def models_table(rows: list[dict[str, Any]], con) -> None:
         ("head_dim", "head_dim", "right"),
         ("attention", "attention", "left"),
         ("max context", "max_model_len", "right"),
+        ("params", "param_count", "right"),
         ("B/token @4k", "bytes_per_token_4096", "right"),
     ]
     for title, _, just in cols:
@@ -215,7 +228,10 @@ def models_table(rows: list[dict[str, Any]], con) -> None:
         cells = []
         for _, key, _ in cols:
             v = r[key]
-            if isinstance(v, float):
+            if key == "param_count":  # '-': weights unknown, 'kvplan fit' needs --weights-gib
+                active = r.get("active_param_count")
+                cells.append("-" if v is None else fmt_params(v) + (f" (A{fmt_params(active)})" if active else ""))
+            elif isinstance(v, float):
                 cells.append(f"{v:,.1f}")
             elif isinstance(v, int):
                 cells.append(f"{v:,}")
@@ -356,17 +372,21 @@ def gpus_table(gpus, con) -> None:
 # --- fit -------------------------------------------------------------------------------------------
 
 
-def fit_json(r, speed=None) -> dict[str, Any]:
+def fit_json(r, speed=None, reason: str | None = None, suggestions: list[str] | None = None) -> dict[str, Any]:
     """JSON object of a :class:`kvplan.fit.FitResult` (all fields, plus fits and GiB figures).
 
     ``max_model_len_fit`` is null when no length is too long (every layer's cache is bounded). With ``speed``
     (a :class:`kvplan.perf.PerfResult`), its headline keys (decode_step_bytes, decode_step_flops,
     tpot_ms_bound, decode_tokens_per_s_bound, ttft_ms_bound, mbu, mfu) and ``throughput``: all of it.
+    ``reason`` and ``suggestions``: why a plan does not fit and what would (the flags, each with a note in
+    parentheses, as ``kvplan fit`` prints them on stderr); null and [] for a plan that fits.
     """
     d = to_jsonable(r)
     if r.max_model_len_unbounded:
         d["max_model_len_fit"] = None
     d["fits"] = r.fits
+    d["reason"] = reason
+    d["suggestions"] = list(suggestions or [])
     d["kv_budget_gib"] = r.kv_budget_bytes / GIB
     for key in FIT_SPEED_KEYS:
         d[key] = None if speed is None else getattr(speed, key)
@@ -391,8 +411,8 @@ def fit_speed_lines(p) -> list[str]:
     limit = "physical limit" if p.mbu == 1 and p.mfu == 1 else f"MBU {p.mbu:g}, MFU {p.mfu:g}"
     peak = "no FLOP/s peak" if p.peak_tflops is None else f"{p.peak_tflops:,g} TFLOP/s {p.compute_dtype}"
     lines = [
-        f"Speed bound ({limit}; {p.bandwidth_tbs:g} TB/s, {peak}), {p.concurrency:,} request(s) at "
-        f"{p.context_tokens:,} tokens cached:",
+        f"Speed bound ({limit}; {p.bandwidth_tbs:g} TB/s, {peak}), {plural(p.concurrency, 'request')} at "
+        f"{fmt_tokens(p.context_tokens)} cached:",
         f"  decode step per GPU: {p.decode_step_bytes:,} B read, {p.decode_step_flops:,} FLOPs",
         f"    (weights {p.weights_read_bytes:,} B, KV {p.kv_read_bytes:,} B, "
         f"state read + write {p.state_rw_bytes:,} B)",
@@ -415,12 +435,148 @@ def fit_speed_lines(p) -> list[str]:
     return lines
 
 
+def _asked(r) -> str:
+    """`` (for --engine-version X)`` when a version was given that is not the rule set's own name."""
+    asked = getattr(r, "engine_version_asked", "")
+    return f" (for --engine-version {asked})" if asked and asked != r.engine_version else ""
+
+
+def concurrency_line(r) -> str:
+    """kvplan's "Maximum concurrency" line: its own ratio (:attr:`kvplan.fit.FitResult.max_requests_ratio`)
+    cut, never rounded, to two decimals, beside the whole requests that fit, and for vLLM how its log's
+    figure (rounded, null block counted) differs."""
+    ratio = fmt_ratio_floor(r.max_requests_ratio)
+    n = r.max_requests_by_memory
+    whole = f"{plural(n, 'whole request')} {'fits' if n == 1 else 'fit'}"
+    if r.engine != "vllm":
+        return f"Maximum concurrency (vLLM-style ratio): {ratio}x (cut to 2 decimals; {whole})"
+    log = f"{r.max_concurrency:.2f}"
+    if log == ratio.replace(",", ""):
+        detail = ""
+    elif fmt_ratio_floor(r.max_concurrency) == ratio:
+        detail = f"vLLM's log rounds it to {log}x; "
+    elif r.null_block and not r.shared_prefix_tokens:
+        rounded = "" if fmt_ratio_floor(r.max_concurrency) == log else "rounded, and "
+        detail = f"vLLM's log shows {log}x, {rounded}counting the null block; "
+    else:
+        detail = f"vLLM's log shows {log}x; "
+    return f"Maximum concurrency: {ratio}x ({detail}{whole})"
+
+
+def _windowed_note(r) -> bool:
+    """True when a request holds less than max_model_len tokens in every layer (windows, chunks, states)."""
+    return r.kv_bytes_per_request < r.max_model_len * r.kv_bytes_per_token
+
+
+def fit_lines(r) -> list[str]:
+    """The lines ``kvplan fit`` prints after its memory table: the engine's rules and pool, its log, what
+    fits, and notes saying what the engine's figures count (per engine)."""
+    out = []
+    tokens_note = None
+    if r.engine == "vllm":
+        settings = [f"max_num_batched_tokens {r.max_num_batched_tokens:,}", f"max_num_seqs {r.max_num_seqs:,}"]
+        if r.engine_version != "0.11" and r.engine_version != "0.6":
+            settings += [
+                "async scheduling" if r.async_scheduling else "no async scheduling",
+                f"{fmt_tokens(r.max_in_flight_tokens)} in flight",
+                "prefix caching" if r.prefix_caching else "no prefix caching",
+            ]
+            if r.num_speculative_tokens:
+                settings.append(
+                    f"{plural(r.num_speculative_tokens, 'speculative token')}, "
+                    f"{plural(r.drafter_layers, 'drafter layer')} in the pool"
+                )
+        out.append(f"vLLM {r.engine_version} rules{_asked(r)}: " + ", ".join(settings))
+        if r.kv_cache_groups and len(r.kv_cache_groups) > 1:
+            layout: dict[tuple, int] = {}
+            for g in r.kv_cache_groups:
+                key = (g["kind"], g["layers"], g["block_size"], g["page_bytes"])
+                layout[key] = layout.get(key, 0) + 1
+            parts = [
+                f"{n} × {kind} ({plural(layers, 'layer')}, {block}-token blocks)"
+                for (kind, layers, block, _), n in layout.items()
+            ]
+            pad = f"; {plural(r.padding_layers, 'padding layer')}" if r.padding_layers else ""
+            out.append(f"KV cache groups: {len(r.kv_cache_groups)}: " + ", ".join(parts) + pad)
+        out.append(
+            f"KV pool: {plural(r.num_blocks, 'block')} of {fmt_tokens(r.block_size)}, {r.kv_bytes_per_block:,} B each"
+        )
+        if r.blocks_per_request:
+            null = " (+ 1 null block held back)" if r.null_block else ""
+            out.append(
+                f"One request of {fmt_tokens(r.max_model_len)} takes {plural(r.blocks_per_request, 'block')}{null}"
+            )
+        out.append(f"Engine log: {r.engine_log}")
+        if r.kv_cache_groups:
+            out.append(
+                '  "GPU KV cache size" is int(max concurrency × max_model_len) (vLLM kv_cache_utils.py '
+                "get_kv_cache_capacity): requests' worth of max_model_len, not the tokens of context that fit "
+                "(see the longest single request)"
+            )
+        else:
+            what = 'the log\'s "GPU KV cache size", ' if r.engine_version != "0.6" else ""
+            tokens_note = (
+                f"  {what}num_blocks × block_size = {fmt_tokens(r.kv_capacity_tokens)}, counts a token in every layer"
+            )
+            if _windowed_note(r):
+                tokens_note += (
+                    "; sliding-window, chunked and state layers hold less per request, so a request can be longer"
+                )
+            out.append(tokens_note)
+    else:
+        if r.engine == "trtllm" and r.engine_version:
+            out.append(
+                f"TensorRT-LLM {r.engine_version} rules{_asked(r)}: max_batch_size {r.max_num_seqs:,}, every attention "
+                "layer sized for max_seq_len (no max_attention_window), max_seq_len cut to what the pool holds"
+            )
+        elif getattr(r, "engine_version_asked", ""):
+            out.append(f"Engine rules: {r.engine_rules}{_asked(r)}")
+        sglang_pools = r.engine == "sglang" and r.engine_log.startswith("Use sliding window memory pool")
+        where = " in the full-layer pool" if sglang_pools else ""
+        out.append(
+            f"KV capacity: {fmt_tokens(r.kv_capacity_tokens)}{where} "
+            f"({plural(r.num_blocks, 'block')} of {fmt_tokens(r.block_size)})"
+        )
+        if r.engine_log:
+            out.append(f"Engine log: {r.engine_log}")
+        if sglang_pools:
+            out.append(
+                "  SGLang keeps sliding-window layers in a pool of their own (swa_layer_tokens): a request holds "
+                "all its tokens in the full-layer pool, at most window + 130 in the SWA pool"
+            )
+        elif r.engine == "llamacpp" and _windowed_note(r):
+            out.append(
+                "  KV capacity counts a token in every layer; llama.cpp's sliding-window cache holds "
+                "min(n_ctx, pad(n_swa + n_ubatch, 256)) cells per request, so a request can be longer"
+            )
+        elif _windowed_note(r):
+            out.append(
+                "  KV capacity counts a token in every layer; sliding-window, chunked and state layers hold less "
+                "per request, so a request can be longer"
+            )
+    out.append(f"Max concurrent requests of {fmt_tokens(r.max_model_len)}: {r.max_concurrent_requests:,}")
+    if r.limited_by_max_num_seqs:
+        cap = "max_batch_size" if r.engine == "trtllm" else "max_num_seqs"
+        out.append(
+            f"  bounded by {cap} {r.max_num_seqs:,}, not memory: the KV pool holds "
+            f"{r.max_requests_by_memory:,} (--max-num-seqs to change)"
+        )
+    out.append(concurrency_line(r))
+    if r.max_model_len_unbounded:
+        out.append(
+            "Longest single request that fits: unbounded (every layer's cache is bounded by a window or a state)"
+        )
+    else:
+        out.append(f"Longest single request that fits: {fmt_tokens(r.max_model_len_fit)}")
+    return out
+
+
 def fit_table(r, con, speed=None) -> None:
     """Print a fit plan: memory per GPU, then what fits, then (with ``speed``) the speed bound."""
     from rich.table import Table
 
     stage = (
-        f", PP={r.pipeline_parallel_size} (worst stage: {r.stage_num_layers} layers)"
+        f", PP={r.pipeline_parallel_size} (worst stage: {plural(r.stage_num_layers, 'layer')})"
         if r.pipeline_parallel_size > 1
         else ""
     )
@@ -457,72 +613,18 @@ def fit_table(r, con, speed=None) -> None:
     else:
         row("usable", r.usable_bytes, f"× {r.gpu_memory_utilization}")
     row("weights", r.weights_bytes, f"{r.weights_dtype}, / (TP × PP)")
-    row("activation peak", r.activation_bytes, f"at {r.max_num_batched_tokens:,} batched tokens")
+    row("activation peak", r.activation_bytes, f"at {plural(r.max_num_batched_tokens, 'batched token')}")
     row("non-torch overhead", r.overhead_bytes)
     t.add_section()
     row("KV budget", r.kv_budget_bytes, "given (--kv-cache-memory)" if r.kv_budget_given else "")
     row("KV per token", r.kv_bytes_per_token, "all token-caching layers")
-    row("KV per block", r.kv_bytes_per_block, f"{r.block_size} tokens")
-    row("KV per request", r.kv_bytes_per_request, f"{r.max_model_len:,} tokens, engine block rules")
+    row("KV per block", r.kv_bytes_per_block, fmt_tokens(r.block_size))
+    row("KV per request", r.kv_bytes_per_request, f"{fmt_tokens(r.max_model_len)}, engine block rules")
     if r.shared_prefix_tokens:
-        row("shared prefix (once)", r.shared_prefix_bytes, f"{r.shared_prefix_tokens:,} tokens")
+        row("shared prefix (once)", r.shared_prefix_bytes, fmt_tokens(r.shared_prefix_tokens))
     con.print(t)
-    if r.engine == "vllm":
-        settings = [f"max_num_batched_tokens {r.max_num_batched_tokens:,}", f"max_num_seqs {r.max_num_seqs:,}"]
-        if r.engine_version != "0.11" and r.engine_version != "0.6":
-            settings += [
-                "async scheduling" if r.async_scheduling else "no async scheduling",
-                f"{r.max_in_flight_tokens:,} tokens in flight",
-                "prefix caching" if r.prefix_caching else "no prefix caching",
-            ]
-            if r.num_speculative_tokens:
-                settings.append(
-                    f"{r.num_speculative_tokens} speculative tokens, {r.drafter_layers} drafter layers in the pool"
-                )
-        con.print(f"vLLM {r.engine_version} rules: " + ", ".join(settings))
-        if r.kv_cache_groups and len(r.kv_cache_groups) > 1:
-            layout: dict[tuple, int] = {}
-            for g in r.kv_cache_groups:
-                key = (g["kind"], g["layers"], g["block_size"], g["page_bytes"])
-                layout[key] = layout.get(key, 0) + 1
-            parts = [
-                f"{n} × {kind} ({layers} layers, {block}-token blocks)"
-                for (kind, layers, block, _), n in layout.items()
-            ]
-            pad = f"; {r.padding_layers} padding layers" if r.padding_layers else ""
-            con.print(f"KV cache groups: {len(r.kv_cache_groups)}: " + ", ".join(parts) + pad)
-        con.print(f"KV pool: {r.num_blocks:,} blocks of {r.block_size} tokens, {r.kv_bytes_per_block:,} B each")
-        if r.blocks_per_request:
-            null = " (+ 1 null block held back)" if r.null_block else ""
-            con.print(f"One request of {r.max_model_len:,} tokens takes {r.blocks_per_request:,} blocks{null}")
-        con.print(f"Engine log: {r.engine_log}")
-    else:
-        if r.engine == "trtllm" and r.engine_version:
-            con.print(
-                f"TensorRT-LLM {r.engine_version} rules: max_batch_size {r.max_num_seqs:,}, every attention layer "
-                "sized for max_seq_len (no max_attention_window), max_seq_len cut to what the pool holds"
-            )
-        con.print(f"KV capacity: {r.kv_capacity_tokens:,} tokens in {r.num_blocks:,} blocks of {r.block_size}")
-        if r.engine_log:
-            con.print(f"Engine log: {r.engine_log}")
-    con.print(f"Max concurrent requests of {r.max_model_len:,} tokens: {r.max_concurrent_requests:,}")
-    if r.limited_by_max_num_seqs:
-        cap = "max_batch_size" if r.engine == "trtllm" else "max_num_seqs"
-        con.print(
-            f"  bounded by {cap} {r.max_num_seqs:,}, not memory: the KV pool holds "
-            f"{r.max_requests_by_memory:,} (--max-num-seqs to change)"
-        )
-    if r.engine != "vllm":
-        con.print(f"Maximum concurrency (vLLM-style): {r.max_concurrency:.2f}x")
-    if r.max_model_len_unbounded:
-        con.print("Longest single request that fits: unbounded (every layer's cache is bounded by a window or a state)")
-    else:
-        con.print(f"Longest single request that fits: {r.max_model_len_fit:,} tokens")
-    if not r.kv_cache_groups and r.kv_bytes_per_request < r.max_model_len * r.kv_bytes_per_token:
-        con.print(
-            "Token capacity counts a token in every layer, as vLLM's log does; sliding-window, chunked and state "
-            "layers hold less per request, so requests can be longer than that capacity."
-        )
+    for line in fit_lines(r):
+        con.print(line)
     if speed is not None:
         for line in fit_speed_lines(speed):
             con.print(line)
@@ -561,7 +663,7 @@ def fleet_table(
 
     classes = ", ".join(
         f"{c.name}: {c.concurrency:,} × {fmt_tokens(c.tokens)}"
-        + (f" (shared prefix {c.shared_prefix:,})" if c.shared_prefix else "")
+        + (f" (shared prefix {fmt_tokens(c.shared_prefix)})" if c.shared_prefix else "")
         for c in workload.classes
     )
     con.print(f"{model}, workload {workload.name}: {classes}")
@@ -676,13 +778,30 @@ def sweep_json(rows: Any, file: TextIO | None = None) -> None:
     out.write("\n]\n")
 
 
-def sweep_table(rows: list[dict[str, Any]], total_rows: int, engine: str, block_size: int, con) -> None:
+def sweep_table(
+    rows: list[dict[str, Any]], total_rows: int, engine: str, block_size: int, con, block_sizes: Any = None
+) -> None:
     """Print sweep rows (already limited by the caller; keys of ``kvplan.sweep.TABLE_COLUMNS``); the title
-    says how many rows the sweep has. GiB = 2^30 B, three decimals; CSV and JSON carry the exact bytes."""
+    says how many rows the sweep has. GiB = 2^30 B, three decimals; CSV and JSON carry the exact bytes.
+    ``block_sizes`` (every row's block size) makes the title list the sizes when they differ (hybrid models
+    align their blocks to their state pages); else it says ``blocks of block_size``.
+
+    Under vLLM the concurrency and token columns are the start-up log's two figures, as it prints them:
+    "Maximum concurrency" rounded to two decimals (with the null block counted, so 7.00 can sit beside 6
+    whole requests) and "GPU KV cache size" = int(concurrency × seq), which grows with --seq; a caption says
+    so. Under the other engines the concurrency is cut (never rounded up) to two decimals and the tokens are
+    the pool's (blocks × block size)."""
     from rich.table import Table
 
     shown = f", first {len(rows):,} shown" if len(rows) < total_rows else ""
-    title = f"sweep: {total_rows:,} configurations, {engine} convention, blocks of {block_size}{shown}"
+    sizes = sorted({int(b) for b in block_sizes}) if block_sizes is not None and len(block_sizes) else [block_size]
+    blocks = (
+        f"blocks of {fmt_tokens(sizes[0])}"
+        if len(sizes) == 1
+        else f"engine block sizes {', '.join(f'{b:,}' for b in sizes)} tokens (per model)"
+    )
+    title = f"sweep: {plural(total_rows, 'configuration')}, {engine} convention, {blocks}{shown}"
+    vllm = engine == "vllm"
     from rich import box
 
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=0, pad_edge=False)
@@ -695,8 +814,8 @@ def sweep_table(rows: list[dict[str, Any]], total_rows: int, engine: str, block_
         ("KV budget\nGiB/GPU", "right"),
         ("KV/request\nGiB/GPU", "right"),
         ("whole\nrequests", "right"),
-        ("vLLM\nconcurrency", "right"),
-        ("capacity\ntokens", "right"),
+        ("vLLM log\nconcurrency" if vllm else "concurrency\n(cut)", "right"),
+        ("vLLM log KV\ncache tokens" if vllm else "pool\ntokens", "right"),
         ("fits", "left"),
     ):
         t.add_column(col, justify=just, no_wrap=True)
@@ -710,8 +829,14 @@ def sweep_table(rows: list[dict[str, Any]], total_rows: int, engine: str, block_
             f"{r['kv_budget_bytes'] / GIB:,.3f}",
             f"{r['kv_bytes_per_request'] / GIB:,.3f}",
             f"{r['max_concurrent_requests']:,}",
-            f"{r['max_concurrency']:,.2f}",
+            f"{r['max_concurrency']:.2f}x" if vllm else f"{fmt_ratio_floor(r['max_requests_ratio'])}x",
             f"{r['kv_capacity_tokens']:,}",
             "yes" if r["fits"] else "no",
         )
     con.print(t)
+    if vllm:
+        con.print(
+            'vLLM log columns: "Maximum concurrency" (rounded, the null block counted) and "GPU KV cache size" '
+            "= int(concurrency × seq) (kv_cache_utils.py get_kv_cache_capacity), not the tokens of context that fit; "
+            "whole requests: what fits"
+        )

@@ -960,7 +960,9 @@ def load_bundled(name: str) -> ModelSpec:
 
 
 def load_hf_config(path: str | os.PathLike, name: str | None = None) -> ModelSpec:
-    """Load a Hugging Face ``config.json`` (or a folder holding one) as a spec.
+    """Load a Hugging Face ``config.json`` (or a folder holding one) as a spec. A file named ``config.json``
+    is a checkpoint's: its weights (and parameter count) come from the ``model.safetensors`` or
+    ``model.safetensors.index.json`` beside it, as for a Hub repo (:func:`kvplan.readers.hub.folder_weight_bytes`).
 
     Raises:
         SpecError: missing file, malformed JSON, or missing/inconsistent keys.
@@ -979,7 +981,12 @@ def load_hf_config(path: str | os.PathLike, name: str | None = None) -> ModelSpe
         raise SpecError(f"{p}: JSON kvplan cannot read ({type(e).__name__}: {str(e)[:80]})") from None
     from kvplan.readers import spec_from_hf_config
 
-    return spec_from_hf_config(config, str(p), name=name)
+    spec = spec_from_hf_config(config, str(p), name=name)
+    if p.name == "config.json":
+        from kvplan.readers.hub import folder_weight_bytes, with_weights
+
+        spec = with_weights(spec, folder_weight_bytes(p.parent), config)
+    return spec
 
 
 def load_model(ref: str) -> ModelSpec:

@@ -51,6 +51,7 @@ from kvplan.fit import (
 )
 from kvplan.gpus import GPU
 from kvplan.specs import STATE_KINDS, ModelSpec
+from kvplan.units import plural
 
 EXACT_LIMIT = 1 << 53  # byte counts stay below this: exact in float64, so ratios round as Python's
 LLAMACPP_PAD = 256  # llama.cpp pads cell counts to 256 (kvplan.fit.request_bytes)
@@ -85,10 +86,12 @@ OUTPUT_COLUMNS = (
     "kv_capacity_tokens",
     "fits",
 )
-# The table's columns: as OUTPUT_COLUMNS, with the GPU's short name (first alias) for people.
-TABLE_COLUMNS = tuple("gpu_short" if c == "gpu" else c for c in OUTPUT_COLUMNS)
+# The table's columns: as OUTPUT_COLUMNS, with the GPU's short name (first alias) for people, and kvplan's own
+# concurrency ratio (its floor is the whole requests), shown cut to two decimals under engines without a log figure.
+TABLE_COLUMNS = (*("gpu_short" if c == "gpu" else c for c in OUTPUT_COLUMNS), "max_requests_ratio")
 
-# FitResult fields held as one array each (int64, except max_concurrency float64 and fits bool).
+# FitResult fields held as one array each (int64, except max_concurrency and max_requests_ratio float64 and
+# fits bool).
 VALUE_COLUMNS = (
     "usable_bytes",
     "weights_bytes",
@@ -105,6 +108,7 @@ VALUE_COLUMNS = (
     "max_model_len_fit",
     "block_size",
     "max_requests_by_memory",
+    "max_requests_ratio",
     "fits",
 )
 
@@ -569,6 +573,7 @@ def _tier_legacy(np, specs, seqs, gpus, kv_dtypes, tps, conv, opts, util, block,
     positive = per_request > 0
     by_memory = np.where(positive & (room >= per_request), room // np.maximum(per_request, 1), 0)
     concurrency = np.where(positive, pool / np.where(positive, per_request, 1), 0.0)
+    requests_ratio = np.where(positive, room / np.where(positive, per_request, 1), 0.0)  # floor = by_memory
     if any(hybrid):  # SGLang's full / SWA pool split, as plan_fit (kvplan.engines.sglang)
         hyb = np.asarray(hybrid).reshape(len(specs), 1, 1, 1, 1)
         win = np.asarray([sglang_rules.window(sp) for sp in specs], dtype=np.int64).reshape(len(specs), 1, 1, 1, 1)
@@ -584,6 +589,7 @@ def _tier_legacy(np, specs, seqs, gpus, kv_dtypes, tps, conv, opts, util, block,
         per_request = np.where(hyb, seq_axis * full_pt + swa_pt * swa_req, per_request)
         by_memory = np.where(hyb, np.minimum(full // seq_axis, swa // swa_req), by_memory)
         concurrency = np.where(hyb, np.minimum(full / seq_axis, swa / swa_req), concurrency)
+        requests_ratio = np.where(hyb, np.minimum(full / seq_axis, swa / swa_req), requests_ratio)
         longest = np.where(swa >= np.minimum(full, limit), full, np.minimum(full, swa))
         fit_len = np.where(hyb, longest, fit_len)
     capped = by_memory if max_num_seqs is None else np.minimum(by_memory, max_num_seqs)
@@ -603,6 +609,7 @@ def _tier_legacy(np, specs, seqs, gpus, kv_dtypes, tps, conv, opts, util, block,
         "max_model_len_fit": fit_len,
         "block_size": np.full((1, 1, 1, 1, 1), block, dtype=np.int64),
         "max_requests_by_memory": by_memory,
+        "max_requests_ratio": requests_ratio,
     }
     return columns, cfg.valid, dtype_code, dtype_names
 
@@ -744,6 +751,7 @@ def _tier_vllm_groups(np, specs, seqs, gpus, kv_dtypes, tps, conv, opts, util, m
     positive = per_request > 0
     by_memory = np.where(positive & (free >= per_request), free // np.maximum(per_request, 1), 0)
     concurrency = np.where(positive, num_blocks / np.where(positive, per_request, 1), 0.0)
+    ratio = np.where(positive, np.maximum(free, 0) / np.where(positive, per_request, 1), 0.0)  # floor = by_memory
     tokens = (concurrency * seq_axis).astype(np.int64)  # int(max_concurrency × max_model_len)
     # longest S with blocks(S) ≤ num_blocks − 1 (monotone in S): the binary search of plan_fit, on all at once
     lo = np.zeros(budget.shape, dtype=np.int64)
@@ -773,6 +781,7 @@ def _tier_vllm_groups(np, specs, seqs, gpus, kv_dtypes, tps, conv, opts, util, m
         "max_model_len_fit": lo,
         "block_size": np.where(a["len_block"] > 0, np.minimum(a["block"], seq_axis), a["block"]),
         "max_requests_by_memory": by_memory,
+        "max_requests_ratio": ratio,
     }
     return columns, valid, dtype_code, tuple(dtype_names)
 
@@ -784,4 +793,4 @@ def skipped_message(result: SweepResult) -> str:
     for name, tp in result.skipped_tp:
         by_model.setdefault(name, []).append(tp)
     what = ", ".join(f"{name} (TP {', '.join(str(t) for t in tps)})" for name, tps in by_model.items())
-    return f"skipped {result.skipped_rows:,} rows: --tp does not divide the heads of {what}"
+    return f"skipped {plural(result.skipped_rows, 'row')}: --tp does not divide the heads of {what}"

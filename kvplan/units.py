@@ -33,11 +33,12 @@ _BYTE_UNITS = {
 }
 
 
-def parse_tokens(text: str | int, flag: str = "--seq") -> int:
-    """Parse a token count: ``4096``, ``128k`` (131,072), ``1m`` (1,048,576), ``32_768``.
+def parse_tokens(text: str | int, flag: str = "--seq", allow_zero: bool = False) -> int:
+    """Parse a token count: ``4096``, ``128k`` (131,072), ``1m`` (1,048,576), ``32_768``; with ``allow_zero``
+    also ``0`` (``--shared-prefix``).
 
     Raises:
-        UsageError: not a whole number >= 1 (the message names the flag).
+        UsageError: not a whole number >= 1 (>= 0 with ``allow_zero``; the message names the flag).
     """
     if isinstance(text, int) and not isinstance(text, bool):
         value = text
@@ -46,8 +47,8 @@ def parse_tokens(text: str | int, flag: str = "--seq") -> int:
         if not m:
             raise UsageError(f"{flag}: {text!r} is not a token count; use e.g. 4096, 32k or 128k (k = 1024)")
         value = int(m.group(1).replace("_", "").replace(",", "")) * _TOKEN_SUFFIX[m.group(2).lower()]
-    if value < 1:
-        raise UsageError(f"{flag}: {text!r} must be at least 1 token")
+    if value < 1 and not (allow_zero and value == 0):
+        raise UsageError(f"{flag}: {text!r} must be at least {0 if allow_zero else 1} token{'s' if allow_zero else ''}")
     if value > MAX_TOKENS:
         raise UsageError(f"{flag}: {text!r} is beyond kvplan's bound of {MAX_TOKENS:,} tokens (2^40)")
     return value
@@ -110,6 +111,41 @@ def fmt_gb(n: int) -> str:
 def fmt_tokens(n: int) -> str:
     """``1 token``, ``4,096 tokens``: a token count in words, singular for one."""
     return f"{n:,} token" if n == 1 else f"{n:,} tokens"
+
+
+def plural(n: int, word: str, words: str | None = None) -> str:
+    """``1 block``, ``2 blocks``, ``1,024 padding layers``: a count with its noun, singular for one.
+
+    ``words`` is the plural when it is not ``word + "s"``.
+    """
+    return f"{n:,} {word}" if n == 1 else f"{n:,} {words or word + 's'}"
+
+
+def fmt_ratio_floor(x: float, places: int = 2) -> str:
+    """A ratio cut (not rounded) to ``places`` decimals, with thousands separators: ``6.9966`` → ``6.99``,
+    so a count of whole things is never rounded up (``f"{6.9966:.2f}"`` prints ``7.00``).
+
+    The float's shortest repr is cut, so a ratio that is exactly ``0.29`` stays ``0.29`` (its binary value
+    is a little below).
+    """
+    from decimal import ROUND_DOWN, Context
+
+    d = Decimal(repr(float(x)))
+    if not d.is_finite():
+        return str(x)
+    cut = d.quantize(Decimal(1).scaleb(-places), rounding=ROUND_DOWN, context=Context(prec=len(str(d)) + places + 40))
+    return f"{cut:,.{places}f}"
+
+
+def check_batch(n: int, flag: str = "--batch") -> int:
+    """``n`` when it is within kvplan's bound of :data:`MAX_BATCH` concurrent requests.
+
+    Raises:
+        UsageError: above the bound (the message ``kvplan estimate`` gives).
+    """
+    if n > MAX_BATCH:
+        raise UsageError(f"{flag}: {n:,} is beyond kvplan's bound of {MAX_BATCH:,} concurrent requests")
+    return n
 
 
 def fmt_bytes(n: int) -> str:

@@ -35,7 +35,20 @@ BASE = ("llama3.1-70b", "--gpu", "h100")
         (["--tp", "4", "--context-length", "32768"], ["--tp", "4", "--max-model-len", "32768"]),
         (["--tp", "4", "--ctx-size", "32768"], ["--tp", "4", "--max-model-len", "32768"]),
         (["--tp", "4", "--dtype", "bfloat16"], ["--tp", "4", "--weights-dtype", "bf16"]),
-        (["--tp", "4", "--dtype", "half"], ["--tp", "4", "--weights-dtype", "fp16"]),
+        # vLLM's --dtype is the model dtype: the weights and (--kv-cache-dtype auto) the KV cache
+        (["--tp", "4", "--dtype", "half"], ["--tp", "4", "--weights-dtype", "fp16", "--kv-dtype", "fp16"]),
+        (
+            ["--tp", "8", "-s", "8k", "--dtype", "float"],
+            ["--tp", "8", "-s", "8k", "--weights-dtype", "fp32", "--kv-dtype", "fp32"],
+        ),
+        (
+            ["--tp", "8", "-s", "8k", "--dtype", "float", "--kv-cache-dtype", "fp8"],
+            ["--tp", "8", "-s", "8k", "--weights-dtype", "fp32", "--kv-dtype", "fp8"],
+        ),
+        (
+            ["--tp", "4", "--dtype=half", "--kv-dtype", "auto"],
+            ["--tp", "4", "--weights-dtype", "fp16", "--kv-dtype", "fp16"],
+        ),
         (["--tp", "4", "--dtype", "auto"], ["--tp", "4"]),
         (["--tp", "2", "--quantization", "fp8"], ["--tp", "2", "--weights-dtype", "fp8"]),
         (["--tp", "2", "-q", "awq"], ["--tp", "2", "--weights-dtype", "int4"]),
@@ -43,6 +56,10 @@ BASE = ("llama3.1-70b", "--gpu", "h100")
         (["--tp", "2", "--quantization", "modelopt_fp4"], ["--tp", "2", "--weights-dtype", "nvfp4"]),
         # --quantization describes the stored weights; vLLM's --dtype is then the activation dtype
         (["--tp", "2", "--dtype", "bfloat16", "--quantization", "fp8"], ["--tp", "2", "--weights-dtype", "fp8"]),
+        (
+            ["--tp", "2", "--dtype", "float16", "--quantization", "fp8"],
+            ["--tp", "2", "--weights-dtype", "fp8", "--kv-dtype", "fp16"],
+        ),
         (["--tp", "4", "--kv-cache-memory-bytes", "16GiB"], ["--tp", "4", "--kv-cache-memory", "16GiB"]),
         (
             ["--tp", "4", "--engine", "sglang", "--mem-fraction-static", "0.8"],
@@ -127,8 +144,8 @@ def test_sweep_comma_lists(cli):
         (["estimate", "llama3-8b", "--seq", "4k,,8k"], "kvplan: error: --seq: empty item in the list '4k,,8k'"),
         # an alias whose target the command lacks is click's to refuse
         (
-            ["estimate", "llama3-8b", "--seq", "4k", "--dtype", "bf16"],
-            "kvplan estimate: error: No such option: --dtype",
+            ["estimate", "llama3-8b", "--seq", "4k", "--quantization", "fp8"],
+            "kvplan estimate: error: No such option: --quantization",
         ),
     ],
 )
@@ -157,3 +174,38 @@ def test_after_double_dash_nothing_is_rewritten(cli):
     code, out, err = cli("estimate", "--seq", "4k", "--", "-tp")
     assert code == 2  # '-tp' is the MODEL here: an unknown model, not --tp
     assert "unknown model '-tp'" in err
+
+
+def test_vllm_dtype_float_gives_fp32_weights_and_an_fp32_kv_cache(cli):
+    # vLLM 0.33: an explicit --dtype float serves float32 (only 'auto' downcasts a float32 config), and
+    # --kv-cache-dtype auto is the model dtype: 32 layers x 2 x 8 KV heads x 128 x 4 B = 262,144 B per token
+    r = fit_json(cli, "llama3.1-8b", "--gpu", "h100", "--dtype", "float", "--max-model-len", "8k")
+    assert (r["weights_dtype"], r["kv_dtype"], r["kv_bytes_per_token"]) == ("fp32", "fp32", 262_144)
+    assert r["weights_bytes"] == 4 * 8_030_000_000
+    # a KV dtype given wins, as in vLLM; 'auto' given is the --dtype
+    r = fit_json(cli, "llama3.1-8b", "--gpu", "h100", "--dtype", "float", "--kv-cache-dtype", "fp8", "-s", "8k")
+    assert (r["weights_dtype"], r["kv_dtype"], r["kv_bytes_per_token"]) == ("fp32", "fp8_e4m3", 65_536)
+    r = fit_json(cli, "llama3.1-8b", "--gpu", "h100", "--dtype", "float", "--kv-cache-dtype", "auto", "-s", "8k")
+    assert (r["kv_dtype"], r["kv_bytes_per_token"]) == ("fp32", 262_144)
+
+
+def test_vllm_dtype_half_on_a_bf16_model_caches_fp16(cli):
+    r = fit_json(cli, "llama3.1-8b", "--gpu", "h100", "--dtype", "half", "--max-model-len", "8k")
+    assert (r["weights_dtype"], r["kv_dtype"], r["kv_bytes_per_token"]) == ("fp16", "fp16", 131_072)
+    code, out, err = cli("fit", "llama3.1-8b", "--gpu", "h100", "--dtype", "half", "--max-model-len", "8k")
+    assert code == 0 and "KV fp16" in out.splitlines()[0] and "bf16" not in out.splitlines()[0]
+    # with --quantization the weights are the checkpoint's, the cache still follows --dtype
+    r = fit_json(cli, "llama3.1-8b", "--gpu", "h100", "--dtype", "float16", "--quantization", "fp8", "-s", "8k")
+    assert (r["weights_dtype"], r["kv_dtype"]) == ("fp8", "fp16")
+
+
+def test_vllm_dtype_sets_the_kv_dtype_of_commands_without_weights(cli):
+    code, out, err = cli("estimate", "llama3-8b", "--seq", "4k", "--dtype", "float", "--json")
+    assert code == 0, err
+    assert json.loads(out)["total_bytes"] == 32 * 2 * 8 * 128 * 4 * 4096
+    # a --kv-dtype list: each 'auto' is the --dtype
+    code, out, err = cli(
+        "sweep", "llama3-8b", "--seq", "4k", "--gpu", "h100", "--kv-dtype", "auto,fp8", "--dtype", "float", "--json"
+    )
+    assert code == 0, err
+    assert [r["kv_dtype"] for r in json.loads(out)] == ["fp32", "fp8_e4m3"]

@@ -254,3 +254,119 @@ def test_newline_in_a_path_stays_one_line(cli):
     code, out, err = cli("estimate", "no\nsuch.yaml", "--seq", "1")
     assert code == 2
     assert err == "kvplan: error: no\\nsuch.yaml: no such file\n"
+
+
+# --- weights: what each command says and takes when a spec has no param_count -----------------------
+
+CONFIG_8B = ROOT / "tests" / "fixtures" / "hf_configs" / "llama3.1-8b.json"  # a config.json: no parameter count
+TOY = """\
+name: toy
+source: https://huggingface.co/org/toy/blob/main/config.json
+num_layers: 4
+num_q_heads: 8
+num_kv_heads: 2
+head_dim: 16
+dtype: bf16
+max_model_len: 1024
+"""
+
+
+def test_models_shows_parameters_and_a_parallel_mamba_state(cli):
+    rows = {r["name"]: r for r in json.loads(cli("models", "--json")[1])}
+    assert all(r["param_count"] is not None for r in rows.values())  # every bundled model plans with fit
+    falcon = rows["falcon-h1-7b"]
+    assert (falcon["attention"], falcon["param_count"], falcon["active_param_count"]) == (
+        "GQA: 44 full+mamba2",
+        7_585_513_568,
+        None,
+    )
+    assert (rows["gemma4-26b-a4b"]["param_count"], rows["gemma4-26b-a4b"]["active_param_count"]) == (
+        25_805_933_872,
+        4_395_322_672,
+    )
+    code, out, _ = cli("models")
+    assert code == 0 and "params" in out
+    line = next(x for x in out.splitlines() if " falcon-h1-7b " in x)
+    assert "44 full+mamba2" in line and "7.59B" in line
+    line = next(x for x in out.splitlines() if " gemma4-26b-a4b " in x)
+    assert "25.8B (A4.4B)" in line
+
+
+def test_describe_layers_marks_the_attention_layers_that_keep_a_state(tmp_path):
+    from kvplan.calc import describe_layers
+    from kvplan.specs import load_spec_yaml
+
+    p = tmp_path / "zamba.yaml"
+    p.write_text(
+        TOY + "layers: [mamba2, full, mamba2, full]\nparallel_state: mamba2\n"
+        "mamba2: {num_heads: 4, head_dim: 16, d_state: 16, n_groups: 1, d_conv: 4}\n"
+    )
+    assert describe_layers(load_spec_yaml(p)) == "GQA: 2 full+mamba2 + 2 mamba2"
+
+
+def test_unknown_weights_messages_say_what_to_do_for_each_kind_of_model(cli, tmp_path):
+    from dataclasses import replace
+
+    from kvplan.errors import UsageError
+    from kvplan.fit import weights_per_gpu
+    from kvplan.specs import load_bundled
+
+    # a bundled name: nothing for the user to edit; --weights-gib
+    with pytest.raises(UsageError) as e:
+        weights_per_gpu(replace(load_bundled("llama3-8b"), param_count=None), None, 1, 1)
+    assert str(e.value) == (
+        "llama3-8b: the bundled spec gives no param_count, so weights are unknown; give --weights-gib (weights per GPU)"
+    )
+    # the user's spec YAML: add param_count to it
+    toy = tmp_path / "toy.yaml"
+    toy.write_text(TOY)
+    code, out, err = cli("fit", toy, "--gpu", "h100")
+    assert (code, out) == (2, "")
+    assert err == (
+        f"kvplan: error: toy: {toy} gives no param_count, so weights are unknown; add param_count (total "
+        "parameters) to that spec YAML, or give --weights-gib (weights per GPU)\n"
+    )
+    # a config.json: it never has one
+    code, out, err = cli("fit", CONFIG_8B, "--gpu", "h100")
+    assert (code, out) == (2, "")
+    assert err == (
+        "kvplan: error: llama3.1-8b: a config.json gives no parameter count and no safetensors weights were found "
+        "with it (model.safetensors or model.safetensors.index.json), so weights are unknown; give --weights-gib "
+        "(weights per GPU), or write a spec YAML with param_count\n"
+    )
+
+
+def test_fleet_and_sweep_take_weights_gib(cli):
+    fit = json.loads(cli("fit", CONFIG_8B, "--gpu", "h100", "-s", "8k", "--weights-gib", "15", "--json")[1])
+    assert fit["weights_bytes"] == 15 << 30
+    code, out, err = cli("sweep", CONFIG_8B, "--seq", "8k", "--gpu", "h100", "--weights-gib", "15", "--json")
+    assert code == 0, err
+    assert json.loads(out)[0]["kv_budget_bytes"] == fit["kv_budget_bytes"]
+    args = ("fleet", CONFIG_8B, "--concurrency", "100", "--seq", "8k", "--gpu", "h100", "--weights-gib", "15")
+    code, out, err = cli(*args, "--tp", "1", "--json")
+    assert code == 0, err
+    assert json.loads(out)["layouts"][0]["kv_budget_bytes"] == fit["kv_budget_bytes"]
+    # weights per GPU belong to one TP (and, in a sweep, one model)
+    code, out, err = cli(*args)
+    assert (code, out) == (2, "")
+    assert (
+        err
+        == "kvplan: error: --weights-gib: weights per GPU depend on TP, so give one --tp with it (each TP its own run)\n"
+    )
+    code, out, err = cli("sweep", CONFIG_8B, "llama3-8b", "--seq", "8k", "--gpu", "h100", "--weights-gib", "15")
+    assert (code, out) == (2, "")
+    assert err == (
+        "kvplan: error: --weights-gib: one model's weights per GPU at one TP, so give one MODEL and one --tp with it "
+        "(got 2 models, 1 TP)\n"
+    )
+
+
+def test_sweep_title_names_each_engine_block_size(cli):
+    # vLLM aligns a hybrid model's block to its state page: Falcon-H1 1,568 tokens, Qwen3.5-0.8B 576
+    code, out, err = cli("sweep", "falcon-h1-7b", "qwen3.5-0.8b", "llama3-8b", "--seq", "8k", "--gpu", "h100")
+    assert code == 0, err
+    assert out.splitlines()[0] == (
+        "sweep: 3 configurations, vllm convention, engine block sizes 16, 576, 1,568 tokens (per model)"
+    )
+    code, out, err = cli("sweep", "llama3-8b", "--seq", "8k", "--gpu", "h100")
+    assert out.splitlines()[0] == "sweep: 1 configuration, vllm convention, blocks of 16 tokens"

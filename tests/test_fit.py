@@ -480,7 +480,211 @@ def test_pp_stages_as_vllm_splits_them():
 
 
 def test_bad_pp_layer_partition(cli):
+    want = "give 2 counts (one per --pp stage), each >= 1, that sum to 32 (llama3-8b's num_layers)\n"
     code, _, err = cli("fit", "llama3-8b", "--gpu", "h100", "--pp", "2", "--pp-layer-partition", "16,15")
-    assert code == 2 and err == "kvplan: error: --pp-layer-partition: 16,15 sums to 31, not llama3-8b's 32 layers\n"
+    assert code == 2 and err == f"kvplan: error: --pp-layer-partition: 16,15 sums to 31 layers; {want}"
     code, _, err = cli("fit", "llama3-8b", "--gpu", "h100", "--pp", "2", "--pp-layer-partition", "32")
-    assert code == 2 and err.startswith("kvplan: error: --pp-layer-partition: 32 must be 2 layer counts >= 1")
+    assert code == 2 and err == f"kvplan: error: --pp-layer-partition: 32 has 1 count for --pp 2; {want}"
+    code, _, err = cli("fit", "llama3-8b", "--gpu", "h100", "--pp", "2", "--pp-layer-partition", "33,-1")
+    assert code == 2 and err == f"kvplan: error: --pp-layer-partition: 33,-1 has a count below 1; {want}"
+    # the trial's case: two counts without --pp, summing to 20 of 32 layers: both faults named, no "1 layer counts"
+    code, _, err = cli("fit", "llama3-8b", "--gpu", "h100", "--pp-layer-partition", "10,10")
+    assert code == 2 and err == (
+        "kvplan: error: --pp-layer-partition: 10,10 sums to 20 layers and has 2 counts for --pp 1; give 1 count "
+        "(one per --pp stage), each >= 1, that sum to 32 (llama3-8b's num_layers)\n"
+    )
+
+
+# --- new-user trial -----------------------------------------------------------------------------------------
+def test_fp8_kv_cache_is_advised_with_the_same_hardware_fixes(cli):
+    # llama3.1-8b on an L4 at 32k: a request needs 4 GiB of bf16 KV against a 3.32 GiB budget; in fp8, 2 GiB
+    fp8 = plan_fit(LLAMA31_8B, get_gpu("l4"), FitOptions(max_model_len=32768, kv_dtype="fp8"))
+    assert fp8.fits and fp8.kv_bytes_per_request == 2 * GIB
+    code, out, err = cli("fit", "llama3.1-8b", "--gpu", "l4", "--max-model-len", "32k")
+    assert (code, out) == (1, "")
+    assert err.endswith(
+        "but the KV budget is 3.3237 GiB; would fit: --max-model-len 27200 (the longest that fits), or --kv-dtype fp8 "
+        "(an FP8 KV cache, 1 byte per value), or --weights-dtype fp8 (an FP8 checkpoint: half the weights), or --tp 2 "
+        "(the smallest TP that fits), or --gpu rtx4090 (23.3721 GiB)\n"
+    )
+    # llama.cpp has no fp8 cache: its 8-bit cache type instead
+    code, _, err = cli("fit", "llama3.1-8b", "--gpu", "l4", "--max-model-len", "64k", "--engine", "llamacpp")
+    assert code == 1 and "or --kv-dtype q8_0 (8-bit blocks), or --tp 2" in err and "fp8" not in err
+
+
+def test_no_fp8_advice_on_gpus_without_fp8(cli):
+    from kvplan.fit import suggest
+
+    assert get_gpu("t4").fp8 is False and get_gpu("l4").fp8 is True
+    # the same 3 GiB budget: fp8 would fit, but the T4 has no FP8
+    opts = given_budget(3 * GIB, max_model_len=32768)
+    assert plan_fit(LLAMA31_8B, get_gpu("t4"), replace(opts, kv_dtype="fp8")).fits
+    assert "--kv-dtype fp8 (an FP8 KV cache, 1 byte per value)" in suggest(LLAMA31_8B, get_gpu("l4"), opts)
+    assert not [s for s in suggest(LLAMA31_8B, get_gpu("t4"), opts) if "fp8" in s]
+    # weights leave nothing on a T4: FP8 weights would, but are not offered there
+    code, _, err = cli("fit", "llama3.1-8b", "--gpu", "t4", "--max-model-len", "32k")
+    assert code == 1 and "fp8" not in err and "would fit: --tp 2 (the smallest TP that fits)" in err
+    # a plan in fp8 is not sent to a larger GPU without FP8 (an A100 40GB would hold it)
+    code, _, err = cli("fit", "llama3.1-8b", "--gpu", "l4", "--max-model-len", "128k", "--kv-dtype", "fp8")
+    assert code == 1 and "a100" not in err and err.endswith("or --gpu rtx5090 (31.3701 GiB)\n")
+
+
+def test_fit_json_of_a_plan_that_does_not_fit_carries_reason_and_suggestions(cli):
+    code, out, err = cli("fit", "llama3.1-8b", "--gpu", "l4", "--max-model-len", "32k", "--json")
+    assert code == 1
+    d = json.loads(out)
+    assert d["fits"] is False
+    assert d["reason"] == (
+        "llama3.1-8b on l4-24gb (TP=1, PP=1, vllm): one request of max_model_len 32,768 needs 4 GiB of KV per GPU "
+        "(+ a null block of 0.001953 GiB) but the KV budget is 3.3237 GiB"
+    )
+    assert d["suggestions"][:2] == [
+        "--max-model-len 27200 (the longest that fits)",
+        "--kv-dtype fp8 (an FP8 KV cache, 1 byte per value)",
+    ]
+    assert err == f"kvplan: error: {d['reason']}; would fit: {', or '.join(d['suggestions'])}\n"
+    d = json.loads(cli("fit", "llama3.1-8b", "--gpu", "h100", "--json")[1])
+    assert d["fits"] is True and d["reason"] is None and d["suggestions"] == []
+
+
+def test_concurrency_is_cut_beside_the_engine_log(cli):
+    # vLLM's log rounds 14,329 / 2,048 = 6.9966 to "7.00x"; 6 whole requests fit (14,328 blocks beside the null one)
+    code, out, _ = cli(
+        "fit", "llama3.1-70b", "--gpu", "h100", "--tp", "2", "--max-model-len", "32k", "--weights-dtype", "fp8"
+    )
+    assert code == 0
+    assert "Maximum concurrency for 32,768 tokens per request: 7.00x\n" in out  # the log line, verbatim
+    assert "Max concurrent requests of 32,768 tokens: 6\n" in out
+    assert "Maximum concurrency: 6.99x (vLLM's log rounds it to 7.00x; 6 whole requests fit)\n" in out
+    # exactly 7 requests' worth of blocks: the log says 7.00x, the null block leaves 6 whole requests
+    code, out, _ = cli("fit", "llama3-8b", "--gpu", "h100", "--max-model-len", "32k", "--kv-cache-memory", "28GiB")
+    assert "per request: 7.00x\n" in out
+    assert "Maximum concurrency: 6.99x (vLLM's log shows 7.00x, counting the null block; 6 whole requests fit)\n" in out
+    # other engines: the ratio cut, never rounded up (SGLang gpt-oss: 140,008 / 131,072 = 1.068)
+    code, out, _ = cli("fit", "gpt-oss-120b", "--gpu", "h100", "--max-model-len", "128k", "--engine", "sglang")
+    assert "Maximum concurrency (vLLM-style ratio): 1.06x (cut to 2 decimals; 1 whole request fits)\n" in out
+
+
+def test_max_requests_ratio_floors_to_the_whole_requests():
+    import math
+
+    for engine, version in ((Engine.vllm, None), (Engine.vllm, "0.11"), (Engine.sglang, None), (Engine.trtllm, None),
+                            (Engine.llamacpp, None)):  # fmt: skip
+        for name in ("llama3.1-8b", "gpt-oss-120b", "gemma3-27b"):
+            for s in (4096, 32768, 131072):
+                opts = FitOptions(engine=engine, engine_version=version, max_model_len=s)
+                r = plan_fit(load_bundled(name), get_gpu("h200"), opts)
+                assert math.floor(r.max_requests_ratio) == r.max_requests_by_memory, (engine, name, s)
+
+
+def test_capacity_labels_per_engine(cli):
+    base = ["fit", "gpt-oss-120b", "--gpu", "h100", "--max-model-len", "128k"]
+    code, out, _ = cli(*base)
+    assert "Engine log: GPU KV cache size: 230,018 tokens," in out
+    assert (
+        '  "GPU KV cache size" is int(max concurrency × max_model_len) (vLLM kv_cache_utils.py get_kv_cache_capacity): '
+        "requests' worth of max_model_len, not the tokens of context that fit (see the longest single request)\n"
+    ) in out
+    assert "Longest single request that fits: 242,480 tokens\n" in out
+    code, out, _ = cli(*base, "--engine", "sglang")
+    assert "vLLM's log" not in out and "GPU KV cache size" not in out
+    assert "KV capacity: 140,008 tokens in the full-layer pool (140,008 blocks of 1 token)\n" in out
+    assert "SGLang keeps sliding-window layers in a pool of their own (swa_layer_tokens)" in out
+    code, out, _ = cli(*base, "--engine", "llamacpp")
+    assert "vLLM's log" not in out and "llama.cpp's sliding-window cache holds" in out
+    code, out, _ = cli(*base, "--engine", "trtllm")  # every layer sized for max_seq_len: nothing to explain
+    assert "vLLM's log" not in out and "counts a token in every layer" not in out
+    code, out, _ = cli(*base, "--engine-version", "0.11")
+    assert (
+        '  the log\'s "GPU KV cache size", num_blocks × block_size = 129,504 tokens, counts a token in every layer; '
+        "sliding-window, chunked and state layers hold less per request, so a request can be longer\n"
+    ) in out
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm", "llamacpp"])
+def test_engine_version_that_does_not_parse_is_refused(cli, engine):
+    code, out, err = cli("fit", "llama3-8b", "--gpu", "h100", "--engine", engine, "--engine-version", "abc")
+    assert (code, out, err.count("\n")) == (2, "", 1)
+    sets = {
+        "vllm": "rule sets: 0.33, 0.11, 0.6",
+        "sglang": "SGLang rule sets: 0.5.23",
+        "trtllm": "rule sets: 1.0",
+        "llamacpp": "llama.cpp rule sets: one (llama-kv-cache)",
+    }[engine]
+    assert err.startswith("kvplan: error: --engine-version: 'abc' is not a ") and err.endswith(sets + "\n")
+
+
+def test_engine_version_names_the_rule_set_used(cli):
+    base = ["fit", "llama3-8b", "--gpu", "h100", "--max-model-len", "4k"]
+    # older than the oldest vLLM set: the oldest, with a warning; the output and JSON name it
+    code, out, err = cli(*base, "--engine-version", "0.5")
+    assert code == 0
+    assert err == (
+        "kvplan: warning: --engine-version 0.5 is older than the oldest vLLM rule set kvplan has; applying 0.6 "
+        "(vLLM V0 engine (calibration logs vllm-01, vllm-17))\n"
+    )
+    assert "vLLM 0.6 rules (for --engine-version 0.5): " in out
+    d = json.loads(cli(*base, "--engine-version", "0.20.1", "--json")[1])
+    assert (d["engine_version"], d["engine_version_asked"]) == ("0.11", "0.20.1")
+    assert d["engine_rules"].startswith("vLLM V1 up to 0.11")
+    code, out, err = cli(*base, "--engine-version", "0.11.0rc1")  # release candidates parse
+    assert code == 0 and err == "" and "vLLM 0.11 rules (for --engine-version 0.11.0rc1): " in out
+    # one rule set: any version that parses; the output names the set
+    code, out, err = cli(*base, "--engine", "sglang", "--engine-version", "0.5.23")
+    assert code == 0 and err == ""
+    d = json.loads(cli(*base, "--engine", "sglang", "--json")[1])
+    assert (d["engine_version"], d["engine_version_asked"]) == ("0.5.23", "")
+    code, out, err = cli(*base, "--engine", "sglang", "--engine-version", "0.4.6")
+    assert err.startswith("kvplan: warning: --engine-version 0.4.6 is older than the oldest SGLang rule set")
+    assert (
+        "Engine rules: SGLang 0.5.23 (model_runner mem_fraction_static, pool_configurator.py) (for --engine-version 0.4.6)"
+        in out
+    )
+    code, out, err = cli(*base, "--engine", "llamacpp", "--engine-version", "b5000")
+    assert (
+        code == 0
+        and err == ""
+        and "Engine rules: llama.cpp llama-kv-cache" in out
+        and "(for --engine-version b5000)" in out
+    )
+    code, _, err = cli(*base, "--engine", "trtllm", "--engine-version", "0.21")
+    assert code == 0 and "older than the oldest TensorRT-LLM rule set kvplan has; applying 1.0" in err
+
+
+def test_fleet_warns_on_old_engine_versions_too(cli):
+    code, _, err = cli(
+        "fleet", "llama3-8b", "--concurrency", "4", "--seq", "4k", "--gpu", "h100", "--engine-version", "0.4"
+    )
+    assert code == 0 and "--engine-version 0.4 is older than the oldest vLLM rule set kvplan has; applying 0.6" in err
+    code, _, err = cli(
+        "fleet", "llama3-8b", "--concurrency", "4", "--seq", "4k", "--gpu", "h100", "--engine", "sglang",
+        "--engine-version", "abc",
+    )  # fmt: skip
+    assert code == 2 and err.startswith("kvplan: error: --engine-version: 'abc' is not a version number")
+
+
+def test_fit_output_singulars(cli):
+    from kvplan.render import fit_lines
+
+    code, out, _ = cli("fit", "llama3-8b", "--gpu", "h100", "--pp", "32", "--block-size", "1", "--max-model-len", "1")
+    assert code == 0
+    assert "PP=32 (worst stage: 1 layer)," in out
+    assert "│ 1 token " in out  # KV per block
+    assert "KV pool: 17,666,630 blocks of 1 token, 4,096 B each\n" in out
+    assert "One request of 1 token takes 1 block (+ 1 null block held back)\n" in out
+    assert "Max concurrent requests of 1 token: 1,024\n" in out
+    assert "tokens: 1" not in out and " 1 tokens" not in out.replace("for 1 tokens per request", "")  # log verbatim
+    r = plan_fit(load_bundled("gemma3-27b"), get_gpu("h200"), given_budget(20 * GIB, max_model_len=32768))
+    assert r.padding_layers == 8 and "; 8 padding layers" in fit_lines(r)[1]
+    assert fit_lines(replace(r, padding_layers=1))[1].endswith("; 1 padding layer")
+
+
+def test_shared_prefix_takes_token_counts(cli):
+    base = ["fit", "llama3-8b", "--gpu", "h100", "--max-model-len", "8k", "--json"]
+    code, out, _ = cli(*base, "--shared-prefix", "2k")
+    assert code == 0 and json.loads(out)["shared_prefix_tokens"] == 2048
+    code, out, _ = cli(*base, "--shared-prefix", "0")
+    assert code == 0 and json.loads(out)["shared_prefix_tokens"] == 0
+    code, out, err = cli(*base, "--shared-prefix", "lots")
+    assert (code, out) == (2, "")
+    assert err == "kvplan: error: --shared-prefix: 'lots' is not a token count; use e.g. 4096, 32k or 128k (k = 1024)\n"

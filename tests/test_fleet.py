@@ -44,7 +44,9 @@ def test_class_too_big_for_any_replica_is_said_plainly():
     wl = workload_from_data({"classes": [{"name": "book", "concurrency": 1, "tokens": "1m"}]}, "w.yaml")
     rows = plan_fleet(spec, wl, [get_gpu("l4")], FitOptions())
     assert not any(r.fits for r in rows)
-    assert rows[0].reason.startswith("one request of class book (1,048,576 tokens) needs 128 GiB of KV per GPU, more than the ")
+    assert rows[0].reason.startswith(
+        "one request of class book (1,048,576 tokens) needs 128 GiB of KV per GPU, more than the "
+    )
 
 
 def test_best_per_gpu_and_sorting_by_cost():
@@ -243,3 +245,72 @@ def test_price_for_a_gpu_not_planned_is_an_error(cli):
     # without --gpu every catalog GPU is planned: a price for any of them is fine
     code, _, err = cli("fleet", "llama3-8b", "--concurrency", "10", "--seq", "4k", "--price", "h200=3.5", "--json")
     assert code == 0, err
+
+
+# --- new-user trial: --price quirks, duplicate class names, singulars -------------------------------------
+@pytest.mark.parametrize(
+    "prices, line",
+    [
+        (
+            ["--price", "h100-sxm-80gb=2.1", "--price", "h100=2.2"],
+            "kvplan: error: --price: 'h100-sxm-80gb=2.1' and 'h100=2.2' give h100-sxm-80gb two prices; "
+            "give one price per GPU",
+        ),
+        (
+            ["--price", "h100=-1"],
+            "kvplan: error: --price: 'h100=-1': the price must be >= 0 USD per GPU-hour (and below 10^9)",
+        ),
+        (["--price", "h100=2.5,,h200=3"], "kvplan: error: --price: empty item in the list 'h100=2.5,,h200=3'"),
+        (["--price", "h100"], "kvplan: error: --price: 'h100' must be GPU=USD_PER_HOUR, e.g. h100=2.49"),
+    ],
+)
+def test_price_conflicts_negatives_and_lists(cli, prices, line):
+    args = ["fleet", "llama3-8b", "--concurrency", "10", "--seq", "4k", "--gpu", "h100", "--gpu", "h200"]
+    code, out, err = cli(*args, *prices)
+    assert (code, out, err) == (2, "", line + "\n")
+
+
+def test_price_comma_list_and_repeats_of_one_price(cli):
+    from decimal import Decimal
+
+    from kvplan.fleet import parse_prices
+
+    # a comma list, as other repeatable flags take; the same price under two names of one GPU is no conflict
+    assert parse_prices(["h100=2.5,h200=3.5", "h100-sxm-80gb=2.50"], get_gpu) == {
+        "h100-sxm-80gb": Decimal("2.5"),
+        "h200-sxm-141gb": Decimal("3.5"),
+    }
+    args = ["fleet", "llama3-8b", "--concurrency", "10", "--seq", "4k", "--gpu", "h100", "--gpu", "h200", "--json"]
+    code, out, err = cli(*args, "--price", "h100=2.5,h200=3.5")
+    assert code == 0, err
+    prices = {r["gpu"]: r["price_usd_per_hour"] for r in json.loads(out)["layouts"]}
+    assert prices == {"h100-sxm-80gb": 2.5, "h200-sxm-141gb": 3.5}
+
+
+def test_duplicate_class_names_are_refused(cli, tmp_path):
+    p = tmp_path / "w.yaml"
+    p.write_text(
+        "classes:\n  - {name: chat, concurrency: 10, tokens: 4k}\n  - {name: rag, concurrency: 2, tokens: 32k}\n"
+        "  - {name: chat, concurrency: 5, tokens: 8k}\n"
+    )
+    code, out, err = cli("fleet", "llama3-8b", "--workload", p, "--gpu", "h100")
+    assert (code, out) == (2, "")
+    assert err == (
+        f"kvplan: error: {p}: classes[2].name='chat' is the name of classes[0] too; class names must be unique\n"
+    )
+
+
+def test_fleet_output_says_one_token_not_one_tokens(cli):
+    code, out, err = cli(
+        "fleet", "llama3-8b", "--concurrency", "3", "--seq", "2", "--gpu", "h100", "--tp", "1", "--price", "h100=2"
+    )
+    assert code == 0, err
+    assert out.startswith("llama3-8b, workload single: requests: 3 × 2 tokens\n")
+    wl = workload_from_data({"classes": [{"name": "a", "concurrency": 1, "tokens": 2, "shared_prefix": 1}]}, "w.yaml")
+    import io
+
+    from kvplan.render import console, fleet_table
+
+    buf = io.StringIO()
+    fleet_table("llama3-8b", wl, [], console(buf))
+    assert buf.getvalue().startswith("llama3-8b, workload w: a: 1 × 2 tokens (shared prefix 1 token)\n")

@@ -210,7 +210,72 @@ def test_weights_from_the_index_when_shards_are_not_cached(cache):
         cache, "acme/idx", {"config.json": json.dumps(LLAMA31_8B), "model.safetensors.index.json": json.dumps(index)}
     )
     spec = load_model("acme/idx")
-    assert spec.weights_bytes == 16_060_522_496 and spec.param_count is None
+    # no total_parameters: an unquantized bf16 config (no quantization_config) has 2 B per parameter
+    assert spec.weights_bytes == 16_060_522_496 and spec.param_count == 16_060_522_496 // 2 == 8_030_261_248
+    assert "derived from model.safetensors.index.json total_size 16,060,522,496 B / 2 B (bfloat16" in spec.notes
+
+
+def test_index_total_parameters_lets_weights_dtype_re_size_the_weights(cli, cache):
+    index = {
+        "metadata": {"total_parameters": 8_030_261_248, "total_size": 16_060_522_496},
+        "weight_map": {"a": "model-00001-of-00004.safetensors"},
+    }
+    files = {"config.json": json.dumps(LLAMA31_8B), "model.safetensors.index.json": json.dumps(index)}
+    add_to_cache(cache, "acme/idx-params", files)
+    spec = load_model("acme/idx-params")
+    assert (spec.weights_bytes, spec.param_count) == (16_060_522_496, 8_030_261_248)
+    r = json.loads(cli("fit", "acme/idx-params", "--gpu", "h100", "--json")[1])
+    assert (r["weights_bytes"], r["weights_dtype"]) == (16_060_522_496, "checkpoint")
+    for flag in (["--weights-dtype", "fp8"], ["--quantization", "fp8"]):
+        code, out, err = cli("fit", "acme/idx-params", "--gpu", "h100", *flag, "--json")
+        assert code == 0, err
+        r = json.loads(out)
+        assert (r["weights_bytes"], r["weights_dtype"]) == (8_030_261_248, "fp8")  # 1 B per parameter
+
+
+def test_a_quantized_index_without_parameters_says_why_weights_dtype_cannot_apply(cli, cache):
+    config = {**LLAMA31_8B, "quantization_config": {"quant_method": "awq", "bits": 4}}
+    index = {"metadata": {"total_size": 5_700_000_000}, "weight_map": {"a": "model-00001-of-00002.safetensors"}}
+    files = {"config.json": json.dumps(config), "model.safetensors.index.json": json.dumps(index)}
+    add_to_cache(cache, "acme/awq-idx", files)
+    assert load_model("acme/awq-idx").param_count is None
+    code, out, err = cli("fit", "acme/awq-idx", "--gpu", "h100", "--weights-dtype", "fp8")
+    assert (code, out) == (2, "")
+    assert err == (
+        "kvplan: error: acme/awq-idx: the checkpoint's weights are known in bytes (5,700,000,000 B) but not in "
+        "parameters, so --weights-dtype fp8 cannot re-size them; drop --weights-dtype, or give --weights-gib "
+        "(weights per GPU)\n"
+    )
+
+
+@pytest.mark.parametrize("shards_present", [True, False])
+def test_a_local_checkpoint_folder_reads_its_safetensors(cli, tmp_path, shards_present):
+    folder = tmp_path / "my-llama"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(LLAMA31_8B))
+    index = {
+        "metadata": {"total_parameters": 123, "total_size": 999},
+        "weight_map": {
+            **{k: "model-00001-of-00002.safetensors" for k in SHARD1},
+            **{k: "model-00002-of-00002.safetensors" for k in SHARD2},
+        },
+    }
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    if shards_present:  # the headers win over the index's metadata
+        (folder / "model-00001-of-00002.safetensors").write_bytes(safetensors(SHARD1))
+        (folder / "model-00002-of-00002.safetensors").write_bytes(safetensors(SHARD2))
+        expected = (16384 + 16384 + 4096 + 256, 128 * 64 * 2 + 64 * 64 + 64)
+    else:
+        expected = (999, 123)
+    for ref in (folder, folder / "config.json"):
+        spec = load_model(str(ref))
+        assert (spec.weights_bytes, spec.param_count) == expected
+    code, out, err = cli("fit", folder, "--gpu", "h100", "--json")
+    assert code == 0, err
+    assert json.loads(out)["weights_bytes"] == expected[0]
+    code, out, err = cli("fit", folder, "--gpu", "h100", "--weights-dtype", "fp8", "--json")
+    assert code == 0, err
+    assert json.loads(out)["weights_bytes"] == expected[1]
 
 
 def test_weights_from_a_single_cached_file(cache):

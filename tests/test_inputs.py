@@ -57,6 +57,24 @@ def test_gib_and_gb_text_is_exact_for_any_int():
     assert (fmt_gib(536_870_912), fmt_gb(536_870_912)) == ("0.5 GiB", "0.537 GB")
 
 
+def test_ratio_is_cut_never_rounded_and_counts_take_singulars():
+    from kvplan.units import fmt_ratio_floor, parse_tokens, plural
+
+    assert fmt_ratio_floor(14_329 / 2_048) == "6.99" and f"{14_329 / 2_048:.2f}" == "7.00"
+    assert fmt_ratio_floor(0.29) == "0.29"  # its binary value is a little below: cut by its repr, not its bits
+    assert (fmt_ratio_floor(7.0), fmt_ratio_floor(30_951.479), fmt_ratio_floor(0.0)) == ("7.00", "30,951.47", "0.00")
+    assert (plural(1, "block"), plural(2, "block"), plural(1, "padding layer"), plural(0, "row has", "rows have")) == (
+        "1 block",
+        "2 blocks",
+        "1 padding layer",
+        "0 rows have",
+    )
+    assert parse_tokens("2k", "--shared-prefix", allow_zero=True) == 2048
+    assert parse_tokens("0", "--shared-prefix", allow_zero=True) == 0
+    with pytest.raises(Exception, match="must be at least 1 token"):
+        parse_tokens("0", "--seq")
+
+
 @pytest.mark.parametrize("suffix", ["", ".yaml", ".json"])
 def test_model_name_too_long_for_the_file_system(cli, suffix):
     name = "a" * 300 + suffix

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -97,6 +98,33 @@ def test_does_not_fit_is_drawn_in_the_models_panel():
     assert len(panels[1].lines) == 2  # the curve and the legend's red cross, no budget line
     legend = [t.get_text() for t in panels[1].get_legend().get_texts()]
     assert "h100-sxm-80gb: does not fit (no KV memory)" in legend
+
+
+def test_unknown_weights_are_marked_in_the_models_panel(cli, tmp_path):
+    pytest.importorskip("matplotlib")
+    from dataclasses import replace
+
+    from kvplan.plot import figure
+
+    unknown = replace(load_bundled("gemma4-26b-a4b"), param_count=None, moe=None)
+    data = plot_data([unknown, load_bundled("llama3-8b")], [get_gpu("h100")], max_seq=32768)
+    assert data.no_budget == (("gemma4-26b-a4b", "h100-sxm-80gb", "weights unknown (no param_count)"),)
+    assert data.notes == (
+        "--gpu h100-sxm-80gb: no KV budget for gemma4-26b-a4b: weights unknown (no param_count) (add param_count "
+        "to a spec YAML, or plan it with 'kvplan fit --weights-gib'); marked in its panel",
+    )
+    fig = figure(data)
+    panels = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title(loc="left") for ax in panels] == [
+        "gemma4-26b-a4b: no KV budget: weights unknown (no param_count)",
+        "llama3-8b: KV budget per GPU with bf16 weights",
+    ]
+    assert [t.get_text() for t in panels[0].texts] == ["h100-sxm-80gb: no KV budget: weights unknown (no param_count)"]
+    assert "h100-sxm-80gb: no KV budget" in [t.get_text() for t in panels[0].get_legend().get_texts()]
+    # one model alone, from a config.json (no parameter count): still its own panel, marked
+    config = Path(__file__).resolve().parent / "fixtures" / "hf_configs" / "llama3.1-8b.json"
+    code, _, err = cli("plot", config, "--gpu", "h100", "--out", tmp_path / "k.png")
+    assert code == 0 and "no KV budget for llama3.1-8b: weights unknown (no param_count)" in err
 
 
 def test_tp_engine_and_weights_dtype_as_fit(cli, tmp_path):

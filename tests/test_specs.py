@@ -369,3 +369,69 @@ def test_hf_reader_applies_the_config_class_defaults():
     # Olmo3Config: sliding_window 4096 on 3 of every 4 layers
     s = spec_from_hf_config({"model_type": "olmo3"}, "c/config.json")
     assert s.kind_counts() == {"full": 8, "sliding": 24} and s.sliding_window == 4096
+
+
+@pytest.mark.parametrize("name", bundled_names())
+def test_every_bundled_spec_has_a_param_count(name):
+    # 'kvplan fit', 'fleet', 'sweep' and 'plot' size weights from param_count; a bundled model without one
+    # could only be planned with --weights-gib
+    assert load_bundled(name).param_count is not None
+
+
+# bundled name -> (config.json fixture, param_count, active parameters): param_count is what transformers 5.23
+# builds from that config (meta device; vLLM 0.33 loads the same tensors, MTP layers skipped) plus the
+# e_score_correction_bias tensors the checkpoint holds and transformers keeps as buffers
+PARAM_COUNTS = {
+    "gemma4-26b-a4b": ("gemma4-26b-a4b.json", 25_805_933_872, 4_395_322_672),
+    "gemma4-31b": ("gemma4-31b-it-nvfp4.json", 31_273_086_512, 31_273_086_512),
+    "qwen3.5-0.8b": ("qwen3.5-0.8b.json", 852_985_920, 852_985_920),
+    "minimax-m2.7": ("minimax-m2.7.json", 228_689_764_864, 11_030_553_088),
+    "falcon-h1-7b": ("falcon-h1-7b-PARTIAL.json", 7_585_513_568, 7_585_513_568),
+    "qwen3.5-122b-a10b": ("qwen3.5-122b-a10b.json", 122_562_817_776, 10_222_579_440),
+    "glm-4.7": ("glm4.7-nvfp4.json", 352_797_829_024, 33_632_266_144),
+    "kimi-k2": ("kimi-k2-instruct.json", 1_026_408_232_448, 32_861_500_928),
+    "nemotron-3-nano-30b-a3b": ("nemotron-3-nano-30b-a3b.json", 31_577_940_288, 3_580_076_352),
+    "granite-4.0-h-tiny": ("granite-4.0-h-tiny-PARTIAL.json", 6_939_037_248, 1_465_470_528),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PARAM_COUNTS))
+def test_param_count_and_active_parameters(name):
+    _, total, active = PARAM_COUNTS[name]
+    spec = load_bundled(name)
+    assert (spec.param_count, spec.active_param_count) == (total, active)
+
+
+def test_gemma3n_param_count_is_keras_hubs():
+    # keras-hub gemma3n_presets "params" of gemma3n_e4b(_it); the model card says 8B raw parameters
+    assert load_bundled("gemma3n-e4b").param_count == 7_850_135_376
+
+
+def test_minimax_fp8_weights_keep_embeddings_head_router_and_norms_in_bf16():
+    from kvplan.fit import weights_per_gpu
+
+    spec = load_bundled("minimax-m2.7")
+    kept = 2 * 200_064 * 3_072 + 62 * 256 * 3_072 + 62 * 256 + 828_416
+    assert spec.param_count_unquantized == kept == 1_278_796_288
+    assert weights_per_gpu(spec, None, 1, 1) == ((spec.param_count - kept) + 2 * kept, "fp8")
+
+
+@pytest.mark.parametrize("name", sorted(PARAM_COUNTS))
+def test_param_count_matches_transformers(name):
+    import json
+
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    fixture = PARAM_COUNTS[name][0]
+    config = json.loads((HF / fixture).read_text())
+    config.pop("quantization_config", None)
+    config.pop("auto_map", None)
+    if config["model_type"] == "kimi_k2":  # DeepseekV3ForCausalLM, as vLLM reads it
+        config["model_type"] = "deepseek_v3"
+    cfg = transformers.AutoConfig.for_model(**config)
+    auto = transformers.AutoModelForImageTextToText if "vision_config" in config else transformers.AutoModelForCausalLM
+    with torch.device("meta"):
+        model = auto.from_config(cfg)
+    params = sum(p.numel() for p in model.parameters())
+    params += sum(b.numel() for n, b in model.named_buffers() if n.endswith("e_score_correction_bias"))
+    assert load_bundled(name).param_count == params

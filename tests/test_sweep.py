@@ -362,12 +362,41 @@ def test_cli_table_caps_rows_unless_all(cli):
     ]
     code, out, err = cli(*args)  # 101 seqs × 2 GPUs = 202 rows
     assert code == 0
-    assert "sweep: 202 configurations, vllm convention, blocks of 16, first 200 shown" in out
+    assert "sweep: 202 configurations, vllm convention, blocks of 16 tokens, first 200 shown" in out
     assert err == "kvplan: warning: showing the first 200 of 202 rows; --all for every row, --csv or --json for data\n"
     code, out, err = cli(*args, "--all")
     assert code == 0 and err == ""
-    assert "sweep: 202 configurations, vllm convention, blocks of 16\n" in out and "shown" not in out
+    assert "sweep: 202 configurations, vllm convention, blocks of 16 tokens\n" in out and "shown" not in out
     assert out.count(" llama3-8b ") == 202
+
+
+def test_cli_table_singulars_and_cut_concurrency(cli):
+    # one row: "1 configuration", "blocks of 1 token" (SGLang pages), "1 row has"
+    code, out, err = cli("sweep", "llama3-8b", "--seq", "12k", "--gpu", "l4", "--engine", "sglang")
+    assert code == 0
+    assert "sweep: 1 configuration, sglang convention, blocks of 1 token\n" in out
+    assert err == "kvplan: warning: 1 row has --seq beyond the model's max context (computed anyway)\n"
+    ref = plan_fit(load_bundled("llama3-8b"), get_gpu("l4"), FitOptions(engine=Engine.sglang, max_model_len=12288))
+    # 2.6877 requests' worth: rounding would print 2.69; the table cuts it to 2.68, beside 2 whole requests,
+    # and the tokens column is the pool's (blocks × 1)
+    assert (ref.max_requests_by_memory, f"{ref.max_requests_ratio:.2f}") == (2, "2.69")
+    assert "(cut)" in out and "pool" in out
+    row = next(line for line in out.splitlines() if line.lstrip().startswith("llama3-8b"))
+    assert row.split()[7:11] == ["2", "2.68x", f"{ref.num_blocks:,}", "yes"]
+
+
+def test_cli_table_vllm_columns_are_the_logs_figures(cli):
+    # llama3.1-70b fp8 weights at TP 2 on H100, 32k: vLLM logs 7.00x (6.9966 rounded) but 6 requests fit;
+    # the table names the column as the log's figure and says what it counts; capacity = int(7.0 × 32,768)
+    code, out, _ = cli(
+        "sweep", "llama3.1-70b", "--seq", "32k", "--gpu", "h100", "--tp", "2", "--weights-dtype", "fp8"
+    )
+    assert code == 0
+    assert "vLLM log" in out and "concurrency" in out and "cache tokens" in out
+    row = next(line for line in out.splitlines() if line.lstrip().startswith("llama3.1-70b"))
+    assert row.split()[7:11] == ["6", "7.00x", "229,264", "yes"]
+    assert 'vLLM log columns: "Maximum concurrency" (rounded, the null block counted)' in out
+    assert "not the tokens of context that fit; whole requests: what fits" in out
 
 
 @pytest.mark.parametrize(

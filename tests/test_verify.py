@@ -445,3 +445,29 @@ def test_cli_verify_q8_0_checks_attention(cli):
     assert code == 0, err
     assert "attention vs fp32 SDPA: max |err|" in out and "over 2 layer check(s): ok" in out
     assert "q8_0 rows quantized with their scales" in out and out.rstrip().splitlines()[-1].startswith("verify: OK")
+
+
+def test_batch_above_the_bound_is_the_estimate_error(cli):
+    # kvplan's bound on concurrent requests (kvplan.units.MAX_BATCH): the same one line as estimate, before any
+    # memory check
+    est = cli("estimate", "llama3-8b", "--seq", "16", "--batch", "2000000000")
+    ver = cli("verify", "llama3-8b", "--seq", "16", "--batch", "2000000000")
+    assert est == ver == (2, "", "kvplan: error: --batch: 2,000,000,000 is beyond kvplan's bound of 1,000,000,000 "
+                                 "concurrent requests\n")  # fmt: skip
+
+
+def test_seq_beyond_context_that_cannot_be_allocated_is_one_message(cli):
+    # 10^9 tokens × 131,072 B: nothing is allocated, and nothing may claim it was ("allocated anyway")
+    code, out, err = cli("verify", "llama3-8b", "--seq", "1000000000")
+    assert (code, out, err.count("\n")) == (1, "", 1)
+    assert "allocated anyway" not in err and "warning" not in err
+    assert err.startswith("kvplan: error: verify llama3-8b --seq 1000000000 --batch 1 --kv-dtype bf16: the cache needs")
+    assert "nothing was allocated" in err
+    assert err.endswith("(--seq 1,000,000,000 is beyond llama3-8b's max context of 8,192 tokens)\n")
+
+
+def test_seq_beyond_context_that_is_allocated_warns_after(cli):
+    code, out, err = cli("verify", "llama3-8b", "--seq", "8200", "--layers", "1", "--json")
+    assert code == 0, err
+    assert json.loads(out)["seq_len"] == 8200
+    assert err == "kvplan: warning: --seq 8,200 is beyond llama3-8b's max context of 8,192 tokens (allocated anyway)\n"

@@ -4,5 +4,26 @@ file (and version) it follows.
 - :mod:`kvplan.engines.vllm`: vLLM's KV-cache planning (``vllm/v1/core/kv_cache_planning.py``,
   ``kv_cache_utils.py``, ``kv_cache_interface.py``, ``platforms/interface.py``), by version.
 
+- :mod:`kvplan.engines.trtllm`, :mod:`kvplan.engines.sglang`, :mod:`kvplan.engines.llamacpp`: the same for
+  TensorRT-LLM, SGLang and llama.cpp.
+
+``--engine-version`` (:func:`parse_version`) must parse as a version number for every engine; each engine
+module's ``resolve_rules`` picks its rule set (the newest not newer than the version), and a version older
+than the oldest rule set gets that oldest set with a warning (:func:`kvplan.fit.engine_version_warning`),
+not an error: the engine's older releases mostly share those rules, and the output names the set applied.
+
 Pure Python: no numpy or torch (``kvplan estimate`` and ``kvplan fit`` import none).
 """
+
+from __future__ import annotations
+
+import re
+
+_VERSION_RE = re.compile(r"v?(\d{1,6})(?:\.(\d{1,6}))?(?:\.(\d{1,6}))?(?:[.a-z+-][0-9a-z.+-]*)?")
+
+
+def parse_version(text: str | None) -> tuple[int, int, int] | None:
+    """``"0.11.0rc1"`` → ``(0, 11, 0)``; ``v1.1``, ``0.6.3.post1`` parse too (suffixes ignored); None when
+    ``text`` is not a version number."""
+    m = _VERSION_RE.fullmatch(str(text or "").strip().lower())
+    return None if m is None else tuple(int(g or 0) for g in m.groups())

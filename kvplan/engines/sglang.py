@@ -25,7 +25,12 @@ speculative decoding, and SGLang's Mamba pools (hybrid state models: a unified p
 
 from __future__ import annotations
 
+from kvplan.engines import parse_version
+from kvplan.errors import UsageError
 from kvplan.specs import ModelSpec
+
+RULES_VERSION = "0.5.23"  # the one rule set: the SGLang release read (see the module docstring)
+DESCRIPTION = "SGLang 0.5.23 (model_runner mem_fraction_static, pool_configurator.py)"
 
 DEFAULT_SWA_FULL_TOKENS_RATIO = 0.8  # srt/arg_groups/fields/schedule.py swa_full_tokens_ratio fallback
 SWA_EVICTION_INTERVAL = 128  # srt/environ.py SGLANG_SWA_EVICTION_INTERVAL
@@ -89,3 +94,25 @@ def longest_request(full_tokens: int, swa_tokens: int, win: int) -> int:
 def log_line(full_tokens: int, swa_tokens: int) -> str:
     """SGLang's start-up line for the split (``_solve_pool_sizes``)."""
     return f"Use sliding window memory pool. full_layer_tokens={full_tokens}, swa_layer_tokens={swa_tokens}"
+
+
+def resolve_rules(version: str | None) -> str:
+    """The rule set for an SGLang version: kvplan has one (:data:`RULES_VERSION`); a version is accepted when it
+    parses (one older than the set gets it with a warning, :func:`older_than_oldest`).
+
+    Raises:
+        UsageError: not a version number.
+    """
+    if version is None or str(version).strip().lower() in ("", "latest", "current"):
+        return RULES_VERSION
+    if parse_version(version) is None:
+        raise UsageError(
+            f"--engine-version: {version!r} is not a version number (e.g. 0.5.23); SGLang rule sets: {RULES_VERSION}"
+        )
+    return RULES_VERSION
+
+
+def older_than_oldest(version: str | None) -> bool:
+    """True when ``version`` parses and is older than :data:`RULES_VERSION`."""
+    asked = None if version is None else parse_version(version)
+    return asked is not None and asked < parse_version(RULES_VERSION)

@@ -1,8 +1,8 @@
 """TensorRT-LLM's KV-cache sizing rules, by version: what ``kvplan fit --engine trtllm [--engine-version V]``
 applies.
 
-Rule sets (``--engine-version`` picks the newest set not newer than the version given; older versions get
-the oldest set, and kvplan says which it applied):
+Rule sets (``--engine-version`` picks the newest set not newer than the version given; an older version gets
+the oldest set with a warning, and the output names the set applied):
 
 ==========  ==============================================================================================
 ``1.0``     (default) the PyTorch backend of TensorRT-LLM 1.0 and 1.1, ``tensorrt_llm/_torch/pyexecutor/
@@ -31,10 +31,10 @@ Pure Python: no numpy or torch.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from kvplan.calc import cdiv
+from kvplan.engines import parse_version
 from kvplan.errors import UsageError
 
 
@@ -64,8 +64,7 @@ LATEST = RULE_SETS[0]
 
 
 def _version_tuple(text: str) -> tuple[int, ...] | None:
-    m = re.fullmatch(r"v?(\d+)(?:\.(\d+))?(?:\.(\d+))?(?:[.a-z+-].*)?", text.strip().lower())
-    return None if m is None else tuple(int(g or 0) for g in m.groups())
+    return parse_version(text)
 
 
 def resolve_rules(version: str | None) -> TrtllmRules:
@@ -85,6 +84,13 @@ def resolve_rules(version: str | None) -> TrtllmRules:
         if asked >= _version_tuple(rules.version):
             return rules
     return RULE_SETS[-1]
+
+
+def older_than_oldest(version: str | None) -> bool:
+    """True when ``version`` parses and is older than the oldest rule set (which :func:`resolve_rules` then
+    applies; the CLI warns)."""
+    asked = None if version is None else _version_tuple(str(version))
+    return asked is not None and asked < _version_tuple(RULE_SETS[-1].version)
 
 
 def pool_blocks(budget: int, bytes_per_token: int, tokens_per_block: int, rules: TrtllmRules) -> int:

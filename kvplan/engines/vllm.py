@@ -14,7 +14,9 @@ Rule sets (``--engine-version`` picks the newest set not newer than the version 
 ``0.6``     the V0 engine (calibration cases vllm-01, vllm-17): the same KV rules as ``0.11``.
 ==========  ==============================================================================================
 
-Versions between 0.11 and 0.33 are not modelled separately: kvplan applies the 0.11 set and says so.
+Versions between 0.11 and 0.33 are not modelled separately: kvplan applies the 0.11 set and says so
+("vLLM 0.11 rules (for --engine-version 0.20)"). A version older than 0.6 gets the 0.6 set with a warning
+(:func:`older_than_oldest`); a value that is not a version number is an error listing the rule sets.
 
 Hardware: block sizes follow the backends vLLM picks on a Hopper GPU (SM 9.0: H100, H200, H20, GH200)
 unless a rule names another family; a GPU given by size is taken as Hopper-class.
@@ -28,6 +30,7 @@ from math import lcm
 
 from kvplan.calc import cdiv, kv_heads_per_rank, layer_token_bytes
 from kvplan.dtypes import KVDtype, get_kv_dtype
+from kvplan.engines import parse_version
 from kvplan.errors import UsageError
 from kvplan.specs import KV_HEAD_KINDS, STATE_KINDS, ModelSpec
 
@@ -75,8 +78,7 @@ OLD_DEFAULT_MAX_NUM_SEQS = 256
 
 
 def _version_tuple(text: str) -> tuple[int, ...] | None:
-    m = re.fullmatch(r"v?(\d+)(?:\.(\d+))?(?:\.(\d+))?(?:[.+-].*)?", text.strip().lower())
-    return None if m is None else tuple(int(g or 0) for g in m.groups())
+    return parse_version(text)
 
 
 def resolve_rules(version: str | None) -> VllmRules:
@@ -95,6 +97,13 @@ def resolve_rules(version: str | None) -> VllmRules:
         if asked >= _version_tuple(rules.version):
             return rules
     return RULE_SETS[-1]
+
+
+def older_than_oldest(version: str | None) -> bool:
+    """True when ``version`` parses and is older than the oldest rule set (which :func:`resolve_rules` then
+    applies; the CLI warns)."""
+    asked = None if version is None else _version_tuple(str(version))
+    return asked is not None and asked < _version_tuple(RULE_SETS[-1].version)
 
 
 # --- hardware-dependent defaults -------------------------------------------------------------------

@@ -16,7 +16,15 @@ Weights for ``kvplan fit`` (:attr:`~kvplan.specs.ModelSpec.weights_bytes`): from
 when every shard's header is in the cache (the first 8 + N bytes of each file; no tensor data read), else
 from ``model.safetensors.index.json``'s ``metadata.total_size`` (cached, or downloaded when online), else,
 online, from the single ``model.safetensors`` header through ``get_safetensors_metadata`` (HTTP range
-reads). Without any of them the spec has no weights and ``fit`` asks for ``--weights-gib``.
+reads). Without any of them the spec has no weights and ``fit`` asks for ``--weights-gib``. A local folder
+given as MODEL (or its ``config.json``) reads the same files beside the config (:func:`folder_weight_bytes`).
+
+The parameter count (for ``--weights-dtype``, which re-sizes the weights from it) comes with the weights:
+the elements of every floating-point tensor in the headers (none when integer-packed tensors hold several
+weights each); with only the index, its ``metadata.total_parameters`` (transformers writes it) for an
+unquantized checkpoint, else ``total_size`` / the bytes of the config's dtype (``torch_dtype`` / ``dtype``:
+bf16 and fp16 2 B, fp32 4 B) when the config has no ``quantization_config`` (every tensor then in that
+dtype; noted in the spec's notes). See :func:`with_weights`.
 
 huggingface_hub is imported only when a repo id is neither bundled nor a path.
 """
@@ -28,7 +36,7 @@ import os
 import re
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from kvplan.errors import SpecError
 
@@ -272,12 +280,74 @@ def load_repo(ref: str):
 
     where = f"{_HF_URL}/{repo}/blob/{revision or 'main'}/config.json"
     name = f"{repo}@{revision}" if revision else repo
-    spec = spec_from_hf_config(_read_json(path, where), where, name=name)
+    config = _read_json(path, where)
+    spec = spec_from_hf_config(config, where, name=name)
     spec = replace(spec, hf_repo=repo)
-    weights = repo_weight_bytes(repo, revision)
-    if weights is not None:
-        total, params = weights
-        spec = replace(spec, weights_bytes=total, param_count=params if params is not None else spec.param_count)
+    return with_weights(spec, repo_weight_bytes(repo, revision), config)
+
+
+_DTYPE_BYTES = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2}
+
+
+def _unquantized_dtype_bytes(config: Any) -> tuple[str, int] | None:
+    """(dtype name, bytes per parameter) of a config.json without ``quantization_config`` that names a
+    16/32-bit float dtype (``torch_dtype`` or ``dtype``, top level or ``text_config``); else None."""
+    if not isinstance(config, dict):
+        return None
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    if config.get("quantization_config") is not None or text.get("quantization_config") is not None:
+        return None
+    for d in (config, text):
+        for key in ("torch_dtype", "dtype"):
+            name = str(d.get(key) or "").lower().removeprefix("torch.")
+            if name in _DTYPE_BYTES:
+                return name, _DTYPE_BYTES[name]
+    return None
+
+
+class CheckpointWeights(NamedTuple):
+    """What a checkpoint's safetensors files tell of its weights.
+
+    Attributes:
+        nbytes: bytes of every tensor (before TP/PP).
+        params: elements of the float tensors, from the headers; None when integer-packed tensors hold
+            several weights each, or when only the index was read.
+        index_params: the index's ``metadata.total_parameters`` (only the index read), or None.
+        from_headers: the tensor headers were read (not only the index's metadata).
+    """
+
+    nbytes: int
+    params: int | None
+    index_params: int | None = None
+    from_headers: bool = True
+
+
+def with_weights(spec, weights: CheckpointWeights | None, config: Any):
+    """``spec`` with the checkpoint's weight bytes and, where they tell it, its parameter count.
+
+    Parameters come from the headers' float tensors; with only the index read, for a config without
+    ``quantization_config``, from the index's ``total_parameters``, else from ``total_size`` / the config
+    dtype's bytes (when it divides; every tensor is then in that dtype). A spec that already has a
+    param_count keeps it when none of these applies.
+    """
+    if weights is None:
+        return spec
+    total, params, index_params, from_headers = weights
+    note = ""
+    unquantized = _unquantized_dtype_bytes(config)
+    if params is None and unquantized is not None and not from_headers:
+        if index_params is not None:
+            params = index_params
+            note = f"param_count {params:,} from model.safetensors.index.json metadata.total_parameters."
+        elif total % unquantized[1] == 0:
+            params = total // unquantized[1]
+            note = (
+                f"param_count {params:,} derived from model.safetensors.index.json total_size {total:,} B / "
+                f"{unquantized[1]} B ({unquantized[0]}, the config's dtype; no quantization_config)."
+            )
+    spec = replace(spec, weights_bytes=total, param_count=params if params is not None else spec.param_count)
+    if note:
+        spec = replace(spec, notes=f"{spec.notes} {note}".strip())
     return spec
 
 
@@ -337,38 +407,69 @@ def _total(by_dtype: tuple[dict[str, int], dict[str, int]]) -> tuple[int, int | 
     return sum(nbytes.values()), params
 
 
-def repo_weight_bytes(repo: str, revision: str | None) -> tuple[int, int | None] | None:
-    """(weight bytes, parameter count or None) of a Hub repo's safetensors, or None when unknown.
+def _count(value: Any) -> int | None:
+    """A positive int from JSON (not a bool), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _index_weights(index_path: Path, shard_path) -> CheckpointWeights | None:
+    """The weights of a sharded checkpoint: from every shard's header when ``shard_path(name)`` finds them
+    all, else from the index's metadata (None without a total_size)."""
+    index = _read_json(index_path, str(index_path))
+    if not isinstance(index, dict):
+        return None
+    meta = index.get("metadata") if isinstance(index.get("metadata"), dict) else {}
+    weight_map = index.get("weight_map") if isinstance(index.get("weight_map"), dict) else {}
+    shards = sorted({str(s) for s in weight_map.values()})
+    paths = [shard_path(s) for s in shards]
+    if shards and all(p is not None for p in paths):
+        nbytes: dict[str, int] = {}
+        elems: dict[str, int] = {}
+        for p in paths:
+            b, e = header_sizes(safetensors_header(p), str(p))
+            for k, v in b.items():
+                nbytes[k] = nbytes.get(k, 0) + v
+            for k, v in e.items():
+                elems[k] = elems.get(k, 0) + v
+        return CheckpointWeights(*_total((nbytes, elems)))
+    total = _count(meta.get("total_size"))
+    return None if total is None else CheckpointWeights(total, None, _count(meta.get("total_parameters")), False)
+
+
+def folder_weight_bytes(folder: Path) -> CheckpointWeights | None:
+    """As :func:`repo_weight_bytes` for a local checkpoint folder: ``model.safetensors``'s header, else
+    ``model.safetensors.index.json`` with the shards' headers beside it, else the index's metadata; None
+    when the folder has neither file."""
+    single = folder / "model.safetensors"
+    if single.is_file():
+        return CheckpointWeights(*_total(header_sizes(safetensors_header(single), str(single))))
+    index_path = folder / "model.safetensors.index.json"
+    if not index_path.is_file():
+        return None
+
+    def shard(name: str) -> Path | None:
+        p = folder / name
+        return p if "/" not in name and "\\" not in name and p.is_file() else None
+
+    return _index_weights(index_path, shard)
+
+
+def repo_weight_bytes(repo: str, revision: str | None) -> CheckpointWeights | None:
+    """The weights of a Hub repo's safetensors (:class:`CheckpointWeights`), or None when unknown.
 
     Never raises for a missing file or no network: the weights are then unknown.
     """
     index_path = _cached(repo, "model.safetensors.index.json", revision)
     single = _cached(repo, "model.safetensors", revision)
     if single is not None:
-        return _total(header_sizes(safetensors_header(single), str(single)))
+        return CheckpointWeights(*_total(header_sizes(safetensors_header(single), str(single))))
     if index_path is None and not hub_offline():
         try:
             index_path = _download(repo, "model.safetensors.index.json", revision)
         except SpecError:
             index_path = None
     if index_path is not None:
-        index = _read_json(index_path, str(index_path))
-        shards = sorted(set((index.get("weight_map") or {}).values())) if isinstance(index, dict) else []
-        paths = [_cached(repo, s, revision) for s in shards]
-        if shards and all(p is not None for p in paths):
-            nbytes: dict[str, int] = {}
-            elems: dict[str, int] = {}
-            for p in paths:
-                b, e = header_sizes(safetensors_header(p), str(p))
-                for k, v in b.items():
-                    nbytes[k] = nbytes.get(k, 0) + v
-                for k, v in e.items():
-                    elems[k] = elems.get(k, 0) + v
-            return _total((nbytes, elems))
-        total = (index.get("metadata") or {}).get("total_size") if isinstance(index, dict) else None
-        if isinstance(total, int) and not isinstance(total, bool) and total > 0:
-            return total, None
-        return None
+        return _index_weights(index_path, lambda s: _cached(repo, s, revision))
     if hub_offline():
         return None
     try:  # one safetensors file: its header through HTTP range reads
@@ -385,4 +486,4 @@ def repo_weight_bytes(repo: str, revision: str | None) -> tuple[int, int | None]
             for d in t.shape:
                 count *= d
             elems[t.dtype] = elems.get(t.dtype, 0) + count
-    return _total((nbytes, elems)) if nbytes else None
+    return CheckpointWeights(*_total((nbytes, elems))) if nbytes else None
