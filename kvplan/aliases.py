@@ -40,6 +40,8 @@ Options that take several values (``--seq`` of ``estimate`` and ``sweep``, ``--t
 
 from __future__ import annotations
 
+import re
+
 from kvplan.errors import UsageError
 
 # typed spelling -> kvplan flags it stands for, in order of preference (the first one the command has wins)
@@ -231,6 +233,19 @@ def rewrite(argv: list[str], command) -> list[str]:
             if len(parts) > 1:
                 if any(not p.strip() for p in parts):
                     raise UsageError(f"{flag}: empty item in the list {value!r}")
+                pair = next(
+                    (
+                        (a.strip(), b.strip())
+                        for a, b in zip(parts, parts[1:], strict=False)
+                        if re.fullmatch(r"[0-9]{1,3}", a.strip()) and re.fullmatch(r"[0-9]{3}", b.strip())
+                    ),
+                    None,
+                )
+                if target == "--seq" and pair:  # 32,768 reads as a thousands separator; commas separate values
+                    raise UsageError(
+                        f"{flag}: {value!r} is ambiguous: write {''.join(pair)} or {'_'.join(pair)}; "
+                        "commas separate values"
+                    )
                 if target not in multiple:
                     raise UsageError(
                         f"{flag}: one value only for 'kvplan {argv[0]}' (got {value!r}); "

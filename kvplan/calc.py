@@ -50,14 +50,46 @@ def kv_heads_per_rank(num_kv_heads: int, tensor_parallel_size: int = 1) -> int:
     return max(1, num_kv_heads // tensor_parallel_size)
 
 
+# State dimensions vLLM splits across TP ranks with ``divide()`` (which asserts divisibility), per state kind.
+# Source: vLLM 0.33 ``MambaStateShapeCalculator`` and the mixers' column-parallel projections
+# (mamba_mixer.py, mamba_mixer2.py, gdn / qwen3_next.py, short_conv.py, minimax lightning attention).
+_STATE_SPLIT_FIELDS = {
+    "mamba": ("d_inner",),
+    "mamba2": ("num_heads",),
+    "gdn": ("num_k_heads", "num_v_heads"),
+    "short_conv": ("d_inner",),
+    "linear_attention": ("num_heads",),
+}
+
+
+def state_split_dims(spec: ModelSpec) -> tuple[tuple[str, int], ...]:
+    """The distinct ``(kind.field, size)`` state dimensions TP must divide, e.g. ``("gdn.num_v_heads", 32)``."""
+    dims = set()
+    for layer in spec.layers:
+        state = layer.state
+        if state is None:
+            continue
+        for field in _STATE_SPLIT_FIELDS.get(state.kind, ()):
+            size = getattr(state, field)
+            if size:
+                dims.add((f"{state.kind}.{field}", size))
+    return tuple(sorted(dims))
+
+
 def _tp_allowed(spec: ModelSpec, tp: int) -> bool:
     heads = spec.kv_head_counts or (spec.num_kv_heads,)
-    return spec.num_q_heads % tp == 0 and all(h % tp == 0 or tp % h == 0 for h in heads)
+    return (
+        spec.num_q_heads % tp == 0
+        and all(h % tp == 0 or tp % h == 0 for h in heads)
+        and all(size % tp == 0 for _, size in state_split_dims(spec))
+    )
 
 
 def valid_tp_sizes(spec: ModelSpec, limit: int = 64) -> list[int]:
-    """TP degrees the model's heads allow: H_q % TP == 0 and, for every attention layer's H_kv,
-    H_kv % TP == 0 or TP % H_kv == 0.
+    """TP degrees the model's heads allow: H_q % TP == 0, for every attention layer's H_kv
+    H_kv % TP == 0 or TP % H_kv == 0, and every recurrent state's split dimension (mamba/short_conv
+    ``d_inner``, mamba2 / linear_attention ``num_heads``, gdn ``num_k_heads`` and ``num_v_heads``)
+    divisible by TP (vLLM ``divide()`` asserts it; a 0-head rank would hold no state).
 
     Source: vLLM ``ModelConfig.verify_with_parallel_config`` (attention heads divisible by TP) and
     ``get_num_kv_heads`` (KV heads split, or replicated when TP > H_kv).
@@ -73,9 +105,10 @@ def check_tp(spec: ModelSpec, tensor_parallel_size: int, flag: str = "--tp") -> 
     if not _tp_allowed(spec, tp):
         allowed = ", ".join(str(t) for t in valid_tp_sizes(spec))
         heads = "/".join(str(h) for h in spec.kv_head_counts) or str(spec.num_kv_heads)
+        state = "".join(f", {name}={size}" for name, size in state_split_dims(spec))
         raise UsageError(
             f"{flag}: {tensor_parallel_size} does not divide {spec.name}'s heads (H_q={spec.num_q_heads}, "
-            f"H_kv={heads}); allowed: {allowed}"
+            f"H_kv={heads}{state}); allowed: {allowed or 'none'}"
         )
 
 

@@ -4,7 +4,7 @@ No arithmetic here. Errors from the core (:class:`kvplan.errors.KvplanError`) an
 become one line on stderr: exit 2 for bad input, 1 for a plan that does not fit.
 """
 
-
+import os
 import sys
 from typing import List, Optional
 
@@ -836,6 +836,15 @@ def _command_for(argv: list[str]):
     return typer.main.get_command(app)
 
 
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's exit flush does not fail again on unwritable output."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # pragma: no cover - stdout without a file descriptor
+        pass
+
+
 def run(argv: Optional[List[str]] = None) -> int:
     """Run the CLI on ``argv``; return the exit code. Errors print one line on stderr, never a traceback."""
     usage_error, click_exception = _click_errors()
@@ -845,6 +854,7 @@ def run(argv: Optional[List[str]] = None) -> int:
         from kvplan.aliases import rewrite  # engine spellings (--tensor-parallel-size ...) and comma lists
 
         rv = command.main(args=rewrite(argv, command), prog_name="kvplan", standalone_mode=False)
+        sys.stdout.flush()  # a full disk / closed stdout fails here, not at interpreter exit
     except KvplanError as e:
         sys.stderr.write(f"kvplan: error: {_one_line(str(e))}\n")
         return e.exit_code
@@ -863,7 +873,16 @@ def run(argv: Optional[List[str]] = None) -> int:
         sys.stderr.write(f"kvplan: error: {e.format_message()}\n")
         return e.exit_code
     except BrokenPipeError:
+        _drop_stdout()
         return 0
+    except OSError as e:  # writing the output failed (ENOSPC on /dev/full, EIO ...): one line, exit 2
+        try:
+            sys.stdout.flush()
+        except OSError:
+            _drop_stdout()
+        what = f"cannot write {e.filename}" if e.filename else "cannot write the output"
+        sys.stderr.write(f"kvplan: error: {what}: {_one_line(e.strerror or str(e))}\n")
+        return 2
     return rv if isinstance(rv, int) else 0
 
 

@@ -108,15 +108,16 @@ def workload_from_data(data: Any, where: str) -> Workload:
                 f"{where}: {key}.concurrency={conc:,} is beyond what kvplan plans for ({MAX_CONCURRENCY:,})"
             )
         tokens = parse_tokens(c["tokens"], f"{where}: {key}.tokens")
-        prefix = c.get("shared_prefix", 0) or 0
-        if prefix:
-            prefix = parse_tokens(prefix, f"{where}: {key}.shared_prefix")
+        prefix = 0
+        if c.get("shared_prefix") is not None:  # present: validated even when falsy (false, '', [])
+            prefix = parse_tokens(c["shared_prefix"], f"{where}: {key}.shared_prefix", allow_zero=True)
         if prefix >= tokens:
             raise UsageError(
                 f"{where}: {key}.shared_prefix={prefix} must be shorter than tokens={tokens} "
                 "(each request has tokens of its own)"
             )
-        split = {k: parse_tokens(c[k], f"{where}: {key}.{k}") for k in ("prompt_tokens", "output_tokens") if c.get(k)}
+        present = [k for k in ("prompt_tokens", "output_tokens") if c.get(k) is not None]  # falsy too: 0, false
+        split = {k: parse_tokens(c[k], f"{where}: {key}.{k}") for k in present}
         prompt = split.get("prompt_tokens", tokens - split["output_tokens"] if "output_tokens" in split else None)
         output = None if prompt is None else tokens - prompt
         if prompt is not None and (prompt < 1 or output < 1 or split.get("output_tokens", output) != output):
@@ -276,7 +277,7 @@ def pack_limited(
     def fits(left: int, pay: int, size: int, reqs: int, time_left: int, cost: int) -> int:
         if left < pay + size:
             return 0
-        per = min((left - pay) // size, cap - reqs)
+        per = cap - reqs if size <= 0 else min((left - pay) // size, cap - reqs)  # 0-byte requests: count-bound
         return min(per, time_left // cost) if cost else per
 
     for cid, (count, size, prefix) in sorted(enumerate(classes), key=lambda x: -(x[1][1] + x[1][2])):
@@ -407,7 +408,7 @@ def plan_layout(
             worst = max(worst, step)
             tokens_per_s += n * sum(comp.values()) / step
         tpot, per_gpu = worst, tokens_per_s / gpus
-        usd = None if cost is None else cost / (tokens_per_s * 3600) * 1e6
+        usd = None if cost is None or not tokens_per_s > 0 else cost / (tokens_per_s * 3600) * 1e6
     return FleetRow(
         fits=True,
         reason=None,

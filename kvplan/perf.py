@@ -116,12 +116,19 @@ INTERCONNECT_GBS: dict[str, float] = {
 _ACT_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 
 
+MIN_FRACTION = 0.01
+"""Smallest --mbu / --mfu accepted (1 % of peak)."""
+
+
 def check_fraction(flag: str, value: float | None) -> float | None:
-    """Raise UsageError unless ``value`` (when given) is a number in (0, 1]."""
+    """Raise UsageError unless ``value`` (when given) is a number in [0.01, 1].
+
+    Below 1 % of peak the estimate is meaningless and tiny values overflow the times to infinity.
+    """
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-        raise UsageError(f"{flag}: {value!r} must be a number in (0, 1] (1 = the physical limit)")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not MIN_FRACTION <= value <= 1:
+        raise UsageError(f"{flag}: {value!r} must be a number in [{MIN_FRACTION}, 1] (1 = the physical limit)")
     return float(value)
 
 
@@ -242,7 +249,7 @@ def hardware(gpu, weights_dtype: str, mbu: float | None = None, mfu: float | Non
     """The peaks of ``gpu`` for weights in ``weights_dtype`` (fit's name), with MBU/MFU (defaults when None).
 
     Raises:
-        UsageError: MBU or MFU outside (0, 1]; a GPU without a bandwidth (a size: give a catalog GPU).
+        UsageError: MBU or MFU outside [0.01, 1]; a GPU without a bandwidth (a size: give a catalog GPU).
     """
     mbu = DEFAULT_MBU if mbu is None else check_fraction("--mbu", mbu)
     mfu = DEFAULT_MFU if mfu is None else check_fraction("--mfu", mfu)
@@ -489,13 +496,13 @@ def bound(
         concurrency: requests decoding together (N >= 1).
         context: tokens cached per request (T >= 0).
         prompt_len: tokens of the prompt for the TTFT bound (default: ``context``, at least 1).
-        mbu, mfu: fractions of peak bandwidth and FLOP/s in (0, 1] (None: :data:`DEFAULT_MBU`,
+        mbu, mfu: fractions of peak bandwidth and FLOP/s in [0.01, 1] (None: :data:`DEFAULT_MBU`,
             :data:`DEFAULT_MFU`).
         requests: (count, context) pairs instead of N requests at T (a workload mix); N and T are then
             only reported.
 
     Raises:
-        UsageError: counts out of range, MBU/MFU outside (0, 1], a GPU without a bandwidth.
+        UsageError: counts out of range, MBU/MFU outside [0.01, 1], a GPU without a bandwidth.
     """
     _check_count("--concurrency", concurrency, 1, MAX_BATCH)
     _check_count("--context", context, 0, MAX_TOKENS)
@@ -614,10 +621,11 @@ def fit_bound(
 
     given = any(x is not None for x in (concurrency, context, prompt_len, mbu, mfu))
     warnings: list[str] = []
-    n = fit.max_concurrent_requests if concurrency is None else concurrency
+    # a given --concurrency is checked as given (0 or negative: refused); the default is at least 1
+    n = max(1, fit.max_concurrent_requests) if concurrency is None else concurrency
     t = fit.max_model_len if context is None else context
     try:
-        result = bound(spec, gpu, fit, max(1, n), t, prompt_len, mbu, mfu)
+        result = bound(spec, gpu, fit, n, t, prompt_len, mbu, mfu)
     except UsageError:
         if given:
             raise

@@ -19,8 +19,8 @@ So with GPUs the figure has one panel per model (shared axes), each with:
 
 Without GPUs, one panel holds every model. matplotlib is imported inside :func:`render` (Agg backend, no
 display); without it :class:`kvplan.errors.MissingExtra` says ``pip install 'kvplan[plot]'``. The file is
-written atomically (a temporary file in the same folder, then ``os.replace``) and an existing file is
-never overwritten without ``force``.
+written atomically (a temporary file in the same folder, then ``os.link``, or ``os.replace`` with ``force``)
+and an existing file (or a dangling symlink) is never overwritten without ``force``.
 """
 
 from __future__ import annotations
@@ -271,12 +271,20 @@ def check_out(out: str | os.PathLike, force: bool) -> Path:
     if p.suffix.lower() not in FORMATS:
         raise UsageError(f"--out: {str(p)!r} must end in .png or .svg")
     parent = p.parent if str(p.parent) else Path(".")
-    if not parent.is_dir():
-        raise UsageError(f"--out: folder {str(parent)!r} does not exist")
-    if p.is_dir():
-        raise UsageError(f"--out: {str(p)!r} is a folder")
-    if p.exists() and not force:
-        raise UsageError(f"--out: {str(p)!r} exists; add --force to overwrite it")
+    try:
+        if not parent.is_dir():
+            raise UsageError(f"--out: folder {str(parent)!r} does not exist")
+        if p.is_dir():
+            raise UsageError(f"--out: {str(p)!r} is a folder")
+        if os.path.lexists(p) and not force:  # a dangling symlink counts: writing would follow it
+            raise UsageError(f"--out: {str(p)!r} exists; add --force to overwrite it")
+        if not os.access(parent, os.W_OK):
+            raise UsageError(f"--out: folder {str(parent)!r} is not writable")
+        limit = os.pathconf(parent, "PC_NAME_MAX") if hasattr(os, "pathconf") else 255
+    except OSError as e:  # a name too long for the OS, a /proc or /sys path ...
+        raise UsageError(f"--out: {str(p)[:200]!r} cannot be used: {e.strerror or e}") from None
+    if len(os.fsencode(p.name)) > limit:
+        raise UsageError(f"--out: the file name is {len(os.fsencode(p.name)):,} bytes; at most {limit} allowed here")
     return p
 
 
@@ -401,14 +409,14 @@ def _draw_budgets(
         )
 
 
-def render(data: PlotData, out: Path) -> Path:
+def render(data: PlotData, out: Path, force: bool = True) -> Path:
     """Draw ``data`` (:func:`figure`) and write it to ``out`` atomically (the format from the extension).
     Returns ``out``.
 
     Raises:
         MissingExtra: no matplotlib.
     """
-    return _write_atomic(figure(data), out)
+    return _write_atomic(figure(data), out, force)
 
 
 def figure(data: PlotData):
@@ -496,20 +504,41 @@ def figure(data: PlotData):
     return fig
 
 
-def _write_atomic(fig, out: Path) -> Path:
-    """Save ``fig`` to a temporary file next to ``out``, then ``os.replace`` it into place."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent if str(out.parent) else ".")
+def _write_atomic(fig, out: Path, force: bool = False) -> Path:
+    """Save ``fig`` to a temporary file next to ``out``, then move it into place: ``os.replace`` with
+    ``force``, else ``os.link`` (which fails when ``out`` exists, even as a dangling symlink, so a file that
+    appeared since :func:`check_out` is never replaced).
+
+    Raises:
+        UsageError: ``out`` appeared meanwhile (without ``force``), or the folder / file cannot be written.
+    """
+    folder = out.parent if str(out.parent) else Path(".")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".kvplan-", suffix=".tmp", dir=folder)
+    except OSError as e:
+        raise UsageError(f"--out: cannot write in {str(folder)!r}: {e.strerror or e}") from None
     os.close(fd)
     try:
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual permissions
         fig.savefig(tmp, format=FORMATS[out.suffix.lower()], dpi=150)
-        os.replace(tmp, out)
-    except BaseException:
-        if os.path.exists(tmp):
+        if force:
+            os.replace(tmp, out)
+        else:
+            try:
+                os.link(tmp, out)
+            except FileExistsError:
+                raise UsageError(f"--out: {str(out)!r} exists; add --force to overwrite it") from None
+            except OSError:  # no hard links here (some file systems): refuse rather than risk a clobber
+                if os.path.lexists(out):
+                    raise
+                os.rename(tmp, out)
+    except OSError as e:
+        raise UsageError(f"--out: cannot write {str(out)!r}: {e.strerror or e}") from None
+    finally:
+        if os.path.lexists(tmp):
             os.unlink(tmp)
-        raise
     return out
 
 
@@ -537,7 +566,7 @@ def plot_kv_vs_context(
         specs, gpus, max_seq, kv_dtype, topologies,
         tensor_parallel_size=tensor_parallel_size, engine=engine, weights_dtype=weights_dtype,
     )  # fmt: skip
-    return render(data, path), data
+    return render(data, path, force), data
 
 
 # --- --throughput: tokens/s bound against concurrency --------------------------------------------
@@ -624,7 +653,7 @@ def throughput_data(
                           tuple(notes))
 
 
-def render_throughput(data: ThroughputData, out: Path) -> Path:
+def render_throughput(data: ThroughputData, out: Path, force: bool = True) -> Path:
     """Draw ``data``: solid lines at the given MBU/MFU, dashed at the physical limit, dotted past the memory
     wall (a vertical line per GPU); log-2 axes. Written atomically to ``out``.
 
@@ -667,7 +696,7 @@ def render_throughput(data: ThroughputData, out: Path) -> Path:
         "(dotted past the memory wall)"
     )
     ax.legend(loc="lower right", fontsize=8.5, framealpha=0.92)
-    return _write_atomic(fig, out)
+    return _write_atomic(fig, out, force)
 
 
 def plot_throughput(
@@ -685,4 +714,4 @@ def plot_throughput(
     """
     path = check_out(out, force)
     data = throughput_data(spec, gpus, context, **kwargs)
-    return render_throughput(data, path), data
+    return render_throughput(data, path, force), data

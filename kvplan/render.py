@@ -5,6 +5,7 @@ Data goes to stdout; warnings and chatter go to stderr.
 
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import asdict, is_dataclass
 from enum import Enum
@@ -79,11 +80,22 @@ def to_jsonable(obj: Any) -> Any:
 
 
 def print_json(obj: Any, file: TextIO | None = None) -> None:
-    """One JSON document on stdout."""
+    """One strict JSON document on stdout: non-finite floats (inf, nan) become ``null``."""
     import json
 
     out = file or sys.stdout
-    out.write(json.dumps(to_jsonable(obj), indent=2) + "\n")
+    out.write(json.dumps(_finite(to_jsonable(obj)), indent=2, allow_nan=False) + "\n")
+
+
+def _finite(obj: Any) -> Any:
+    """``obj`` with every non-finite float replaced by None (JSON has no Infinity / NaN)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_finite(v) for v in obj]
+    return obj
 
 
 def print_csv(rows: list[dict[str, Any]], file: TextIO | None = None) -> None:

@@ -630,11 +630,12 @@ def _apply_kv_sharing(where: str, kinds: list[str], shared: int) -> list[tuple[s
     first = len(kinds) - shared
     if first < 1:
         raise SpecError(f"{where}: num_kv_shared_layers={shared} must be below num_layers={len(kinds)}")
+    last = {kinds[j]: j for j in range(first)}  # last non-shared layer of each kind (one pass, not per layer)
     for i in range(first, len(kinds)):
         kind = kinds[i]
         if kind not in KV_HEAD_KINDS:
             raise SpecError(f"{where}: layer {i} is shared (num_kv_shared_layers) but of kind {kind}, not attention")
-        source = max((j for j in range(first) if kinds[j] == kind), default=None)
+        source = last.get(kind)
         if source is None:
             raise SpecError(f"{where}: shared layer {i} ({kind}) has no earlier {kind} layer to reuse")
         out[i] = ("shared", source, kind)
@@ -781,14 +782,19 @@ def build_spec(data: Any, where: str) -> ModelSpec:
     shared_n = _pos_int(where, "num_kv_shared_layers", data.get("num_kv_shared_layers", 0), minimum=0)
     sharing = _apply_kv_sharing(where, kinds, shared_n)
 
+    unset = [None] * num_layers  # built once: a per-layer copy makes spec building quadratic in num_layers
+    per_kv = per_layer.get("num_kv_heads", unset)
+    per_d = per_layer.get("head_dim", unset)
+    per_dv = per_layer.get("v_head_dim", unset)
+
     def attention_layer(i: int, kind: str) -> LayerSpec:
         over = geometry.get(kind, {})
         h = over.get("num_kv_heads", num_kv_heads)
         d = over.get("head_dim", head_dim)
         dv = over.get("v_head_dim", v_head_dim if "head_dim" not in over else None)
-        h = per_layer.get("num_kv_heads", [None] * num_layers)[i] or h
-        d = per_layer.get("head_dim", [None] * num_layers)[i] or d
-        dv = per_layer.get("v_head_dim", [None] * num_layers)[i] or dv or d
+        h = per_kv[i] or h
+        d = per_d[i] or d
+        dv = per_dv[i] or dv or d
         if num_q_heads % h:
             raise SpecError(
                 f"{where}: layer {i} ({kind}): num_q_heads={num_q_heads} is not a multiple of num_kv_heads={h}"
@@ -813,13 +819,15 @@ def build_spec(data: Any, where: str) -> ModelSpec:
     for kind in geometry:
         if kind not in kinds:
             raise SpecError(f"{where}: geometry.{kind} is given but no layer is of kind {kind}")
+    cached = False  # whether an earlier layer keeps an attention cache
     for i, layer in enumerate(layers):  # a shared layer listed by kind must have an earlier cache to read
         if layer.kind == "shared" and layer.shared_from is None:
-            if not any(x.kind in ATTENTION_KINDS for x in layers[:i]):
+            if not cached:
                 raise SpecError(
                     f"{where}: layer {i} is shared but no earlier layer keeps an attention cache for it to read; "
                     "a shared layer reuses an earlier layer's cache (see num_kv_shared_layers)"
                 )
+        cached = cached or layer.kind in ATTENTION_KINDS
     if all(layer.kind in ("shared", "none") for layer in layers):
         raise SpecError(f"{where}: no layer keeps a cache of its own (all shared or none)")
     notes = data.get("notes") or ""

@@ -43,10 +43,12 @@ def parse_tokens(text: str | int, flag: str = "--seq", allow_zero: bool = False)
     if isinstance(text, int) and not isinstance(text, bool):
         value = text
     else:
-        m = re.fullmatch(r"\s*([0-9]{1,40}|[0-9]{1,3}(?:[_,][0-9]{3})+)\s*([kKmM]?)\s*", str(text))
+        m = re.fullmatch(r"\s*([0-9]{1,40}|[0-9]{1,3}(?:_[0-9]{3})+)\s*([kKmM]?)\s*", str(text))
+        if not m and "," in str(text):  # commas separate --seq values; 32,768 would be ambiguous
+            raise UsageError(f"{flag}: {text!r}: a comma is not a thousands separator here; write 32768 or 32_768")
         if not m:
             raise UsageError(f"{flag}: {text!r} is not a token count; use e.g. 4096, 32k or 128k (k = 1024)")
-        value = int(m.group(1).replace("_", "").replace(",", "")) * _TOKEN_SUFFIX[m.group(2).lower()]
+        value = int(m.group(1).replace("_", "")) * _TOKEN_SUFFIX[m.group(2).lower()]
     if value < 1 and not (allow_zero and value == 0):
         raise UsageError(f"{flag}: {text!r} must be at least {0 if allow_zero else 1} token{'s' if allow_zero else ''}")
     if value > MAX_TOKENS:

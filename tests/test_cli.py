@@ -370,3 +370,51 @@ def test_sweep_title_names_each_engine_block_size(cli):
     )
     code, out, err = cli("sweep", "llama3-8b", "--seq", "8k", "--gpu", "h100")
     assert out.splitlines()[0] == "sweep: 1 configuration, vllm convention, blocks of 16 tokens"
+
+
+# --- fuzz findings: output errors, HF_ENDPOINT, ambiguous --seq, --concurrency 0, strict JSON -------------------
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("fmt", [[], ["--json"]])
+def test_unwritable_stdout_is_one_line(fmt):
+    with open("/dev/full", "w") as full:
+        p = subprocess.run(
+            [sys.executable, "-m", "kvplan", "estimate", "llama3-8b", "--seq", "4k", *fmt],
+            stdout=full, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        )  # fmt: skip
+    assert p.returncode == 2 and p.stderr == "kvplan: error: cannot write the output: No space left on device\n"
+
+
+@pytest.mark.parametrize("endpoint", ["http://[::1", "http://h:99999", "ftp://x"])
+def test_bad_hf_endpoint_is_one_line(cli, monkeypatch, endpoint):
+    monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    code, out, err = cli("estimate", "someone/not-bundled", "--seq", "4k")
+    assert code == 2 and out == "" and err.count("\n") == 1 and err.startswith("kvplan: error: HF_ENDPOINT: ")
+
+
+@pytest.mark.parametrize("seq", ["32,768", "1,000", "4096,1,000"])
+def test_seq_thousands_comma_is_ambiguous(cli, seq):
+    code, out, err = cli("estimate", "llama3-8b", "--seq", seq)
+    assert code == 2 and out == "" and err.count("\n") == 1 and "is ambiguous" in err and "commas separate" in err
+
+
+def test_seq_comma_lists_still_work(cli):
+    code, out, _ = cli("estimate", "llama3-8b", "--seq", "4096,8192", "--json")
+    assert code == 0 and [r["seq_len"] for r in json.loads(out)] == [4096, 8192]
+
+
+@pytest.mark.parametrize("n", ["0", "-3"])
+def test_fit_concurrency_must_be_positive(cli, n):
+    code, out, err = cli("fit", "llama3-8b", "--gpu", "h100", "--concurrency", n)
+    assert code == 2 and out == "" and err == f"kvplan: error: --concurrency: {n} must be an integer >= 1\n"
+
+
+def test_print_json_is_strict():
+    import io
+
+    from kvplan.render import print_json
+
+    buf = io.StringIO()
+    print_json({"a": float("inf"), "b": [float("nan"), 1.5], "c": (float("-inf"),)}, buf)
+    assert json.loads(buf.getvalue()) == {"a": None, "b": [None, 1.5], "c": [None]}

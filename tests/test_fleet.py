@@ -314,3 +314,49 @@ def test_fleet_output_says_one_token_not_one_tokens(cli):
     buf = io.StringIO()
     fleet_table("llama3-8b", wl, [], console(buf))
     assert buf.getvalue().startswith("llama3-8b, workload w: a: 1 × 2 tokens (shared prefix 1 token)\n")
+
+
+# --- fuzz findings: 0-head TP ranks, falsy workload fields -----------------------------------------------------
+
+
+LIN_ONE_HEAD = """name: lin-only
+source: x
+num_layers: 2
+num_q_heads: 4
+num_kv_heads: 1
+head_dim: 64
+dtype: bf16
+max_model_len: 4096
+param_count: 1000000
+layers: [linear_attention, linear_attention]
+linear_attention: {num_heads: 1, head_dim: 96}
+"""
+
+
+def test_tp_must_divide_state_heads(cli, tmp_path):
+    # vLLM divide(num_heads, tp) asserts divisibility; 1 head at TP 2 would be 0 heads (0 bytes) per rank
+    spec = tmp_path / "lin.yaml"
+    spec.write_text(LIN_ONE_HEAD)
+    code, out, err = cli("fleet", spec, "--concurrency", "10", "--seq", "4k", "--gpu", "h100", "--tp", "2")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "linear_attention.num_heads=1" in err and "allowed: 1" in err
+    code, _, err = cli("fit", spec, "--gpu", "h100", "--tp", "2")
+    assert code == 2 and "does not divide" in err
+    code, _, _ = cli("fleet", spec, "--concurrency", "10", "--seq", "4k", "--gpu", "h100")
+    assert code == 0
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("prompt_tokens", 0), ("prompt_tokens", False), ("prompt_tokens", []), ("prompt_tokens", ""),
+     ("output_tokens", 0), ("output_tokens", False), ("shared_prefix", False), ("shared_prefix", "")],
+)  # fmt: skip
+def test_falsy_workload_fields_are_validated(field, value):
+    data = {"classes": [{"concurrency": 1, "tokens": 2048, field: value}]}
+    with pytest.raises(UsageError, match=rf"classes\[0\]\.{field}"):
+        workload_from_data(data, "w.yaml")
+
+
+def test_shared_prefix_zero_is_allowed():
+    w = workload_from_data({"classes": [{"concurrency": 1, "tokens": 2048, "shared_prefix": 0}]}, "w.yaml")
+    assert w.classes[0].shared_prefix == 0

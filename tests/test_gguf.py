@@ -4,6 +4,7 @@ tensor infos. Every file is written here with gguf.GGUFWriter, with tiny tensors
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -379,3 +380,50 @@ def test_large_tokenizer_arrays_are_skipped_fast(tmp_path):
     assert time.perf_counter() - t0 < 3.0  # the stock reader takes ~6 s on these arrays
     assert meta["llama.attention.head_count_kv"] == [8] * 32
     assert not any(k.startswith("tokenizer.") for k in meta)
+
+
+@pytest.mark.parametrize("blocks", [2**30, 2**40, 2**63])
+def test_a_huge_block_count_is_refused_before_any_per_layer_list(cli, tmp_path, blocks):
+    keys = {k: v for k, v in LLAMA3_8B.items() if k != "block_count"}
+    extra = {"llama.block_count": (blocks, gguf.GGUFValueType.UINT64)}
+    path = write_gguf(tmp_path / "m.gguf", "llama", keys, extra=extra)
+    start = time.perf_counter()
+    code, out, err = cli("estimate", path, "--seq", "4k")
+    assert time.perf_counter() - start < 1
+    assert (code, out) == (2, "") and err.count("\n") == 1
+    assert f"llama.block_count ={blocks} is more layers than kvplan handles (100,000)" in err
+
+
+def test_a_string_that_is_not_utf8_is_one_line(cli, tmp_path):
+    extra = {"general.name": ("QQQQ", gguf.GGUFValueType.STRING)}
+    path = write_gguf(tmp_path / "m.gguf", "llama", LLAMA3_8B, extra=extra)
+    path.write_bytes(path.read_bytes().replace(b"QQQQ", b"\xff\xfeQQ"))
+    code, out, err = cli("estimate", path, "--seq", "4k")
+    assert (code, out) == (2, "") and err.count("\n") == 1
+    assert "GGUF metadata key 'general.name' is unreadable (UnicodeDecodeError" in err
+
+
+@pytest.mark.parametrize(
+    "arch, keys, key",
+    [
+        ("qwen3next", {"full_attention_interval": 8}, "qwen3next.full_attention_interval"),
+        ("nemotron_h", {"attention.head_count_kv": [0, 0, 0, 0]}, "nemotron_h.attention.head_count_kv"),
+    ],
+)
+def test_a_hybrid_without_an_attention_layer_is_refused(tmp_path, arch, keys, key):
+    base = {
+        "block_count": 4,
+        "context_length": 8192,
+        "embedding_length": 1024,
+        "attention.head_count": 8,
+        "attention.head_count_kv": 2,
+        "feed_forward_length": [0, 0, 0, 0],
+        "ssm.conv_kernel": 4,
+        "ssm.inner_size": 2048,
+        "ssm.state_size": 128,
+        "ssm.time_step_rank": 32,
+        "ssm.group_count": 8,
+    }
+    path = write_gguf(tmp_path / "m.gguf", arch, {**base, **keys})
+    with pytest.raises(SpecError, match=rf"{key} leaves no attention layer among block_count=4 layers$"):
+        load_gguf(path)

@@ -370,3 +370,14 @@ def test_unreachable_hub_is_one_line(cache, monkeypatch):
         match=r"the Hub cannot be reached \(no name resolution\); download it with: hf download acme/x config\.json",
     ):
         load_model("acme/x")
+
+
+@pytest.mark.parametrize("offsets", [[100, 0], [-4, 8]])
+def test_safetensors_offsets_ending_before_they_begin_are_refused(cli, cache, offsets):
+    header = json.dumps({"w": {"dtype": "BF16", "shape": [2], "data_offsets": offsets}}).encode()
+    blob = struct.pack("<Q", len(header)) + header + b"\0" * 100
+    add_to_cache(cache, "acme/negative", {"config.json": json.dumps(LLAMA31_8B), "model.safetensors": blob})
+    with pytest.raises(SpecError, match="data_offsets"):
+        load_model("acme/negative")
+    code, _, err = cli("estimate", "acme/negative", "--seq", "4k")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "data_offsets" in err

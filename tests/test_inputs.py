@@ -140,3 +140,70 @@ def test_a_reader_closing_the_pipe_early_is_not_a_failure(args):
     p.stdout.close()
     assert p.wait(timeout=30) == 0
     assert p.stderr.read() == b""
+
+
+def _registered_model_types():
+    from kvplan.readers import REGISTRY
+
+    return sorted(REGISTRY)
+
+
+@pytest.mark.parametrize("model_type", _registered_model_types())
+def test_a_huge_layer_count_is_refused_before_any_per_layer_list(model_type):
+    from kvplan.errors import SpecError
+    from kvplan.readers import spec_from_hf_config
+
+    start = time.perf_counter()
+    with pytest.raises(SpecError, match=r"c\.json: num_hidden_layers=2000000000 is more layers than kvplan handles"):
+        spec_from_hf_config({"model_type": model_type, "num_hidden_layers": 2_000_000_000}, "c.json")
+    assert time.perf_counter() - start < 0.5
+
+
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        ({"model_type": "granitemoehybrid", "num_hidden_layers": 2, "layer_types": [[1], "mamba"]}, "layer_types[0]"),
+        (
+            {"model_type": "zamba2", "num_hidden_layers": 2, "layers_block_type": [{"a": 1}, "mamba"]},
+            "layers_block_type[0]",
+        ),
+        ({"model_type": "nemotron_h", "layers_block_type": ["mamba", ["attention"]]}, "layers_block_type[1]"),
+        ({"model_type": "nemotron_h", "hybrid_override_pattern": ["M"]}, "hybrid_override_pattern"),
+        ({"model_type": "nemotron_h", "mamba_ssm_cache_dtype": ["float32"]}, "mamba_ssm_cache_dtype"),
+        ({"model_type": "qwen3_5_text", "mamba_ssm_dtype": {"a": 1}}, "mamba_ssm_dtype"),
+        ({"model_type": "deepseek_v32", "num_hidden_layers": 2, "layer_types": [[], "x"]}, "layer_types[0]"),
+        ({"model_type": "qwen3_next", "num_hidden_layers": 2, "layer_types": [{}, "x"]}, "layer_types[0]"),
+    ],
+)
+def test_a_list_or_object_where_a_name_belongs_is_one_line(cli, tmp_path, config, message):
+    import json
+
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(config))
+    code, out, err = cli("estimate", p, "--seq", "4k")
+    assert (code, out) == (2, "") and err.count("\n") == 1, err
+    assert f"{p}: {message}" in err
+
+
+@pytest.mark.parametrize("extra", ["", "num_kv_shared_layers: 50000\n", "layers: {default: full, rules: []}\n"])
+def test_a_100_000_layer_spec_is_built_in_under_a_second(cli, tmp_path, extra):
+    p = tmp_path / "big.yaml"
+    p.write_text(
+        "name: big\nsource: test\nnum_layers: 100000\nnum_q_heads: 8\nnum_kv_heads: 8\nhead_dim: 128\n"
+        f"dtype: bf16\nmax_model_len: 4096\n{extra}"
+    )
+    start = time.perf_counter()
+    code, out, err = cli("estimate", p, "--seq", "4k")
+    assert time.perf_counter() - start < 1
+    assert code == 0, err
+    kept = 50_000 if extra.startswith("num_kv") else 100_000
+    assert f"KV cache: {kept * 2 * 8 * 128 * 2 * 4096:,} B" in out
+
+
+def test_parse_tokens_comma_is_not_a_thousands_separator():
+    from kvplan.errors import UsageError
+    from kvplan.units import parse_tokens
+
+    assert parse_tokens("32_768") == 32768
+    with pytest.raises(UsageError, match="comma is not a thousands separator"):
+        parse_tokens("32,768", "--context")

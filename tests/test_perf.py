@@ -360,7 +360,10 @@ def test_fit_speed_section_only_when_asked(cli):
 
 def test_fit_speed_errors(cli):
     code, _, err = cli("fit", "llama3-8b", "--gpu", "h100", "--mbu", "1.5")
-    assert code == 2 and err == "kvplan: error: --mbu: 1.5 must be a number in (0, 1] (1 = the physical limit)\n"
+    assert code == 2 and err == "kvplan: error: --mbu: 1.5 must be a number in [0.01, 1] (1 = the physical limit)\n"
+    for flag, value in (("--mfu", "1e-320"), ("--mbu", "1e-300"), ("--mbu", "0.001")):
+        code, out, err = cli("fit", "llama3-8b", "--gpu", "h100", flag, value, "--json")
+        assert code == 2 and out == "" and err.count("\n") == 1 and "[0.01, 1]" in err
     code, _, err = cli("fit", "llama3-8b", "--gpu", "80GiB", "--concurrency", "2")
     assert code == 2 and "no memory bandwidth known, so no speed bound" in err
     code, out, err = cli("fit", "llama3-8b", "--gpu", "80GiB", "--json")  # no flag: keys null, no error

@@ -268,3 +268,34 @@ def test_shortest_and_longest_axis_draw_without_warnings(cli, tmp_path):
             code, stdout, err = cli("plot", "llama3-8b", "--max-seq", max_seq, "--out", out)
         assert (code, err) == (0, ""), err
         assert stdout == f"wrote {out}\n"
+
+
+# --- fuzz findings: unusable --out paths, no clobber at the final write ---------------------------------------
+
+
+@pytest.mark.parametrize("out", ["/tmp/" + "a" * 300 + ".png", "/proc/kvplan-x.png", "/sys/kvplan-x.png"])
+def test_unusable_out_is_one_line(cli, out):
+    code, _, err = cli("plot", "llama3-8b", "--out", out)
+    assert code == 2 and err.count("\n") == 1 and err.startswith("kvplan: error: --out: ")
+
+
+def test_dangling_symlink_is_not_followed(cli, tmp_path):
+    link = tmp_path / "p.png"
+    link.symlink_to(tmp_path / "target.png")
+    code, _, err = cli("plot", "llama3-8b", "--out", link)
+    assert code == 2 and "exists; add --force" in err and not (tmp_path / "target.png").exists()
+
+
+def test_final_write_does_not_replace_a_file_that_appeared(tmp_path):
+    pytest.importorskip("matplotlib")
+    from kvplan.errors import UsageError
+    from kvplan.plot import _write_atomic, figure
+
+    out = tmp_path / "p.png"
+    fig = figure(plot_data([load_bundled("llama3-8b")], [], 8192))
+    out.write_bytes(b"mine")  # appeared after check_out
+    with pytest.raises(UsageError, match="exists; add --force"):
+        _write_atomic(fig, out)
+    assert out.read_bytes() == b"mine" and sorted(p.name for p in tmp_path.iterdir()) == ["p.png"]
+    _write_atomic(fig, out, force=True)
+    assert out.read_bytes()[:4] == b"\x89PNG"

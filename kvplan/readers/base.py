@@ -16,9 +16,17 @@ from __future__ import annotations
 from typing import Any
 
 from kvplan.errors import SpecError
-from kvplan.specs import MAX_DIMENSION
+from kvplan.specs import MAX_DIMENSION, MAX_LAYERS
 
 _MISSING = object()
+
+# Keys that count decoder layers: bounded by MAX_LAYERS as soon as they are read, so a reader never builds
+# a per-layer list from a huge count (num_hidden_layers: 2000000000 would exhaust memory first).
+LAYER_COUNT_KEYS = ("num_hidden_layers", "n_layer", "n_layers", "num_layers")
+
+# Keys whose value is a list of layer type names: every entry must be a string (a list or object there
+# would otherwise reach a dict lookup and fail with a traceback).
+LAYER_TYPE_KEYS = ("layer_types", "layers_block_type")
 
 # Keys that change which layer is which kind, or a layer's cache geometry. A config that sets one the
 # reader did not consume is refused: kvplan would otherwise print a number for a model it misreads.
@@ -148,6 +156,8 @@ class HFConfig:
             raise self.error(f"{key}={value!r} must be an integer >= {minimum}")
         if value > MAX_DIMENSION:
             raise self.error(f"{key}={value} is larger than kvplan handles ({MAX_DIMENSION:,})")
+        if key in LAYER_COUNT_KEYS and value > MAX_LAYERS:
+            raise self.error(f"{key}={value} is more layers than kvplan handles ({MAX_LAYERS:,})")
         return value
 
     def first_int(self, *keys: str, default: Any = _MISSING, minimum: int = 1) -> int:
@@ -185,6 +195,26 @@ class HFConfig:
             raise self.error(f"{key} must be a list" + (f" of {length} values" if length else ""))
         if length is not None and len(value) != length:
             raise self.error(f"{key} has {len(value)} entries, num_hidden_layers={length}")
+        if key in LAYER_TYPE_KEYS:
+            bad = next((i for i, t in enumerate(value) if not isinstance(t, str)), None)
+            if bad is not None:
+                raise self.error(
+                    f"{key}[{bad}]={value[bad]!r} is not handled by the {self.model_type or 'generic'} reader: "
+                    "a layer type is a name (a string)"
+                )
+        return value
+
+    def string(self, key: str, default: Any = None) -> Any:
+        """A string value, or ``default`` when absent or null.
+
+        Raises:
+            SpecError: set to something other than a string (a number, list or object).
+        """
+        value = self.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, str):
+            raise self.error(f"{key}={value!r} must be a string")
         return value
 
     def ignore(self, *keys: str) -> None:

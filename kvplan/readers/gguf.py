@@ -252,13 +252,22 @@ def _open_reader(path: Path):
         raise SpecError(f"{path}: not a readable GGUF file ({type(e).__name__}: {str(e)[:120]})") from None
 
 
-def _metadata(reader) -> dict[str, Any]:
-    """Every metadata key except the tokenizer's (vocabularies are large and say nothing about the cache)."""
+def _metadata(reader, where: Path) -> dict[str, Any]:
+    """Every metadata key except the tokenizer's (vocabularies are large and say nothing about the cache).
+
+    Raises:
+        SpecError: a value gguf cannot decode (a string that is not UTF-8), naming the file and key.
+    """
     out: dict[str, Any] = {}
     for key, field in reader.fields.items():
         if key.startswith(("tokenizer.", "GGUF.")):
             continue
-        out[key] = field.contents()
+        try:
+            out[key] = field.contents()
+        except (ValueError, KeyError, IndexError, TypeError, UnicodeDecodeError, OverflowError) as e:
+            raise SpecError(
+                f"{where}: GGUF metadata key {key!r} is unreadable ({type(e).__name__}: {str(e)[:120]})"
+            ) from None
     return out
 
 
@@ -277,7 +286,7 @@ def read_gguf(path: str | os.PathLike) -> tuple[dict[str, Any], list[TensorInfo]
     """
     p = Path(path)
     reader = _open_reader(p)
-    meta = _metadata(reader)
+    meta = _metadata(reader, p)
     tensors = _tensors(reader)
     count = meta.get("split.count")
     if isinstance(count, int) and count > 1:
@@ -415,7 +424,7 @@ def spec_from_gguf(meta: dict[str, Any], tensors: list[TensorInfo], where: str, 
         SpecError: no or an unknown ``general.architecture``, a missing or inconsistent key (the message
             names the file and the key).
     """
-    from kvplan.specs import build_spec
+    from kvplan.specs import MAX_LAYERS, build_spec
 
     arch = meta.get("general.architecture")
     if not isinstance(arch, str) or not arch:
@@ -433,6 +442,8 @@ def spec_from_gguf(meta: dict[str, Any], tensors: list[TensorInfo], where: str, 
         )
     m = _Meta(meta, arch, where)
     n_layer = m.int("block_count")
+    if n_layer > MAX_LAYERS:  # before any per-layer list is built
+        raise m.error("block_count", f"={n_layer} is more layers than kvplan handles ({MAX_LAYERS:,})")
     n_embd = m.int("embedding_length")
     n_ctx = m.int("context_length")
     heads = m.per_layer("attention.head_count", n_layer)
@@ -476,6 +487,9 @@ def spec_from_gguf(meta: dict[str, Any], tensors: list[TensorInfo], where: str, 
     else:
         kinds = ["full"] * n_layer
     attn = [i for i, k in enumerate(kinds) if k == "full"]
+    if not attn:
+        why = "full_attention_interval" if arch == "qwen3next" else "attention.head_count_kv"
+        raise m.error(why, f"leaves no attention layer among block_count={n_layer} layers")
     for i in attn:
         if kv[i] == 0:
             raise m.error("attention.head_count_kv", f"is 0 for attention layer {i}")

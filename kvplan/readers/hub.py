@@ -118,7 +118,25 @@ def _suggest(repo: str) -> str:
     return f"; close bundled models: {', '.join(close)}" if close else ""
 
 
+def _check_endpoint() -> None:
+    """Raise SpecError unless ``HF_ENDPOINT`` (when set) is a parsable http(s) URL (huggingface_hub parses
+    it at import and would fail with a traceback)."""
+    from urllib.parse import urlsplit
+
+    endpoint = os.environ.get("HF_ENDPOINT")
+    if not endpoint:
+        return
+    try:
+        url = urlsplit(endpoint)
+        url.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError as e:
+        raise SpecError(f"HF_ENDPOINT: {endpoint!r} is not a valid URL ({e}); e.g. https://huggingface.co") from None
+    if url.scheme not in ("http", "https") or not url.hostname:
+        raise SpecError(f"HF_ENDPOINT: {endpoint!r} is not an http(s) URL with a host; e.g. https://huggingface.co")
+
+
 def _hub():
+    _check_endpoint()
     try:
         import huggingface_hub
     except ImportError:
@@ -163,6 +181,7 @@ def hub_reachable() -> bool:
 
     if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY")):
         return True  # behind a proxy the host need not resolve here: let huggingface_hub try
+    _check_endpoint()
     url = urlsplit(os.environ.get("HF_ENDPOINT") or _HF_URL)
     try:
         socket.getaddrinfo(url.hostname or "huggingface.co", url.port or 443)
@@ -380,7 +399,8 @@ def header_sizes(header: dict[str, Any], where: str) -> tuple[dict[str, int], di
     """(bytes per dtype, elements per dtype) of one safetensors header.
 
     Raises:
-        SpecError: a tensor entry without dtype, shape or data_offsets.
+        SpecError: a tensor entry without dtype, shape or data_offsets, with data_offsets that end before
+            they begin (negative bytes) or begin below 0, or with a negative dimension.
     """
     nbytes: dict[str, int] = {}
     elems: dict[str, int] = {}
@@ -395,6 +415,11 @@ def header_sizes(header: dict[str, Any], where: str) -> tuple[dict[str, int], di
                 count *= int(d)
         except (KeyError, TypeError, ValueError):
             raise SpecError(f"{where}: tensor {name!r} lacks dtype, shape or data_offsets") from None
+        if not 0 <= begin <= end or any(int(d) < 0 for d in t["shape"]):
+            raise SpecError(
+                f"{where}: tensor {name!r} has data_offsets {[begin, end]} and shape {list(t['shape'])}; "
+                "allowed: 0 <= begin <= end and no negative dimension"
+            )
         nbytes[dtype] = nbytes.get(dtype, 0) + (end - begin)
         elems[dtype] = elems.get(dtype, 0) + count
     return nbytes, elems

@@ -82,7 +82,7 @@ _NEMOTRON_PATTERN = {"M": "linear_attention", "*": "full_attention", "-": "mlp",
 
 def _ssm_dtype(cfg: HFConfig, key: str, default: str) -> str | None:
     """A ``mamba_ssm_cache_dtype``-style value as a kvplan dtype name, None for ``auto`` (the conv dtype)."""
-    raw = cfg.get(key, default)
+    raw = cfg.string(key, default)
     if raw not in _SSM_DTYPES:
         raise cfg.error(f"{key}={raw!r} is not a state dtype; allowed: {', '.join(_SSM_DTYPES)}")
     return _SSM_DTYPES[raw]

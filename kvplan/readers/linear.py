@@ -96,7 +96,7 @@ def read_qwen_gdn(cfg: HFConfig) -> dict:
             f"linear_num_key_heads={gdn['num_k_heads']}"
         )
     if not cfg.model_type.startswith("qwen3_next"):
-        raw = cfg.get("mamba_ssm_dtype", "auto")
+        raw = cfg.string("mamba_ssm_dtype", "auto")
         if raw not in _SSM_DTYPES:
             raise cfg.error(f"mamba_ssm_dtype={raw!r} is not a state dtype; allowed: {', '.join(_SSM_DTYPES)}")
         if _SSM_DTYPES[raw]:
