@@ -27,3 +27,30 @@ def parse_version(text: str | None) -> tuple[int, int, int] | None:
     ``text`` is not a version number."""
     m = _VERSION_RE.fullmatch(str(text or "").strip().lower())
     return None if m is None else tuple(int(g or 0) for g in m.groups())
+
+
+def pick_rules(rule_sets: tuple, version: str | None, example: str):
+    """The newest of ``rule_sets`` (ordered newest first, each with a ``version`` string) not newer than
+    ``version``; the newest for None / ``latest``; the oldest for a version older than every set.
+
+    Raises:
+        UsageError: ``version`` is not a version number (the message lists the rule sets).
+    """
+    from kvplan.errors import UsageError
+
+    if version is None or str(version).strip().lower() in ("", "latest", "current"):
+        return rule_sets[0]
+    asked = parse_version(str(version))
+    if asked is None:
+        allowed = ", ".join(r.version for r in rule_sets)
+        raise UsageError(
+            f"--engine-version: {version!r} is not a version number (e.g. {example}); rule sets: {allowed}"
+        )
+    return next((r for r in rule_sets if asked >= parse_version(r.version)), rule_sets[-1])
+
+
+def is_older_than(rule_sets: tuple, version: str | None) -> bool:
+    """True when ``version`` parses and is older than the oldest of ``rule_sets`` (which :func:`pick_rules`
+    then applies; the CLI warns)."""
+    asked = None if version is None else parse_version(str(version))
+    return asked is not None and asked < parse_version(rule_sets[-1].version)

@@ -34,8 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvplan.calc import cdiv
-from kvplan.engines import parse_version
-from kvplan.errors import UsageError
+from kvplan.engines import is_older_than, pick_rules
 
 
 @dataclass(frozen=True)
@@ -63,34 +62,19 @@ RULE_SETS = (
 LATEST = RULE_SETS[0]
 
 
-def _version_tuple(text: str) -> tuple[int, ...] | None:
-    return parse_version(text)
-
-
 def resolve_rules(version: str | None) -> TrtllmRules:
     """The rule set for a TensorRT-LLM version (None, ``latest``: the newest): the newest set not newer than it,
-    else the oldest.
+    else the oldest (:func:`kvplan.engines.pick_rules`).
 
     Raises:
         UsageError: not a version number.
     """
-    if version is None or str(version).strip().lower() in ("", "latest", "current"):
-        return LATEST
-    asked = _version_tuple(str(version))
-    if asked is None:
-        allowed = ", ".join(r.version for r in RULE_SETS)
-        raise UsageError(f"--engine-version: {version!r} is not a version number (e.g. 1.1); rule sets: {allowed}")
-    for rules in RULE_SETS:
-        if asked >= _version_tuple(rules.version):
-            return rules
-    return RULE_SETS[-1]
+    return pick_rules(RULE_SETS, version, "1.1")
 
 
 def older_than_oldest(version: str | None) -> bool:
-    """True when ``version`` parses and is older than the oldest rule set (which :func:`resolve_rules` then
-    applies; the CLI warns)."""
-    asked = None if version is None else _version_tuple(str(version))
-    return asked is not None and asked < _version_tuple(RULE_SETS[-1].version)
+    """True when ``version`` parses and is older than the oldest rule set (the CLI warns)."""
+    return is_older_than(RULE_SETS, version)
 
 
 def pool_blocks(budget: int, bytes_per_token: int, tokens_per_block: int, rules: TrtllmRules) -> int:

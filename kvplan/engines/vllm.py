@@ -30,7 +30,7 @@ from math import lcm
 
 from kvplan.calc import cdiv, kv_heads_per_rank, layer_token_bytes
 from kvplan.dtypes import KVDtype, get_kv_dtype
-from kvplan.engines import parse_version
+from kvplan.engines import is_older_than, pick_rules
 from kvplan.errors import UsageError
 from kvplan.specs import KV_HEAD_KINDS, STATE_KINDS, ModelSpec
 
@@ -77,33 +77,19 @@ OLD_DEFAULT_BATCHED_TOKENS = 8192
 OLD_DEFAULT_MAX_NUM_SEQS = 256
 
 
-def _version_tuple(text: str) -> tuple[int, ...] | None:
-    return parse_version(text)
-
-
 def resolve_rules(version: str | None) -> VllmRules:
-    """The rule set for a vLLM version (None, ``latest``: the newest): the newest set not newer than it.
+    """The rule set for a vLLM version (None, ``latest``: the newest): the newest set not newer than it,
+    else the oldest (:func:`kvplan.engines.pick_rules`).
 
     Raises:
         UsageError: not a version number.
     """
-    if version is None or str(version).strip().lower() in ("", "latest", "current"):
-        return LATEST
-    asked = _version_tuple(str(version))
-    if asked is None:
-        allowed = ", ".join(r.version for r in RULE_SETS)
-        raise UsageError(f"--engine-version: {version!r} is not a version number (e.g. 0.33); rule sets: {allowed}")
-    for rules in RULE_SETS:
-        if asked >= _version_tuple(rules.version):
-            return rules
-    return RULE_SETS[-1]
+    return pick_rules(RULE_SETS, version, "0.33")
 
 
 def older_than_oldest(version: str | None) -> bool:
-    """True when ``version`` parses and is older than the oldest rule set (which :func:`resolve_rules` then
-    applies; the CLI warns)."""
-    asked = None if version is None else _version_tuple(str(version))
-    return asked is not None and asked < _version_tuple(RULE_SETS[-1].version)
+    """True when ``version`` parses and is older than the oldest rule set (the CLI warns)."""
+    return is_older_than(RULE_SETS, version)
 
 
 # --- hardware-dependent defaults -------------------------------------------------------------------
