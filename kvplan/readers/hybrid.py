@@ -156,6 +156,19 @@ def _attention(cfg: HFConfig, heads_default: int, kv_default: int | None, hidden
     return heads, kv, cfg.int("hidden_size", hidden)
 
 
+def _common(cfg: HFConfig, n: int, heads: int, kv: int, head_dim: int, hidden: int, default_len: int) -> dict:
+    """The spec keys every hybrid reader fills the same way (max_model_len: the class default when absent)."""
+    return {
+        "num_layers": n,
+        "num_q_heads": heads,
+        "num_kv_heads": kv,
+        "head_dim": head_dim,
+        "hidden_size": hidden,
+        "dtype": cfg.dtype(),
+        "max_model_len": max_len(cfg, default_len),
+    }
+
+
 def _finish(data: dict, kinds: list[str], state_kind: str, state: dict, window: int | None = None) -> dict:
     """Attach the layer list and only the blocks some layer uses."""
     data["layers"] = kinds
@@ -184,15 +197,7 @@ def read_jamba(cfg: HFConfig) -> dict:
         "d_conv": cfg.int("mamba_d_conv", 4, minimum=2),
         "d_state": cfg.int("mamba_d_state", 16),
     }
-    data = {
-        "num_layers": n,
-        "num_q_heads": heads,
-        "num_kv_heads": kv,
-        "head_dim": _plain_head_dim(cfg, hidden, heads),
-        "hidden_size": hidden,
-        "dtype": cfg.dtype(),
-        "max_model_len": max_len(cfg, 262144),
-    }
+    data = _common(cfg, n, heads, kv, _plain_head_dim(cfg, hidden, heads), hidden, 262144)
     return _finish(data, kinds, "mamba", mamba)
 
 
@@ -248,15 +253,7 @@ def read_nemotron_h(cfg: HFConfig) -> dict:
     if ssm is not None:
         mamba2["ssm_dtype"] = ssm
     cfg.ignore("expand", "mamba_expand", "mtp_layers_block_type", "mtp_hybrid_override_pattern")
-    data = {
-        "num_layers": n,
-        "num_q_heads": heads,
-        "num_kv_heads": kv,
-        "head_dim": head_dim,
-        "hidden_size": hidden,
-        "dtype": cfg.dtype(),
-        "max_model_len": max_len(cfg, 4096),
-    }
+    data = _common(cfg, n, heads, kv, head_dim, hidden, 4096)
     counts = {k: kinds.count(k) for k in ("mamba2", attention_kind, "none")}
     notes = [
         f"{source}: {counts['mamba2']} Mamba-2, {counts[attention_kind]} attention, {counts['none']} MLP/MoE "
@@ -284,15 +281,7 @@ def read_granitemoehybrid(cfg: HFConfig) -> dict:
     kinds = ["mamba2"] * n if types is None else _kinds(cfg, "layer_types", types, mapping)
     mamba2 = _granite_style_mamba2(cfg, hidden, cfg.int("mamba_d_state", 256))
     cfg.ignore("position_embedding_type")
-    data = {
-        "num_layers": n,
-        "num_q_heads": heads,
-        "num_kv_heads": kv,
-        "head_dim": _plain_head_dim(cfg, hidden, heads),
-        "hidden_size": hidden,
-        "dtype": cfg.dtype(),
-        "max_model_len": max_len(cfg, 2048),
-    }
+    data = _common(cfg, n, heads, kv, _plain_head_dim(cfg, hidden, heads), hidden, 2048)
     return _finish(data, kinds, "mamba2", mamba2)
 
 
@@ -310,16 +299,8 @@ def read_bamba(cfg: HFConfig) -> dict:
             raise cfg.error(f"attn_layer_indices has {i!r}; allowed: 0..{n - 1}")
     kinds = ["full" if i in indices else "mamba2" for i in range(n)]
     mamba2 = _granite_style_mamba2(cfg, hidden, cfg.int("mamba_d_state", 256))
-    data = {
-        "num_layers": n,
-        "num_q_heads": heads,
-        "num_kv_heads": kv,
-        "head_dim": _plain_head_dim(cfg, hidden, heads),
-        "hidden_size": hidden,
-        "dtype": cfg.dtype(),
-        "max_model_len": max_len(cfg, 262144),
-        "notes": "vLLM 0.33 no longer serves Bamba (last in 0.23.0); Mamba-2 shapes as its mamba2_state_shape",
-    }
+    data = _common(cfg, n, heads, kv, _plain_head_dim(cfg, hidden, heads), hidden, 262144)
+    data["notes"] = "vLLM 0.33 no longer serves Bamba (last in 0.23.0); Mamba-2 shapes as its mamba2_state_shape"
     return _finish(data, kinds, "mamba2", mamba2)
 
 
