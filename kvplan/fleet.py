@@ -19,7 +19,7 @@ from typing import Any
 
 from kvplan.calc import check_tp, valid_tp_sizes
 from kvplan.errors import UsageError
-from kvplan.fit import FitOptions, FitResult, plan_fit, request_sizer
+from kvplan.fit import FitOptions, FitResult, fit_plan
 from kvplan.gpus import GPU
 from kvplan.specs import ModelSpec
 from kvplan.units import fmt_gib, fmt_tokens, parse_tokens
@@ -159,8 +159,8 @@ class FleetRow:
         gpus: replicas × TP × PP.
         kv_budget_bytes: KV budget per GPU.
         kv_bytes_needed: KV bytes per GPU summed over all requests (prefixes once per replica).
-        kv_utilization: kv_bytes_needed / (replicas × the bytes the engine leaves for requests,
-            :attr:`kvplan.fit.FitResult.kv_room_bytes`).
+        kv_utilization: the fullest pool's share used: units needed / (replicas × the pool's capacity), over
+            the engine's pools (:attr:`kvplan.fit.FitResult.pools`; one pool of bytes or blocks for most).
         requests_per_replica: the most requests any replica holds (the maximum over replicas).
         price_usd_per_hour: per GPU, or None; cost_usd_per_hour = gpus × price, computed in exact decimal
             arithmetic from the price as given (``2.49`` × 112 = 278.88, not 278.88000000000005).
@@ -234,96 +234,116 @@ class SLO:
         return p + (c.tokens - p) // 2
 
 
-def pack_replicas(budget: int, classes: list[tuple[int, int, int]]) -> tuple[int, int, int]:
-    """First-fit-decreasing packing of whole requests into replicas of ``budget`` bytes (per GPU).
+def pack_replicas(budget, classes: list[tuple]) -> tuple[int, int, int]:
+    """First-fit-decreasing packing of whole requests into replicas of ``budget`` (per GPU).
 
     Args:
-        budget: KV bytes one replica holds (per GPU).
-        classes: ``(count, bytes per request, prefix bytes paid once per replica holding the class)``.
+        budget: what one replica holds per GPU: bytes, or a tuple of pool capacities (the engine's pools,
+            :attr:`kvplan.fit.FitResult.pools`).
+        classes: ``(count, size of one request, prefix paid once per replica holding the class)``, sizes in
+            the budget's units (ints, or tuples with one entry per pool).
 
     Returns:
-        (replicas, bytes used including prefixes, the most requests in one replica).
+        (replicas, units used including prefixes (summed over pools), the most requests in one replica).
 
     Groups of identical replicas are tracked as counts, so the cost is per class, not per request.
     A request larger than ``budget`` must be excluded by the caller.
     """
     replicas, used, most, _ = pack_limited(budget, classes)
-    return replicas, used, most
+    return replicas, sum(used), most
 
 
 TIME_SCALE = 10**12  # a replica's decode-time capacity (--tpot-ms) in integer units
 
 
+def _vec(x, n: int) -> tuple:
+    return tuple(x) if isinstance(x, (tuple, list)) else (x,) * n if n > 1 else (x,)
+
+
 def pack_limited(
-    budget: int,
-    classes: list[tuple[int, int, int]],
+    budget,
+    classes: list[tuple],
     max_requests: int | None = None,
     time_costs: list[int] | None = None,
-) -> tuple[int, int, int, list[tuple[int, dict[int, int]]]]:
+) -> tuple[int, tuple, int, list[tuple[int, dict[int, int]]]]:
     """:func:`pack_replicas` with two more limits per replica: at most ``max_requests`` requests (the
     engine's max_num_seqs), and requests whose ``time_costs`` (per class, in :data:`TIME_SCALE` units of the
-    TPOT target) sum to at most :data:`TIME_SCALE`.
+    TPOT target) sum to at most :data:`TIME_SCALE`. Every pool of ``budget`` must hold its share.
 
     Returns:
-        (replicas, bytes used, the most requests in one replica, [(replicas alike, {class index: requests
-        each})]).
+        (replicas, units used per pool, the most requests in one replica, [(replicas alike, {class index:
+        requests each})]).
     """
+    caps = _vec(budget, 1)
+    n = len(caps)
+    cls = [(count, _vec(size, n), _vec(prefix, n)) for count, size, prefix in classes]
     cap = max_requests or 1 << 62
-    costs = time_costs or [0] * len(classes)
-    # a group: [replicas alike, leftover bytes, classes held, requests each, leftover time, {class: requests}]
+    costs = time_costs or [0] * len(cls)
+    # a group: [replicas alike, leftover per pool, classes held, requests each, leftover time, {class: requests}]
     groups: list[list] = []
-    used = 0
+    used = [0] * n
 
-    def fits(left: int, pay: int, size: int, reqs: int, time_left: int, cost: int) -> int:
-        if left < pay + size:
+    def fits(left: tuple, pay: tuple, size: tuple, reqs: int, time_left: int, cost: int) -> int:
+        if any(lft < p + z for lft, p, z in zip(left, pay, size, strict=True)):
             return 0
-        per = cap - reqs if size <= 0 else min((left - pay) // size, cap - reqs)  # 0-byte requests: count-bound
+        per = cap - reqs
+        for lft, p, z in zip(left, pay, size, strict=True):
+            if z > 0:  # a pool a request draws nothing from does not limit (0-byte requests: count-bound)
+                per = min(per, (lft - p) // z)
         return min(per, time_left // cost) if cost else per
 
-    for cid, (count, size, prefix) in sorted(enumerate(classes), key=lambda x: -(x[1][1] + x[1][2])):
+    def take(left: tuple, pay: tuple, size: tuple, k: int) -> tuple:
+        return tuple(lft - p - k * z for lft, p, z in zip(left, pay, size, strict=True))
+
+    def spend(times: int, pay: tuple, size: tuple, k: int) -> None:
+        for i in range(n):
+            used[i] += times * (pay[i] + k * size[i])
+
+    zero = (0,) * n
+    for cid, (count, size, prefix) in sorted(enumerate(cls), key=lambda x: -(sum(x[1][1]) + sum(x[1][2]))):
         remaining = count
         cost = costs[cid]
         new_groups = []
         for g in groups:
-            n, left, held, reqs, tleft, comp = g
+            reps, left, held, reqs, tleft, comp = g
             if not remaining:
                 new_groups.append(g)
                 continue
-            pay = 0 if cid in held else prefix
+            pay = zero if cid in held else prefix
             per = fits(left, pay, size, reqs, tleft, cost)
             if per <= 0:
                 new_groups.append(g)
                 continue
-            full = min(n, remaining // per)
+            full = min(reps, remaining // per)
             if full:
-                new_groups.append([full, left - pay - per * size, held | {cid}, reqs + per, tleft - per * cost,
-                                   {**comp, cid: per}])
+                new_groups.append([full, take(left, pay, size, per), held | {cid}, reqs + per, tleft - per * cost,
+                                   {**comp, cid: per}])  # fmt: skip
                 remaining -= full * per
-                used += full * (pay + per * size)
-            rest = n - full
+                spend(full, pay, size, per)
+            rest = reps - full
             if rest and remaining:
                 k = remaining  # < per
                 new_groups.append(
-                    [1, left - pay - k * size, held | {cid}, reqs + k, tleft - k * cost, {**comp, cid: k}]
+                    [1, take(left, pay, size, k), held | {cid}, reqs + k, tleft - k * cost, {**comp, cid: k}]
                 )
-                used += pay + k * size
+                spend(1, pay, size, k)
                 remaining = 0
                 rest -= 1
             if rest:
                 new_groups.append([rest, left, held, reqs, tleft, comp])
         groups = new_groups
         if remaining:
-            per = fits(budget, prefix, size, 0, TIME_SCALE, cost)
+            per = fits(caps, prefix, size, 0, TIME_SCALE, cost)
             full, part = divmod(remaining, per)
             if full:
-                groups.append([full, budget - prefix - per * size, {cid}, per, TIME_SCALE - per * cost, {cid: per}])
-                used += full * (prefix + per * size)
+                groups.append([full, take(caps, prefix, size, per), {cid}, per, TIME_SCALE - per * cost, {cid: per}])
+                spend(full, prefix, size, per)
             if part:
-                groups.append([1, budget - prefix - part * size, {cid}, part, TIME_SCALE - part * cost, {cid: part}])
-                used += prefix + part * size
+                groups.append([1, take(caps, prefix, size, part), {cid}, part, TIME_SCALE - part * cost, {cid: part}])
+                spend(1, prefix, size, part)
     replicas = sum(g[0] for g in groups)
     most = max((g[3] for g in groups), default=0)
-    return replicas, used, most, [(g[0], g[5]) for g in groups]
+    return replicas, tuple(used), most, [(g[0], g[5]) for g in groups]
 
 
 def plan_layout(
@@ -345,7 +365,7 @@ def plan_layout(
         UsageError: as :func:`kvplan.fit.plan_fit`; MBU/MFU outside (0, 1].
     """
     opts = replace(opts, max_model_len=workload.max_tokens, shared_prefix_tokens=0)
-    fit: FitResult = plan_fit(spec, gpu, opts)
+    fit, cache = fit_plan(spec, gpu, opts)
     tp, pp = opts.tensor_parallel_size, opts.pipeline_parallel_size
     base = dict(
         gpu=gpu.id,
@@ -371,28 +391,31 @@ def plan_layout(
 
     if fit.kv_budget_bytes <= 0:
         return no("weights and activations leave no KV memory")
-    # fit's engine rules (vLLM 0.33: KV cache groups, in-flight tokens, the null block; TensorRT-LLM: windows
-    # as full, whole blocks; --pp-layer-partition's worst stage): bytes per request, and the room they share
-    size_of = request_sizer(spec, gpu, opts, fit)
+    # fit's engine rules and pools (vLLM 0.33: KV cache groups, in-flight tokens, the null block; SGLang's
+    # hybrid-SWA pools; TensorRT-LLM: windows as full, whole blocks; --pp-layer-partition's worst stage)
+    pool_caps = tuple(cap for _, cap, _ in fit.pools)
+    units = cache.unit_bytes
     room = fit.kv_room_bytes
     classes = []
     for c in workload.classes:
-        unique, prefix = size_of(c.tokens, c.shared_prefix)
-        if unique + prefix > room:
+        demand, prefix = cache.demand(c.tokens), cache.prefix(c.shared_prefix)
+        if any(d > cap for d, cap in zip(demand, pool_caps, strict=True)):
+            need = sum(d * u for d, u in zip(demand, units, strict=True))
             return no(
-                f"one request of class {c.name} ({fmt_tokens(c.tokens)}) needs {fmt_gib(unique + prefix)} of KV per "
+                f"one request of class {c.name} ({fmt_tokens(c.tokens)}) needs {fmt_gib(need)} of KV per "
                 f"GPU, more than the {fmt_gib(room)} the engine leaves for requests"
             )
-        classes.append((c.concurrency, unique, prefix))
+        classes.append((c.concurrency, tuple(d - p for d, p in zip(demand, prefix, strict=True)), prefix))
     slo = slo or SLO()
     speed = _speed(spec, gpu, fit, workload, slo)
     if isinstance(speed, str):
         return no(speed)
     seqs = fit.max_num_seqs if slo.max_num_seqs else None
     costs = [-(-TIME_SCALE // n) for n in speed["slo_caps"]] if speed["slo_caps"] else None
-    memory = pack_limited(room, classes)
-    by_seqs = pack_limited(room, classes, seqs) if seqs else memory
-    replicas, used, most, groups = pack_limited(room, classes, seqs, costs) if costs else by_seqs
+    memory = pack_limited(pool_caps, classes)
+    by_seqs = pack_limited(pool_caps, classes, seqs) if seqs else memory
+    replicas, used_units, most, groups = pack_limited(pool_caps, classes, seqs, costs) if costs else by_seqs
+    used = sum(n * u for n, u in zip(used_units, units, strict=True))
     limit = "memory" if replicas == memory[0] else "max_num_seqs" if replicas == by_seqs[0] else "SLO"
     caps = [c for c in (seqs, max(speed["slo_caps"], default=None)) if c]
     gpus = replicas * tp * pp
@@ -415,7 +438,7 @@ def plan_layout(
         replicas=replicas,
         gpus=gpus,
         kv_bytes_needed=used,
-        kv_utilization=used / (replicas * room),
+        kv_utilization=max(n / (replicas * cap) for n, cap in zip(used_units, pool_caps, strict=True) if cap > 0),
         requests_per_replica=most,
         cost_usd_per_hour=cost,
         limit=limit,
@@ -560,9 +583,7 @@ def parse_prices(items: list[str], resolve, gpus: list[GPU] | None = None) -> di
                     f"add --gpu {name} or drop its price"
                 )
             if gid in out and out[gid] != price:
-                raise UsageError(
-                    f"--price: {given[gid]!r} and {item!r} give {gid} two prices; give one price per GPU"
-                )
+                raise UsageError(f"--price: {given[gid]!r} and {item!r} give {gid} two prices; give one price per GPU")
             out[gid] = price
             given.setdefault(gid, item)
     return out

@@ -10,7 +10,8 @@ import pytest
 
 from kvplan.calc import layer_groups
 from kvplan.dtypes import get_kv_dtype
-from kvplan.fit import Engine, FitOptions, plan_fit, request_bytes, stage_cache, stage_layers
+from kvplan.engines.base import token_plan, window_as_blocks
+from kvplan.fit import Engine, FitOptions, plan_fit, stage_layers
 from kvplan.gpus import get_gpu
 from kvplan.specs import load_bundled, load_spec_yaml
 
@@ -125,9 +126,9 @@ def test_vllm_sliding_window_blocks():
     expected = 81_920 * 32_768 + 425_984 * 577 * 16
     r = plan_fit(spec, get_gpu("h200"), FitOptions(max_model_len=32768, engine_version="0.11"))
     assert r.kv_bytes_per_request == expected
-    # the other conventions keep min(S, window) tokens in a sliding layer
-    c = stage_cache(spec, get_kv_dtype("bf16"), 1, range(62))
-    assert request_bytes(c, 32768, Engine.trtllm, 32, 8192) == 81_920 * 32_768 + 425_984 * 1024
+    # a window kept as min(S, window) tokens, in 32-token blocks (SGLang's and TensorRT-LLM's rule for a window)
+    plan = token_plan(spec, get_kv_dtype("bf16"), FitOptions(), 32, 32768, window_rule=window_as_blocks)
+    assert plan.demand(32768) == (81_920 * 32_768 + 425_984 * 1024,)
 
 
 def test_shared_prefix_counted_once():

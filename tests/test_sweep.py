@@ -163,6 +163,7 @@ def test_hand_checked_row_llama3_8b_h100():
         "kv_budget_bytes": 58_629_753_908,
         "kv_bytes_per_request": 1_073_741_824,
         "max_concurrent_requests": 54,  # 58,629,753,908 // 1,073,741,824
+        "limit": "memory",  # 54 < max_num_seqs 1,024
         "max_concurrency": 54.6015625,  # 27,956 blocks × 2 MiB / 1 GiB = 27,956 / 512
         "kv_capacity_tokens": 447_296,  # 27,956 × 16
         "fits": True,
@@ -220,7 +221,7 @@ def test_bad_input_is_a_usage_error():
     with pytest.raises(UsageError, match=r"^--kv-dtype: unknown dtype 'fp7'"):
         sweep([spec], [4096], [gpu], ["fp7"])
     # 2^40 tokens × 131,072 B = 2^57 B: beyond the exact float range, refused rather than rounded
-    with pytest.raises(UsageError, match=r"^--seq: 1,099,511,627,776 tokens of llama3-8b would need about"):
+    with pytest.raises(UsageError, match=r"^--seq: 1,099,511,627,776 tokens of llama3-8b: one request: 144,115,188,075,855,872 B is beyond the exact range"):
         sweep([spec], [1 << 40], [gpu])
     with pytest.raises(UsageError, match=r"^--tp: no row left"):
         sweep([load_bundled("falcon-7b")], [4096], [gpu], tps=[2])
@@ -350,6 +351,7 @@ def test_cli_json_rows_are_objects_with_int_bytes(cli):
         "kv_budget_bytes": ref.kv_budget_bytes,
         "kv_bytes_per_request": ref.kv_bytes_per_request,
         "max_concurrent_requests": ref.max_concurrent_requests,
+        "limit": "max_num_seqs" if ref.limited_by_max_num_seqs else "memory",
         "max_concurrency": ref.max_concurrency,
         "kv_capacity_tokens": ref.kv_capacity_tokens,
         "fits": True,

@@ -1,5 +1,6 @@
 """Serving-engine rules kvplan mirrors, one module per engine, each rule a small function citing the engine
-file (and version) it follows.
+file (and version) it follows. Every module defines one :class:`kvplan.engines.base.EngineRules` subclass,
+registered here and imported only when used (:func:`get`); :mod:`kvplan.engines.base` holds the interface.
 
 - :mod:`kvplan.engines.vllm`: vLLM's KV-cache planning (``vllm/v1/core/kv_cache_planning.py``,
   ``kv_cache_utils.py``, ``kv_cache_interface.py``, ``platforms/interface.py``), by version.
@@ -18,6 +19,56 @@ Pure Python: no numpy or torch (``kvplan estimate`` and ``kvplan fit`` import no
 from __future__ import annotations
 
 import re
+from importlib import import_module
+
+from kvplan.options import ENGINE_NAMES, Engine, get_engine
+
+__all__ = ["ENGINE_NAMES", "Engine", "get", "get_engine", "engine_rules", "engine_version_warning"]
+
+_MODULES = {
+    Engine.vllm: "kvplan.engines.vllm",
+    Engine.sglang: "kvplan.engines.sglang",
+    Engine.trtllm: "kvplan.engines.trtllm",
+    Engine.llamacpp: "kvplan.engines.llamacpp",
+}
+
+
+def get(engine):
+    """The :class:`kvplan.engines.base.EngineRules` of ``engine`` (a name or :class:`Engine`): its module's
+    ``ENGINE``, imported on first use.
+
+    Raises:
+        UsageError: unknown engine name.
+    """
+    return import_module(_MODULES[get_engine(engine)]).ENGINE
+
+
+def engine_rules(engine, version: str | None) -> tuple[str, str]:
+    """(rule set, its description) an engine applies for ``--engine-version`` ``version`` (None: the newest).
+
+    Raises:
+        UsageError: an unknown engine, or a version that does not parse (the message lists the rule sets).
+    """
+    r = get(engine).resolve_rules(version)
+    return r.version, r.description
+
+
+def engine_version_warning(engine, version: str | None) -> str | None:
+    """The warning for a ``--engine-version`` older than the engine's oldest rule set (kvplan applies that
+    set rather than refuse: the output names it), else None.
+
+    Raises:
+        UsageError: as :func:`engine_rules`.
+    """
+    eng = get(engine)
+    rules, description = engine_rules(engine, version)
+    if version is None or not eng.older_than_oldest(version):
+        return None
+    return (
+        f"--engine-version {str(version).strip()} is older than the oldest {eng.display_name} rule set kvplan has; "
+        f"applying {rules} ({description})"
+    )
+
 
 _VERSION_RE = re.compile(r"v?(\d{1,6})(?:\.(\d{1,6}))?(?:\.(\d{1,6}))?(?:[.a-z+-][0-9a-z.+-]*)?")
 

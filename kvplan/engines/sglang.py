@@ -25,8 +25,12 @@ speculative decoding, and SGLang's Mamba pools (hybrid state models: a unified p
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from kvplan.engines import parse_version
+from kvplan.engines.base import PY, CachePlan, EngineRules, Settings, token_plan, window_as_blocks
 from kvplan.errors import UsageError
+from kvplan.options import Engine, FitOptions
 from kvplan.specs import ModelSpec
 
 RULES_VERSION = "0.5.23"  # the one rule set: the SGLang release read (see the module docstring)
@@ -61,20 +65,20 @@ def window(spec: ModelSpec) -> int:
     return spec.sliding_window or spec.attention_chunk_size or 0
 
 
-def pool_split(budget: int, full_per_token: int, swa_per_token: int, ratio: float = DEFAULT_SWA_FULL_TOKENS_RATIO,
-               page_size: int = PAGE_SIZE) -> tuple[int, int]:  # fmt: skip
+def pool_split(budget, full_per_token: int, swa_per_token: int, ratio: float = DEFAULT_SWA_FULL_TOKENS_RATIO,
+               page_size: int = PAGE_SIZE, xp=PY) -> tuple:  # fmt: skip
     """(full_layer_tokens, swa_layer_tokens) for ``budget`` bytes (``HybridSWAPoolConfigurator``)."""
     cell = full_per_token + ratio * swa_per_token
-    full = int(budget // cell) if cell > 0 else 0
+    full = xp.to_int(budget // cell) if cell > 0 else xp.full(budget, 0)
     full = full // page_size * page_size
-    swa = int(full * ratio) // page_size * page_size
+    swa = xp.to_int(full * ratio) // page_size * page_size
     return full, swa
 
 
-def swa_tokens_per_request(seq_len: int, win: int, page_size: int = PAGE_SIZE) -> int:
+def swa_tokens_per_request(seq_len, win: int, page_size: int = PAGE_SIZE, xp=PY):
     """SWA slots one running request of ``seq_len`` tokens holds at most (``compute_swa_request_cap``'s
     per request, without speculative decoding): ``min(S, window + 128 + page) + page``, never above S."""
-    return min(seq_len, win + SWA_EVICTION_INTERVAL + 2 * page_size)
+    return xp.minimum(seq_len, win + SWA_EVICTION_INTERVAL + 2 * page_size)
 
 
 def requests(full_tokens: int, swa_tokens: int, seq_len: int, win: int) -> int:
@@ -96,7 +100,18 @@ def log_line(full_tokens: int, swa_tokens: int) -> str:
     return f"Use sliding window memory pool. full_layer_tokens={full_tokens}, swa_layer_tokens={swa_tokens}"
 
 
-def resolve_rules(version: str | None) -> str:
+@dataclass(frozen=True)
+class SglangRules:
+    """One SGLang version's conventions (kvplan has one set: :data:`RULES_VERSION`)."""
+
+    version: str
+    description: str
+
+
+RULE_SETS = (SglangRules(RULES_VERSION, DESCRIPTION),)
+
+
+def resolve_rules(version: str | None) -> SglangRules:
     """The rule set for an SGLang version: kvplan has one (:data:`RULES_VERSION`); a version is accepted when it
     parses (one older than the set gets it with a warning, :func:`older_than_oldest`).
 
@@ -104,15 +119,120 @@ def resolve_rules(version: str | None) -> str:
         UsageError: not a version number.
     """
     if version is None or str(version).strip().lower() in ("", "latest", "current"):
-        return RULES_VERSION
+        return RULE_SETS[0]
     if parse_version(version) is None:
         raise UsageError(
             f"--engine-version: {version!r} is not a version number (e.g. 0.5.23); SGLang rule sets: {RULES_VERSION}"
         )
-    return RULES_VERSION
+    return RULE_SETS[0]
 
 
 def older_than_oldest(version: str | None) -> bool:
     """True when ``version`` parses and is older than :data:`RULES_VERSION`."""
     asked = None if version is None else parse_version(version)
     return asked is not None and asked < parse_version(RULES_VERSION)
+
+
+@dataclass(frozen=True, eq=False)
+class HybridSwaPlan(CachePlan):
+    """SGLang's two pools for hybrid-SWA architectures: full-layer token slots and SWA token slots
+    (:func:`pool_split`); a request of S tokens takes S full slots and :func:`swa_tokens_per_request` SWA
+    slots; a shared prefix takes its whole pages of full slots once.
+
+    Attributes:
+        full_per_token, swa_per_token: bytes one token costs in the full and in the sliding layers (worst stage).
+        window: the SWA window (:func:`window`).
+    """
+
+    full_per_token: int = 0
+    swa_per_token: int = 0
+    window: int = 0
+    block_size: int = PAGE_SIZE
+    kv_bytes_per_token: int = 0
+    stage_num_layers: int = 0
+    pool_names: tuple = ("full tokens", "swa tokens")
+    unit_bytes: tuple = ()
+    extras: dict = field(default_factory=dict)
+
+    @property
+    def kv_bytes_per_block(self) -> int:  # type: ignore[override]
+        return self.block_size * self.kv_bytes_per_token
+
+    def pools(self, budget, xp=PY) -> tuple:
+        return pool_split(budget, self.full_per_token, self.swa_per_token, page_size=self.block_size, xp=xp)
+
+    def demand(self, tokens, xp=PY) -> tuple:
+        return tokens, swa_tokens_per_request(tokens, self.window, xp=xp)
+
+    def prefix(self, tokens: int, xp=PY) -> tuple:
+        return (tokens // self.block_size) * self.block_size, 0
+
+    def measures(self, budget, seq, shared_prefix: int = 0, xp=PY) -> dict:
+        full, swa = self.pools(budget, xp)
+        swa_req = swa_tokens_per_request(seq, self.window, xp=xp)
+        num_blocks = full // self.block_size
+        return dict(
+            num_blocks=num_blocks,
+            kv_bytes_per_request=seq * self.full_per_token + self.swa_per_token * swa_req,
+            kv_capacity_tokens=num_blocks * self.block_size,
+            max_concurrency=xp.minimum(full / seq, swa / swa_req),
+            block_size=self.block_size,
+        )
+
+    def fit_fields(self) -> dict:
+        return dict(self.extras)
+
+    def search_limit(self, caps: tuple, xp=PY):
+        return caps[0] + 1  # S full slots
+
+    def log_line(self, measures: dict, seq: int, pools: tuple) -> str:
+        return log_line(*pools)
+
+
+class SglangEngine(EngineRules):
+    """SGLang 0.5.23: ``mem_fraction_static`` of the memory available at start holds weights and KV (the rest
+    is left for activations), per-token cells (page size 1), and hybrid-SWA pools for the architectures of
+    :data:`HYBRID_SWA_ARCHITECTURES`; every other model keeps one pool in which sliding layers hold every
+    token."""
+
+    engine = Engine.sglang
+    display_name = "SGLang"
+    block_size = PAGE_SIZE
+    utilization = 0.88
+    max_num_batched_tokens = 8192
+
+    def resolve_rules(self, version: str | None) -> SglangRules:
+        return resolve_rules(version)
+
+    def older_than_oldest(self, version: str | None) -> bool:
+        return older_than_oldest(version)
+
+    def usable_and_budget(self, total: int, util: float, weights: int, activation: int, overhead: int):
+        """``usable = int((total − overhead) × mem_fraction_static)``; budget = usable − weights − activation
+        (0: outside the fraction) [sglang model_runner]."""
+        usable = int((total - overhead) * util)
+        return usable, usable - weights - activation
+
+    def plan(self, spec: ModelSpec, kv_dtype, opts: FitOptions, settings: Settings, max_len: int):
+        hybrid = is_hybrid_swa(spec)
+        base = token_plan(
+            spec, kv_dtype, opts, settings.block_size, max_len, window_rule=window_as_blocks,
+            windows_full=opts.swa_full or not hybrid, in_flight=settings.max_num_batched_tokens,
+        )  # fmt: skip
+        if not hybrid:
+            return base
+        cache = base.stages[base.worst]
+        full = cache.growing_bytes_per_token
+        swa = cache.bytes_per_token - full
+        return HybridSwaPlan(
+            full_per_token=full,
+            swa_per_token=swa,
+            window=window(spec),
+            block_size=settings.block_size,
+            kv_bytes_per_token=cache.bytes_per_token,
+            stage_num_layers=cache.num_layers,
+            unit_bytes=(full, swa),
+        )
+
+
+ENGINE = SglangEngine()

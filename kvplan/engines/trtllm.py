@@ -35,6 +35,10 @@ from dataclasses import dataclass
 
 from kvplan.calc import cdiv
 from kvplan.engines import is_older_than, pick_rules
+from kvplan.engines.base import PY, EngineRules, Settings, token_plan, window_as_blocks
+from kvplan.options import Engine, FitOptions
+from kvplan.specs import ModelSpec
+from kvplan.units import GIB, MIB, plural
 
 
 @dataclass(frozen=True)
@@ -77,7 +81,7 @@ def older_than_oldest(version: str | None) -> bool:
     return is_older_than(RULE_SETS, version)
 
 
-def pool_blocks(budget: int, bytes_per_token: int, tokens_per_block: int, rules: TrtllmRules) -> int:
+def pool_blocks(budget, bytes_per_token: int, tokens_per_block: int, rules: TrtllmRules, xp=PY):
     """Blocks of the primary pool for ``budget`` bytes of KV memory.
 
     ``max_tokens = budget // bytes_per_token`` (``_util.py _cal_max_tokens``: ``int(available_kv_mem //
@@ -85,9 +89,9 @@ def pool_blocks(budget: int, bytes_per_token: int, tokens_per_block: int, rules:
     calculate_max_num_blocks``, 1.0-1.1) or the floor. 0 when nothing is cached per token.
     """
     if bytes_per_token <= 0:
-        return 0
+        return xp.full(budget, 0)
     max_tokens = budget // bytes_per_token
-    return cdiv(max_tokens, tokens_per_block) if rules.ceil_blocks else max_tokens // tokens_per_block
+    return xp.cdiv(max_tokens, tokens_per_block) if rules.ceil_blocks else max_tokens // tokens_per_block
 
 
 def max_seq_len_upper_bound(blocks: int, tokens_per_block: int) -> int:
@@ -110,3 +114,74 @@ def log_lines(max_seq_len: int, blocks: int, tokens_per_block: int, bytes_per_to
         )
         return f"{cut} {alloc}"
     return alloc
+
+
+ACTIVATION_BASE_BYTES = 1 * GIB
+ACTIVATION_BYTES_PER_TOKEN_PER_HIDDEN = 14  # 2 projections × 3.5 × hidden × 2 B (kvplan.fit's calibration)
+BYTES_PER_SEQUENCE = 2 * MIB  # runtime buffers per sequence of max_batch_size (one log: RTX 5090, 2048)
+
+
+class TrtllmEngine(EngineRules):
+    """TensorRT-LLM: ``free_gpu_memory_fraction`` of the memory still free after weights and activations,
+    32-token blocks, every attention layer sized for max_seq_len (:data:`RULE_SETS`), ``max_batch_size``
+    capping the running requests."""
+
+    engine = Engine.trtllm
+    display_name = "TensorRT-LLM"
+    block_size = 32
+    utilization = 0.9
+    max_num_batched_tokens = 8192
+    max_batch_size = 2048
+
+    def resolve_rules(self, version: str | None) -> TrtllmRules:
+        return resolve_rules(version)
+
+    def older_than_oldest(self, version: str | None) -> bool:
+        return older_than_oldest(version)
+
+    def settings(self, spec: ModelSpec, gpu, opts: FitOptions) -> Settings:
+        util, block, mnbt, max_batch = self.common_settings(opts)
+        # max_batch_size caps the requests the scheduler runs at once (--max-num-seqs overrides it)
+        seqs = max_batch if opts.max_num_seqs is None else opts.max_num_seqs
+        return Settings(resolve_rules(opts.engine_version), util, block, mnbt, max_batch, seqs)
+
+    def activation_bytes(self, spec: ModelSpec, settings: Settings, tp: int) -> int:
+        """``1 GiB + max_num_tokens × 14 × hidden / TP`` (as vLLM's calibration) plus 2 MiB per sequence of
+        ``max_batch_size`` (runtime buffers)."""
+        hidden = spec.hidden_size or spec.num_q_heads * spec.head_dim
+        act = ACTIVATION_BASE_BYTES + cdiv(
+            settings.max_num_batched_tokens * ACTIVATION_BYTES_PER_TOKEN_PER_HIDDEN * hidden, tp
+        )
+        return act + settings.max_batch_size * BYTES_PER_SEQUENCE
+
+    def usable_and_budget(self, total: int, util: float, weights: int, activation: int, overhead: int):
+        """``usable = total − weights − activation − overhead``; budget = ``int(usable × fraction)``."""
+        usable = total - weights - activation - overhead
+        return usable, int(usable * util)
+
+    def plan(self, spec: ModelSpec, kv_dtype, opts: FitOptions, settings: Settings, max_len: int):
+        rules = settings.rules
+
+        def blocks(budget, per_token, block, xp=PY):
+            return pool_blocks(budget, per_token, block, rules, xp)
+
+        def log(m: dict, seq: int, pools: tuple) -> str:
+            return log_lines(seq, m["num_blocks"], m["block_size"], plan.kv_bytes_per_token)
+
+        plan = token_plan(
+            spec, kv_dtype, opts, settings.block_size, max_len, window_rule=window_as_blocks,
+            windows_full=opts.swa_full or rules.windows_as_full, in_flight=settings.max_num_batched_tokens,
+            blocks_rule=blocks, pool_is_blocks=True, log=log,
+        )  # fmt: skip
+        return plan
+
+    def does_not_fit_note(self, r) -> str:
+        if r.engine_version and r.num_blocks:  # it starts, with a shorter max_seq_len
+            return (
+                f"; TensorRT-LLM {r.engine_version} would cut max_seq_len to {r.num_blocks * r.block_size:,} "
+                f"({plural(r.num_blocks, 'block')} of {r.block_size})"
+            )
+        return ""
+
+
+ENGINE = TrtllmEngine()

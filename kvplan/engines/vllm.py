@@ -25,13 +25,15 @@ unless a rule names another family; a GPU given by size is taken as Hopper-class
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from math import lcm
 
-from kvplan.calc import cdiv, kv_heads_per_rank, layer_token_bytes
+from kvplan.calc import cdiv, check_tp, kv_heads_per_rank, layer_token_bytes
 from kvplan.dtypes import KVDtype, get_kv_dtype
 from kvplan.engines import is_older_than, pick_rules
+from kvplan.engines.base import PY, CachePlan, EngineRules, Settings, token_plan
 from kvplan.errors import UsageError
+from kvplan.options import MAX_SEARCH_TOKENS, Engine, FitOptions, check_int
 from kvplan.specs import KV_HEAD_KINDS, STATE_KINDS, ModelSpec
 
 GIB = 1 << 30
@@ -284,8 +286,9 @@ class KVGroup:
         """The group spec's page, B: one layer's (the sum of all for a uniform-type group)."""
         return sum(self.layer_pages) if self.uniform_type else self.layer_pages[0]
 
-    def blocks_per_request(self, seq_len: int, in_flight: int) -> int:
-        """Blocks one request of ``seq_len`` tokens takes from the pool for this group.
+    def blocks_per_request(self, seq_len, in_flight: int, xp=PY):
+        """Blocks one request of ``seq_len`` tokens takes from the pool for this group (an int, or an array
+        with ``xp`` = :func:`kvplan.engines.base.numpy_ops`).
 
         vLLM 0.33 ``kv_cache_interface.py`` ``max_memory_usage_bytes`` / page: full and MLA
         ``cdiv(S, block)``; sliding ``cdiv(min(window − 1 + in_flight, S), block) + 1``
@@ -294,12 +297,12 @@ class KVGroup:
         (``MambaSpec``: 2 with prefix caching, "align" mode, 1 without).
         """
         if self.kind == "sliding":
-            return cdiv(min(self.window - 1 + self.extra_retained + in_flight, seq_len), self.block_size) + 1
+            return xp.cdiv(xp.minimum(self.window - 1 + self.extra_retained + in_flight, seq_len), self.block_size) + 1
         if self.kind == "chunked":
-            return cdiv(min(self.window + in_flight, seq_len), self.block_size)
+            return xp.cdiv(xp.minimum(self.window + in_flight, seq_len), self.block_size)
         if self.kind in STATE_KINDS:
-            return self.state_pages
-        return cdiv(seq_len, self.block_size)
+            return seq_len * 0 + self.state_pages
+        return xp.cdiv(seq_len, self.block_size)
 
     def prefix_blocks(self, prefix_tokens: int) -> int:
         """Whole blocks of a shared prefix this group keeps once (full and MLA groups only)."""
@@ -330,10 +333,10 @@ class VllmLayout:
     bytes_per_block: tuple[int, ...]
     hybrid_kv_cache_manager: bool
 
-    def blocks_per_request(self, seq_len: int, in_flight: int) -> int:
+    def blocks_per_request(self, seq_len, in_flight: int, xp=PY):
         """Blocks one request of ``seq_len`` tokens takes, all groups (vLLM
         ``get_max_concurrency_for_kv_cache_config``: the groups share one pool)."""
-        return sum(g.blocks_per_request(seq_len, in_flight) for g in self.groups)
+        return sum((g.blocks_per_request(seq_len, in_flight, xp) for g in self.groups), seq_len * 0)
 
     @property
     def worst_bytes_per_block(self) -> int:
@@ -741,3 +744,254 @@ def log_line(kv_cache_tokens: int, max_model_len: int, max_concurrency: float) -
         f"GPU KV cache size: {kv_cache_tokens:,} tokens, Maximum concurrency for {max_model_len:,} tokens per "
         f"request: {max_concurrency:.2f}x"
     )
+
+
+# --- the engine: settings, budget, pools ------------------------------------------------------------------
+
+ACTIVATION_BASE_BYTES = 1 * GIB
+ACTIVATION_BYTES_PER_TOKEN_PER_HIDDEN = 14  # 2 projections × 3.5 × hidden × 2 B (kvplan.fit's calibration)
+
+
+@dataclass(frozen=True, eq=False)
+class GroupPlan(CachePlan):
+    """vLLM ≥ 0.33's one pool of blocks shared by its KV cache groups (:class:`VllmLayout`).
+
+    The pool holds ``min over PP stages of budget // bytes per block`` blocks, one of them the null block
+    (``get_kv_cache_configs``); a request of S tokens takes :meth:`VllmLayout.blocks_per_request` blocks (its
+    in-flight tokens included); a shared prefix keeps its whole blocks of full and MLA groups once.
+    "Maximum concurrency" = ``num_blocks / blocks per request``; "GPU KV cache size" =
+    ``int(concurrency × max_model_len)`` (``kv_cache_utils.py get_kv_cache_capacity``).
+
+    Attributes:
+        layout: the groups and pages.
+        in_flight: tokens scheduled but not settled (:func:`in_flight_tokens`).
+        rules: the version's rule set.
+        kv_bytes_per_token: bytes one token costs on the worst stage (drafter layers on the last one).
+        stage_num_layers: layers of the worst stage.
+        extras: FitResult fields (settings applied).
+    """
+
+    layout: VllmLayout = None  # type: ignore[assignment]
+    in_flight: int = 0
+    rules: VllmRules = LATEST
+    kv_bytes_per_token: int = 0
+    stage_num_layers: int = 0
+    pool_names: tuple = ("blocks",)
+    extras: dict = field(default_factory=dict)
+
+    @property
+    def kv_bytes_per_block(self) -> int:  # type: ignore[override]
+        return self.layout.worst_bytes_per_block
+
+    @property
+    def unit_bytes(self) -> tuple:  # type: ignore[override]
+        return (self.layout.worst_bytes_per_block,)
+
+    @property
+    def block_size(self) -> int:  # type: ignore[override]
+        return self.layout.block_size
+
+    def num_blocks(self, budget, xp=PY):
+        """Blocks of the pool: the smallest stage's ``budget // bytes per block``."""
+        out = None
+        for b in self.layout.bytes_per_block:
+            if b:
+                n = budget // b
+                out = n if out is None else xp.minimum(out, n)
+        return xp.full(budget, 0) if out is None else out
+
+    def pools(self, budget, xp=PY) -> tuple:
+        n = self.num_blocks(budget, xp)
+        return (n - 1 if self.rules.null_block else n,)
+
+    def demand(self, tokens, xp=PY) -> tuple:
+        return (self.layout.blocks_per_request(tokens, self.in_flight, xp),)
+
+    def prefix(self, tokens: int, xp=PY) -> tuple:
+        return (sum(g.prefix_blocks(tokens) for g in self.layout.groups),)
+
+    def reported_block_size(self, seq, xp=PY):
+        """The block size vLLM reports: the smallest group's; a state group without prefix caching has
+        blocks of max_model_len tokens (``mamba_block_size = max_model_len``), so it counts as ``seq``."""
+        layout = self.layout
+        if not layout.groups:
+            return layout.block_size
+        by_len = [g for g in layout.groups if g.kind in STATE_KINDS and layout.mamba_cache_mode == "none"]
+        other = min((g.block_size for g in layout.groups if g not in by_len), default=MAX_SEARCH_TOKENS)
+        return xp.minimum(other, seq) if by_len else other
+
+    def measures(self, budget, seq, shared_prefix: int = 0, xp=PY) -> dict:
+        num_blocks = self.num_blocks(budget, xp)
+        (per_request,) = self.demand(seq, xp)
+        concurrency = xp.where(per_request > 0, num_blocks / xp.maximum(per_request, 1), 0.0)
+        if self.rules.log_from_concurrency:
+            tokens = xp.to_int(concurrency * seq)
+        else:
+            tokens = num_blocks * self.layout.block_size
+        return dict(
+            num_blocks=num_blocks,
+            kv_bytes_per_request=per_request * self.layout.worst_bytes_per_block,
+            kv_capacity_tokens=tokens,
+            max_concurrency=concurrency,
+            block_size=self.reported_block_size(seq, xp),
+            blocks_per_request=per_request,
+        )
+
+    def fit_fields(self) -> dict:
+        groups = tuple(
+            dict(kind=g.kind, layers=len(g.layers), block_size=g.block_size, page_bytes=g.page_bytes)
+            for g in self.layout.groups
+        )
+        return dict(self.extras, kv_cache_groups=groups, padding_layers=self.layout.padding_layers,
+                    null_block=self.rules.null_block, max_in_flight_tokens=self.in_flight)  # fmt: skip
+
+    def log_line(self, measures: dict, seq: int, pools: tuple) -> str:
+        return log_line(measures["kv_capacity_tokens"], seq, measures["max_concurrency"])
+
+
+def legacy_window_tokens(kind: str, window: int, seq, block: int, xp=PY, in_flight: int = 0):
+    """Tokens a windowed layer holds for one request under kvplan's rules for vLLM before 0.33: sliding
+    ``(cdiv(min(window − 1 + batched, S), block) + 1) × block``, chunked ``cdiv(min(chunk + batched, S),
+    block) × block`` (one batch in flight)."""
+    if kind == "sliding":
+        return (xp.cdiv(xp.minimum(window - 1 + in_flight, seq), block) + 1) * block
+    return xp.cdiv(xp.minimum(window + in_flight, seq), block) * block
+
+
+def check_speculative(spec: ModelSpec, opts: FitOptions, vllm_groups: bool) -> None:
+    """Refuse speculative-decoding settings kvplan cannot size: any of them outside vLLM ≥ 0.33's rules, a
+    drafter without ``--num-speculative-tokens``, a draft model whose heads the TP does not split.
+
+    Raises:
+        UsageError: naming the flag.
+    """
+    check_int("--num-speculative-tokens", opts.num_speculative_tokens, 0)
+    check_int("--num-mtp-layers", opts.num_mtp_layers, 0)
+    asked = opts.num_speculative_tokens or opts.speculative_model is not None or opts.num_mtp_layers
+    if not asked:
+        return
+    if not vllm_groups:
+        raise UsageError(
+            "--num-speculative-tokens / --speculative-model / --num-mtp-layers: sized under vLLM >= 0.33's rules only "
+            "(--engine vllm, the default version)"
+        )
+    if (opts.speculative_model is not None or opts.num_mtp_layers) and not opts.num_speculative_tokens:
+        raise UsageError("--num-speculative-tokens: give the draft tokens per step (>= 1) with a drafter")
+    if opts.speculative_model is not None and opts.num_mtp_layers:
+        raise UsageError("--speculative-model and --num-mtp-layers: give one drafter, not both")
+    if opts.speculative_model is not None:
+        check_tp(opts.speculative_model, opts.tensor_parallel_size, "--tp (for --speculative-model)")
+
+
+class VllmEngine(EngineRules):
+    """vLLM, by version (:data:`RULE_SETS`): ``ceil(total × gpu_memory_utilization)`` minus weights,
+    activation (profiled at max_num_batched_tokens) and non-torch memory; 0.33 plans KV cache groups in one
+    pool of blocks (:class:`GroupPlan`), older versions one pool counted per layer."""
+
+    engine = Engine.vllm
+    display_name = "vLLM"
+    block_size = DEFAULT_BLOCK_SIZE
+    utilization = 0.9
+    max_num_batched_tokens = OLD_DEFAULT_BATCHED_TOKENS
+
+    def resolve_rules(self, version: str | None) -> VllmRules:
+        return resolve_rules(version)
+
+    def older_than_oldest(self, version: str | None) -> bool:
+        return older_than_oldest(version)
+
+    def settings(self, spec: ModelSpec, gpu, opts: FitOptions) -> Settings:
+        """The version's defaults where ``opts`` leaves None: batched tokens and max_num_seqs per GPU from
+        0.33 (:func:`batch_defaults`), else 8,192 / 256; async scheduling (0.33: on); prefix caching
+        (:func:`default_prefix_caching`); the hybrid KV cache manager (:func:`default_hybrid_kv_cache_manager`);
+        the GPU family for backend block sizes (:func:`gpu_family`). ``block_size`` stays None unless given
+        (the backend picks: :func:`mla_block_size`, 16)."""
+        rules = resolve_rules(opts.engine_version)
+        util, _, mnbt, max_batch = self.common_settings(opts)
+        seqs = opts.max_num_seqs
+        if rules.batch_defaults_per_gpu:
+            gpu_mnbt, gpu_seqs = batch_defaults(gpu.cuda_total_bytes, gpu.name)
+            mnbt = gpu_mnbt if opts.max_num_batched_tokens is None else mnbt
+            seqs = gpu_seqs if seqs is None else seqs
+        elif seqs is None:
+            seqs = OLD_DEFAULT_MAX_NUM_SEQS
+        asynch = rules.async_scheduling if opts.async_scheduling is None else opts.async_scheduling
+        prefix = default_prefix_caching(spec) if opts.enable_prefix_caching is None else opts.enable_prefix_caching
+        hma = opts.hybrid_kv_cache_manager
+        if hma is None:
+            hma = default_hybrid_kv_cache_manager(spec)
+        extra = dict(async_scheduling=asynch, prefix_caching=prefix, hybrid_kv_cache_manager=hma,
+                     family=gpu_family(gpu.name, gpu.is_custom))  # fmt: skip
+        block = opts.block_size if rules.kv_cache_groups else (opts.block_size or DEFAULT_BLOCK_SIZE)
+        return Settings(rules, util, block, mnbt, max_batch, seqs, extra)
+
+    def settings_key(self, spec: ModelSpec, gpu, opts: FitOptions) -> tuple:
+        s = self.settings(spec, gpu, opts)
+        return (s.max_num_batched_tokens, s.max_num_seqs, s.extra["family"])
+
+    def check(self, spec: ModelSpec, opts: FitOptions, settings: Settings) -> None:
+        check_speculative(spec, opts, settings.rules.kv_cache_groups)
+
+    def activation_bytes(self, spec: ModelSpec, settings: Settings, tp: int) -> int:
+        """``1 GiB + max_num_batched_tokens × 14 × hidden / TP``: the MLP's gate and up projections in 16-bit
+        (2 × 3.5 × hidden × 2 B per token) plus ~1 GiB of sampler and workspace buffers (calibration: Llama-3.1-8B
+        1.44 GiB at 8,192 tokens, printed 1.44)."""
+        hidden = spec.hidden_size or spec.num_q_heads * spec.head_dim
+        return ACTIVATION_BASE_BYTES + cdiv(
+            settings.max_num_batched_tokens * ACTIVATION_BYTES_PER_TOKEN_PER_HIDDEN * hidden, tp
+        )
+
+    def usable_and_budget(self, total: int, util: float, weights: int, activation: int, overhead: int):
+        """``requested = ceil(total × U)`` (vLLM's requested_memory); budget = requested − weights − activation
+        − non-torch."""
+        usable = -(-int(total * util * 10**6) // 10**6)
+        return usable, usable - weights - activation - overhead
+
+    def plan(self, spec: ModelSpec, kv_dtype: KVDtype, opts: FitOptions, settings: Settings, max_len: int):
+        rules, x = settings.rules, settings.extra
+        tp, pp = opts.tensor_parallel_size, opts.pipeline_parallel_size
+        common = dict(engine_version=rules.version, max_num_seqs=settings.max_num_seqs,
+                      prefix_caching=x["prefix_caching"])  # fmt: skip
+        if not rules.kv_cache_groups:
+            mnbt = settings.max_num_batched_tokens
+
+            def window(kind, w, seq, block, xp=PY):
+                return legacy_window_tokens(kind, w, seq, block, xp, mnbt)
+
+            def log(m: dict, seq: int, pools: tuple) -> str:
+                if rules.version == "0.6":  # the V0 engine's two lines
+                    return (
+                        f"# GPU blocks: {m['num_blocks']}; Maximum concurrency for {seq} tokens per request: "
+                        f"{m['max_concurrency']:.2f}x"
+                    )
+                return log_line(m["kv_capacity_tokens"], seq, m["max_concurrency"])
+
+            extras = dict(common, max_in_flight_tokens=mnbt, async_scheduling=False, hybrid_kv_cache_manager=False)
+            return token_plan(spec, kv_dtype, opts, settings.block_size, max_len, window_rule=window,
+                              windows_full=opts.swa_full, in_flight=mnbt, extras=extras, log=log)  # fmt: skip
+        layout = build_layout(
+            spec, kv_dtype, tp, pp, max_len, settings.block_size, x["prefix_caching"], x["hybrid_kv_cache_manager"],
+            x["family"], opts.pp_layer_partition, opts.num_speculative_tokens, opts.speculative_model,
+            opts.num_mtp_layers,
+        )  # fmt: skip
+        in_flight = in_flight_tokens(settings.max_num_batched_tokens, pp, x["async_scheduling"])
+        stages = pp_ranges(spec.num_layers, pp, opts.pp_layer_partition)
+        worst = max(range(pp), key=lambda i: layout.bytes_per_block[i]) if layout.groups else 0
+        sparse = is_sparse_mla(spec)
+        per_token = sum(token_bytes(spec.layers[i], kv_dtype, tp, sparse) for i in stages[worst])
+        if worst == pp - 1:  # the drafter's layers sit on the last stage
+            if opts.num_mtp_layers:
+                per_token += opts.num_mtp_layers * token_bytes(mtp_template(spec), kv_dtype, tp, sparse)
+            draft = opts.speculative_model
+            if draft is not None:
+                draft_sparse = is_sparse_mla(draft)
+                per_token += sum(token_bytes(x_, kv_dtype, tp, draft_sparse) for x_ in draft.layers)
+        drafter = opts.num_mtp_layers + (opts.speculative_model.num_layers if opts.speculative_model else 0)
+        extras = dict(common, async_scheduling=x["async_scheduling"],
+                      hybrid_kv_cache_manager=x["hybrid_kv_cache_manager"],
+                      num_speculative_tokens=opts.num_speculative_tokens, drafter_layers=drafter)  # fmt: skip
+        return GroupPlan(layout=layout, in_flight=in_flight, rules=rules, kv_bytes_per_token=per_token,
+                         stage_num_layers=len(stages[worst]), extras=extras)  # fmt: skip
+
+
+ENGINE = VllmEngine()

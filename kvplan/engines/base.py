@@ -1,0 +1,581 @@
+"""The interface every engine module implements, and the arithmetic the engines share.
+
+An engine (:class:`EngineRules`) answers the same four questions for ``kvplan fit``, ``fleet``, ``sweep`` and
+``plot``; :func:`kvplan.fit.plan_fit` composes the answers and knows no engine by name:
+
+1. :meth:`EngineRules.settings`: its settings from the flags and the GPU, defaults resolved (the version's
+   rule set, memory fraction, block size, batched tokens, the cap on running requests, engine extras);
+2. :meth:`EngineRules.budget`: its budget terms: what the GPU's memory leaves for the KV cache
+   (:class:`Budget`);
+3. :meth:`EngineRules.plan`: its pools and block rules for one model, KV dtype and TP (a :class:`CachePlan`:
+   which pools a request draws from, and how many units of each a request of S tokens takes);
+4. the requests that fit, counted by :func:`count_requests` and :func:`longest_request` from the plan's pools,
+   the same way for every engine; the plan's :meth:`CachePlan.measures` give the figures the engine prints.
+
+A plan's arithmetic is written once for both scalar and vectorized use: every method that takes ``xp``
+computes with :data:`PY` (Python ints: exact, for ``fit`` and ``fleet``) or :func:`numpy_ops` (int64 arrays:
+``sweep`` over sequence lengths and GPUs), with the same expressions.
+
+Pure Python at import: no numpy or torch (``kvplan fit`` imports neither).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any, Callable
+
+from kvplan.calc import cdiv, layer_state_bytes, layer_token_bytes
+from kvplan.dtypes import KVDtype
+from kvplan.errors import UsageError
+from kvplan.options import MAX_SEARCH_TOKENS, Engine, FitOptions, check_int, stage_layers
+from kvplan.specs import ModelSpec
+
+INF = 1 << 62  # "does not limit": a pool a request draws nothing from
+
+# --- scalar and vectorized arithmetic -------------------------------------------------------------------
+
+PY = SimpleNamespace(
+    name="python",
+    minimum=min,
+    maximum=max,
+    where=lambda cond, a, b: a if cond else b,
+    cdiv=cdiv,
+    to_int=int,
+    any=bool,
+    all=bool,
+    full=lambda like, value: value,
+    logical_not=lambda x: not x,
+)
+"""Python-int arithmetic for the ``xp`` argument: exact, one configuration at a time."""
+
+
+def numpy_ops():
+    """numpy arithmetic for the ``xp`` argument (int64 arrays; the sweep): imported on first use."""
+    import numpy as np
+
+    return SimpleNamespace(
+        name="numpy",
+        np=np,
+        minimum=np.minimum,
+        maximum=np.maximum,
+        where=np.where,
+        cdiv=lambda a, b: -np.floor_divide(-np.asarray(a), b),
+        to_int=lambda x: np.asarray(x).astype(np.int64),  # truncates toward zero, as int()
+        any=lambda x: bool(np.any(x)),
+        all=lambda x: bool(np.all(x)),
+        full=lambda like, value: np.full(np.shape(like), value, dtype=np.int64),
+        logical_not=np.logical_not,
+    )
+
+
+# --- what an engine decides ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class Settings:
+    """An engine's settings for one plan, defaults resolved.
+
+    Attributes:
+        rules: the version's rule set (an object with ``version`` and ``description``).
+        utilization: the memory fraction (vLLM ``gpu_memory_utilization``, SGLang ``mem_fraction_static``,
+            TensorRT-LLM ``free_gpu_memory_fraction``, llama.cpp 1).
+        block_size: tokens per block as given, or the engine's default; None where a backend picks it
+            (vLLM's MLA backends).
+        max_num_batched_tokens: tokens per forward step.
+        max_batch_size: TensorRT-LLM's ``max_batch_size`` (0 elsewhere).
+        max_num_seqs: the engine's cap on running requests, or None.
+        extra: engine-specific settings (vLLM: async scheduling, prefix caching, hybrid manager, GPU family).
+    """
+
+    rules: Any
+    utilization: float
+    block_size: int | None
+    max_num_batched_tokens: int
+    max_batch_size: int = 0
+    max_num_seqs: int | None = None
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True, eq=False)
+class Budget:
+    """What one GPU's memory leaves for the KV cache under an engine's conventions (bytes, per GPU).
+
+    Attributes:
+        gpu_total_bytes: the CUDA-visible total.
+        usable_bytes: what the engine's memory fraction leaves (its meaning differs by engine).
+        weights_bytes, weights_dtype: the weights per GPU and how they were sized.
+        activation_bytes: the activation peak of the engine's profile run.
+        overhead_bytes: non-torch memory (NCCL, cuBLAS workspaces, CUDA context growth).
+        kv_budget_bytes: bytes for the KV cache (>= 0); ``--kv-cache-memory`` when given.
+        kv_budget_given: whether the KV budget was given rather than modelled.
+    """
+
+    gpu_total_bytes: int
+    usable_bytes: int
+    weights_bytes: int
+    weights_dtype: str
+    activation_bytes: int
+    overhead_bytes: int
+    kv_budget_bytes: int
+    kv_budget_given: bool
+
+
+class CachePlan:
+    """How one model's cache sits in an engine's pools on one GPU (one configuration: model, KV dtype, TP,
+    settings). Engines subclass it.
+
+    A request of S tokens takes :meth:`demand` units from each of the plan's pools (vLLM: blocks; SGLang:
+    token slots of its full and SWA pools; others: bytes); a shared prefix takes :meth:`prefix` units once
+    per replica. :meth:`pools` gives each pool's capacity in those units for a KV budget.
+
+    Attributes:
+        block_size: tokens per block the engine reports.
+        kv_bytes_per_token: bytes one token costs in every token-caching layer (the worst PP stage).
+        kv_bytes_per_block: bytes one block takes (``block_size × kv_bytes_per_token`` unless the engine's
+            groups say otherwise).
+        stage_num_layers: layers of the worst PP stage.
+        pool_names: one name per pool (``blocks``, ``bytes``, ``full tokens``, ``swa tokens``).
+        unit_bytes: bytes one unit of each pool costs on this GPU (for the bytes a plan shows).
+    """
+
+    block_size: int = 1
+    kv_bytes_per_token: int = 0
+    kv_bytes_per_block: int = 0
+    stage_num_layers: int = 0
+    pool_names: tuple[str, ...] = ("bytes",)
+    unit_bytes: tuple[int, ...] = (1,)
+
+    def pools(self, budget, xp=PY) -> tuple:
+        """Capacity of each pool, in its units, for ``budget`` bytes of KV memory (an int, or an array)."""
+        raise NotImplementedError
+
+    def demand(self, tokens, xp=PY) -> tuple:
+        """Units one request of ``tokens`` tokens takes from each pool (an int, or an array)."""
+        raise NotImplementedError
+
+    def prefix(self, tokens: int, xp=PY) -> tuple:
+        """Units a shared prefix of ``tokens`` tokens takes from each pool, once per replica (whole blocks)."""
+        return tuple(0 for _ in self.pool_names)
+
+    def measures(self, budget, seq, shared_prefix: int = 0, xp=PY) -> dict:
+        """The figures the engine reports for ``budget`` and requests of ``seq`` tokens: ``num_blocks``,
+        ``kv_bytes_per_request``, ``kv_capacity_tokens``, ``max_concurrency`` (the engine's own ratio) and
+        ``block_size`` (ints or arrays)."""
+        raise NotImplementedError
+
+    def fit_fields(self) -> dict:
+        """Engine-specific :class:`kvplan.fit.FitResult` fields (vLLM's groups, settings applied ...)."""
+        return {}
+
+    def search_limit(self, caps: tuple, xp=PY):
+        """Tokens beyond which no request fits ``caps`` (bounds :func:`longest_request`'s search, and keeps
+        int64 probes from overflowing); default 2^40."""
+        return xp.full(caps[0], MAX_SEARCH_TOKENS)
+
+    def log_line(self, measures: dict, seq: int, pools: tuple) -> str:
+        """The start-up line(s) the engine prints for this plan (scalar)."""
+        return ""
+
+    def request_bytes(self, tokens: int, shared_prefix: int = 0) -> tuple[int, int]:
+        """(unique bytes, shared-prefix bytes) one request of ``tokens`` tokens holds per GPU: its units
+        times :attr:`unit_bytes`, summed over pools (``kvplan fleet``'s packing shows these)."""
+        d = self.demand(tokens)
+        p = self.prefix(shared_prefix)
+        unique = sum((a - b) * u for a, b, u in zip(d, p, self.unit_bytes, strict=True))
+        shared = sum(b * u for b, u in zip(p, self.unit_bytes, strict=True))
+        return unique, shared
+
+
+def count_requests(caps: tuple, demand: tuple, prefix: tuple, xp=PY) -> tuple:
+    """(whole requests that fit, kvplan's ratio) for pools of capacity ``caps`` and requests taking ``demand``
+    units of each (a shared prefix takes ``prefix`` units once).
+
+    A request fits when it fits every pool (``demand ≤ cap``); then the count is the smallest over pools of
+    ``(cap − prefix) // (demand − prefix)``; a pool a request draws nothing of its own from does not limit,
+    and a request that draws nothing at all counts 0. The ratio is the same without the floor (and without
+    the fit check): ``min(max(0, cap − prefix) / (demand − prefix))``.
+    """
+    by = ratio = None
+    fits = True
+    any_unique = False
+    for cap, d, p in zip(caps, demand, prefix, strict=True):
+        unique = d - p
+        positive = unique > 0
+        any_unique = any_unique | positive
+        fits = fits & (cap >= d)
+        safe = xp.maximum(unique, 1)
+        by_i = xp.where(positive, (cap - p) // safe, INF)
+        ratio_i = xp.where(positive, xp.maximum(cap - p, 0) / safe, float(INF))
+        by = by_i if by is None else xp.minimum(by, by_i)
+        ratio = ratio_i if ratio is None else xp.minimum(ratio, ratio_i)
+    by = xp.where(fits & any_unique, by, 0)
+    ratio = xp.where(any_unique, ratio, 0.0)
+    return by, ratio
+
+
+def longest_request(plan: CachePlan, caps: tuple, xp=PY):
+    """The longest request (tokens, up to 2^40) whose demand fits every pool, by binary search (demand is
+    non-decreasing in the tokens); 0 when not even an empty request fits. ``caps`` may be arrays (the sweep):
+    the search then runs on all elements at once."""
+    lo = xp.full(caps[0], 0)
+    hi = xp.maximum(xp.minimum(plan.search_limit(caps, xp), MAX_SEARCH_TOKENS), 0)
+    while True:
+        active = lo < hi
+        if not xp.any(active):
+            return lo
+        mid = (lo + hi + 1) // 2
+        ok = True
+        for cap, d in zip(caps, plan.demand(mid, xp), strict=True):
+            ok = ok & (d <= cap)
+        lo = xp.where(active & ok, mid, lo)
+        hi = xp.where(active & xp.logical_not(ok), mid - 1, hi)
+
+
+# --- the per-kind byte model the engines without block groups share ---------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class StageCache:
+    """What the layers of one PP stage cost on one GPU: bytes per token per kind, and fixed state.
+
+    Attributes:
+        per_kind: ``{kind: (layers, bytes per token across those layers, window or None)}`` for token kinds.
+        state_bytes: fixed bytes per request (recurrent states) on this GPU.
+        num_layers: layers of the stage.
+    """
+
+    per_kind: dict
+    state_bytes: int
+    num_layers: int = 0
+
+    @property
+    def bytes_per_token(self) -> int:
+        """Bytes one token costs in every token-caching layer of the stage (as a full layer would)."""
+        return sum(b for _, b, _ in self.per_kind.values())
+
+    @property
+    def growing_bytes_per_token(self) -> int:
+        """Bytes per token of the layers whose cache grows with the request (full and MLA)."""
+        return sum(b for k, (_, b, _) in self.per_kind.items() if k in ("full", "mla"))
+
+
+def stage_cache(spec: ModelSpec, kv_dtype: KVDtype, tp: int, layers: range) -> StageCache:
+    """Per-kind bytes per token of one stage's layers on one GPU at tensor parallel ``tp``
+    (:func:`kvplan.calc.layer_token_bytes`, :func:`kvplan.calc.layer_state_bytes`)."""
+    per_kind: dict[str, tuple[int, int, int | None]] = {}
+    state = 0
+    for i in layers:
+        layer = spec.layers[i]
+        kind = layer.kind
+        state += layer_state_bytes(layer, spec.dtype, tp)
+        tb = layer_token_bytes(layer, kv_dtype, tp)
+        if tb:
+            n, b, w = per_kind.get(kind, (0, 0, spec.window_of(kind)))
+            per_kind[kind] = (n + 1, b + tb, w)
+    return StageCache(per_kind, state, len(layers))
+
+
+WindowRule = Callable[[str, int, Any, int, Any], Any]
+"""``rule(kind, window, seq, block, xp)``: tokens a windowed layer holds for one request of ``seq`` tokens."""
+
+
+def window_as_blocks(kind: str, window: int, seq, block: int, xp=PY):
+    """``min(S, window)`` rounded up to whole blocks: a windowed layer's tokens (SGLang, TensorRT-LLM with a
+    window)."""
+    return xp.cdiv(xp.minimum(seq, window), block) * block
+
+
+@dataclass(frozen=True, eq=False)
+class TokenPlan(CachePlan):
+    """One pool of bytes, requests counted layer kind by layer kind (vLLM before 0.33, SGLang outside its
+    hybrid-SWA architectures, TensorRT-LLM, llama.cpp).
+
+    A request of S tokens holds, on the worst PP stage: the fixed state, full/MLA layers
+    ``cdiv(S, block) × block`` tokens, windowed layers what ``window_rule`` says (all tokens with
+    ``windows_full``). The pool is the KV budget, or ``pool_bytes(budget)`` when the engine allocates whole
+    blocks (TensorRT-LLM).
+
+    Attributes:
+        stages: every PP stage's :class:`StageCache`.
+        worst: index of the stage with the most bytes per request of max_model_len (ties: bytes per token).
+        window_rule: the engine's rule for windowed layers.
+        windows_full: windowed layers cached for every token.
+        in_flight: max_num_batched_tokens (the vLLM and llama.cpp window rules reserve for it).
+        blocks_rule: ``rule(budget, bytes_per_token, block, xp) -> blocks`` of the pool, or None for
+            ``budget // bytes per block``.
+        pool_is_blocks: requests are counted against the blocks allocated (TensorRT-LLM), not the budget.
+    """
+
+    stages: tuple = ()
+    worst: int = 0
+    block_size: int = 1
+    window_rule: Any = None
+    windows_full: bool = False
+    in_flight: int = 0
+    blocks_rule: Any = None
+    pool_is_blocks: bool = False
+    extras: dict = field(default_factory=dict)
+    log: Any = None  # log(measures, seq, pools) -> str
+
+    @property
+    def kv_bytes_per_token(self) -> int:  # type: ignore[override]
+        return self.stages[self.worst].bytes_per_token
+
+    @property
+    def kv_bytes_per_block(self) -> int:  # type: ignore[override]
+        return self.block_size * self.kv_bytes_per_token
+
+    @property
+    def stage_num_layers(self) -> int:  # type: ignore[override]
+        return self.stages[self.worst].num_layers
+
+    def stage_bytes(self, cache: StageCache, tokens, xp=PY):
+        """Bytes one request of ``tokens`` tokens holds in one stage."""
+        block = self.block_size
+        full_tokens = xp.cdiv(tokens, block) * block
+        total = cache.state_bytes
+        for kind, (_, per_token, window) in cache.per_kind.items():
+            if kind in ("full", "mla") or window is None or self.windows_full:
+                held = full_tokens
+            else:
+                held = self.window_rule(kind, window, tokens, block, xp)
+            total = total + per_token * held
+        return total
+
+    def num_blocks(self, budget, xp=PY):
+        """Blocks of the pool for ``budget`` bytes."""
+        per_token = self.kv_bytes_per_token
+        if self.blocks_rule is not None:
+            return self.blocks_rule(budget, per_token, self.block_size, xp)
+        per_block = self.kv_bytes_per_block
+        return budget // per_block if per_block else xp.full(budget, 0)
+
+    def pool_bytes(self, budget, xp=PY):
+        """Bytes the pool holds: whole blocks, or the budget when nothing is cached per token."""
+        if not self.kv_bytes_per_block:
+            return budget
+        return self.num_blocks(budget, xp) * self.kv_bytes_per_block
+
+    def pools(self, budget, xp=PY) -> tuple:
+        return (self.pool_bytes(budget, xp) if self.pool_is_blocks else budget,)
+
+    def demand(self, tokens, xp=PY) -> tuple:
+        worst = None
+        for cache in self.stages:
+            b = self.stage_bytes(cache, tokens, xp)
+            worst = b if worst is None else xp.maximum(worst, b)
+        return (worst,)
+
+    def prefix(self, tokens: int, xp=PY) -> tuple:
+        shared = (tokens // self.block_size) * self.block_size
+        return (shared * self.stages[self.worst].growing_bytes_per_token,)
+
+    def measures(self, budget, seq, shared_prefix: int = 0, xp=PY) -> dict:
+        per_request = self.stage_bytes(self.stages[self.worst], seq, xp)
+        num_blocks = self.num_blocks(budget, xp)
+        pool = self.pool_bytes(budget, xp)
+        (shared,) = self.prefix(shared_prefix, xp)
+        unique = per_request - shared
+        concurrency = xp.where(unique > 0, xp.maximum(pool - shared, 0) / xp.maximum(unique, 1), 0.0)
+        return dict(
+            num_blocks=num_blocks,
+            kv_bytes_per_request=per_request,
+            kv_capacity_tokens=num_blocks * self.block_size,
+            max_concurrency=concurrency,
+            block_size=self.block_size,
+        )
+
+    def fit_fields(self) -> dict:
+        return dict(self.extras)
+
+    def search_limit(self, caps: tuple, xp=PY):
+        """A request of S tokens holds at least ``S × slope`` bytes (slope: the layers cached for every token):
+        none beyond ``cap // slope + 1`` fits."""
+        slope = max(c.bytes_per_token if self.windows_full else c.growing_bytes_per_token for c in self.stages)
+        if slope <= 0:
+            return xp.full(caps[0], MAX_SEARCH_TOKENS)
+        return caps[0] // slope + 1
+
+    def log_line(self, measures: dict, seq: int, pools: tuple) -> str:
+        return self.log(measures, seq, pools) if self.log is not None else ""
+
+
+def token_plan(spec: ModelSpec, kv_dtype: KVDtype, opts: FitOptions, block_size: int, max_len: int, **kw) -> TokenPlan:
+    """A :class:`TokenPlan` of ``spec``'s PP stages (``opts``' TP, PP and partition), its worst stage chosen
+    by bytes per request of ``max_len`` tokens, then bytes per token."""
+    tp, pp = opts.tensor_parallel_size, opts.pipeline_parallel_size
+    ranges = stage_layers(spec.num_layers, pp, opts.pp_layer_partition)
+    stages = tuple(stage_cache(spec, kv_dtype, tp, r) for r in ranges)
+    plan = TokenPlan(stages=stages, block_size=block_size, **kw)
+    if len(stages) > 1:
+        worst = max(range(pp), key=lambda i: (plan.stage_bytes(stages[i], max_len), stages[i].bytes_per_token))
+        object.__setattr__(plan, "worst", worst)
+    return plan
+
+
+# --- the engine ------------------------------------------------------------------------------------------
+
+
+class EngineRules:
+    """One serving engine's conventions; one subclass per module of :mod:`kvplan.engines`.
+
+    Attributes:
+        engine: which engine.
+        display_name: its name in output (``vLLM``).
+        block_size: default tokens per KV block (vLLM 16, TensorRT-LLM 32, SGLang page 1, llama.cpp pad 256).
+        utilization: default memory fraction.
+        max_num_batched_tokens: default tokens per forward step.
+        max_batch_size: default TensorRT-LLM max_batch_size (0 elsewhere).
+        quantized_kv: the 8-bit KV cache to suggest when a plan does not fit (``fp8``; llama.cpp ``q8_0``).
+        gguf_weights: whether weights come as GGUF (no FP8 weights to suggest).
+    """
+
+    engine: Engine
+    display_name: str
+    block_size: int = 16
+    utilization: float = 0.9
+    max_num_batched_tokens: int = 8192
+    max_batch_size: int = 0
+    quantized_kv: str = "fp8"
+    gguf_weights: bool = False
+
+    # --- versions ---------------------------------------------------------------------------------------
+
+    def resolve_rules(self, version: str | None):
+        """The rule set for ``--engine-version`` ``version`` (None: the newest): an object with ``version``
+        and ``description``.
+
+        Raises:
+            UsageError: a version that does not parse.
+        """
+        raise NotImplementedError
+
+    def older_than_oldest(self, version: str | None) -> bool:
+        """True when ``version`` is older than the oldest rule set (which then applies, with a warning)."""
+        return False
+
+    # --- 1. settings ------------------------------------------------------------------------------------
+
+    def common_settings(self, opts: FitOptions) -> tuple[float, int, int, int]:
+        """(memory fraction, block size, max_num_batched_tokens, max_batch_size): ``opts`` where given, else
+        the engine's defaults (0 is not a default).
+
+        Raises:
+            UsageError: the fraction is outside (0, 1].
+        """
+        util = self.utilization if opts.gpu_memory_utilization is None else opts.gpu_memory_utilization
+        if not 0 < util <= 1:
+            raise UsageError(f"--gpu-memory-utilization: {util} must be in (0, 1]")
+        block = self.block_size if opts.block_size is None else opts.block_size
+        mnbt = self.max_num_batched_tokens if opts.max_num_batched_tokens is None else opts.max_num_batched_tokens
+        max_batch = self.max_batch_size if opts.max_batch_size is None else opts.max_batch_size
+        return util, block, mnbt, max_batch
+
+    def settings(self, spec: ModelSpec, gpu, opts: FitOptions) -> Settings:
+        """The engine's settings for ``opts`` on ``gpu``, defaults resolved.
+
+        Raises:
+            UsageError: an unknown version, a fraction outside (0, 1].
+        """
+        util, block, mnbt, max_batch = self.common_settings(opts)
+        return Settings(self.resolve_rules(opts.engine_version), util, block, mnbt, max_batch, opts.max_num_seqs)
+
+    def settings_key(self, spec: ModelSpec, gpu, opts: FitOptions) -> tuple:
+        """A key equal for GPUs whose settings are equal (the sweep computes such GPUs together)."""
+        return ()
+
+    def check(self, spec: ModelSpec, opts: FitOptions, settings: Settings) -> None:
+        """Refuse what the engine does not take for this model (speculative decoding outside vLLM ≥ 0.33).
+
+        Raises:
+            UsageError: naming the flag.
+        """
+        check_int("--num-speculative-tokens", opts.num_speculative_tokens, 0)
+        check_int("--num-mtp-layers", opts.num_mtp_layers, 0)
+        if opts.num_speculative_tokens or opts.speculative_model is not None or opts.num_mtp_layers:
+            raise UsageError(
+                "--num-speculative-tokens / --speculative-model / --num-mtp-layers: sized under vLLM >= 0.33's rules "
+                "only (--engine vllm, the default version)"
+            )
+
+    # --- 2. budget --------------------------------------------------------------------------------------
+
+    def activation_bytes(self, spec: ModelSpec, settings: Settings, tp: int) -> int:
+        """The default activation peak per GPU (see :mod:`kvplan.fit`'s calibration)."""
+        return 0
+
+    def overhead_bytes(self, spec: ModelSpec, settings: Settings, tp: int, pp: int) -> int:
+        """The default non-torch memory per GPU: 0.3 GiB on one GPU, 2 GiB with TP × PP > 1 (calibration logs:
+        0.26 and 0.35 GiB on one GPU, 1.8–3.6 GiB with NCCL)."""
+        return OVERHEAD_TP1_BYTES if tp * pp == 1 else OVERHEAD_TP_BYTES
+
+    def usable_and_budget(
+        self, total: int, util: float, weights: int, activation: int, overhead: int
+    ) -> tuple[int, int]:
+        """(usable bytes, KV budget before clamping) for the engine's meaning of its memory fraction."""
+        raise NotImplementedError
+
+    def fixed_memory(self, spec: ModelSpec, opts: FitOptions, settings: Settings) -> tuple[int, str, int, int]:
+        """(weights bytes, weights dtype name, activation bytes, overhead bytes) per GPU: the overrides in
+        ``opts`` where given, else :func:`kvplan.weights.weights_per_gpu` and the engine's defaults.
+
+        Raises:
+            UsageError: as :func:`kvplan.weights.weights_per_gpu`.
+        """
+        from kvplan.weights import weights_per_gpu
+
+        tp, pp = opts.tensor_parallel_size, opts.pipeline_parallel_size
+        if opts.weights_bytes is not None:
+            weights, wname = opts.weights_bytes, "given"
+        elif spec.param_count is None and opts.kv_cache_memory_bytes is not None:
+            weights, wname = 0, "unknown"  # the KV budget is given: weights do not enter the plan
+        else:
+            weights, wname = weights_per_gpu(spec, opts.weights_dtype, tp, pp)
+            draft = opts.speculative_model
+            if draft is not None and (draft.param_count is not None or draft.weights_bytes is not None):
+                # the draft model sits on the last stage, split over TP (vLLM: draft TP = target TP)
+                weights += weights_per_gpu(draft, None, tp, 1)[0]
+        activation = opts.activation_bytes
+        if activation is None:
+            activation = self.activation_bytes(spec, settings, tp)
+        overhead = opts.overhead_bytes
+        if overhead is None:
+            overhead = self.overhead_bytes(spec, settings, tp, pp)
+        return weights, wname, activation, overhead
+
+    def budget(self, spec: ModelSpec, gpu, opts: FitOptions, settings: Settings) -> Budget:
+        """What ``gpu`` leaves for the KV cache: the engine's formula over the fixed memory
+        (:meth:`fixed_memory`), or ``opts.kv_cache_memory_bytes`` when given.
+
+        Raises:
+            UsageError: as :meth:`fixed_memory`.
+        """
+        weights, wname, activation, overhead = self.fixed_memory(spec, opts, settings)
+        total = gpu.cuda_total_bytes
+        usable, budget = self.usable_and_budget(total, settings.utilization, weights, activation, overhead)
+        given = opts.kv_cache_memory_bytes is not None
+        if given:
+            budget = opts.kv_cache_memory_bytes
+        return Budget(total, usable, weights, wname, activation, overhead, max(0, budget), given)
+
+    # --- 3. pools ---------------------------------------------------------------------------------------
+
+    def plan(self, spec: ModelSpec, kv_dtype: KVDtype, opts: FitOptions, settings: Settings, max_len: int) -> CachePlan:
+        """The model's pools and block rules on one GPU (``opts``' TP and PP), for requests up to
+        ``max_len`` tokens (the engine sizes some pools by it).
+
+        Raises:
+            UsageError: a cache the engine does not take for this model.
+        """
+        raise NotImplementedError
+
+    # --- messages ----------------------------------------------------------------------------------------
+
+    def does_not_fit_note(self, result) -> str:
+        """Text added to the does-not-fit reason (TensorRT-LLM: it starts with a shorter max_seq_len)."""
+        return ""
+
+
+OVERHEAD_TP1_BYTES = 3 * (1 << 30) // 10
+OVERHEAD_TP_BYTES = 2 * (1 << 30)

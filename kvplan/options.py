@@ -1,0 +1,203 @@
+"""The settings of a plan (:class:`FitOptions`) and their bounds: the one place a plan's options are defined.
+
+The CLI parses flags into these options through :mod:`kvplan.api` (``api.fit_options``); ``fit``, ``fleet``,
+``sweep``, ``plot`` and ``verify --fit`` all plan from them. Every engine module reads the same object
+(:mod:`kvplan.engines`). Pure data and validation: nothing here imports an engine or prints.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import TYPE_CHECKING
+
+from kvplan.errors import UsageError
+from kvplan.units import plural
+
+if TYPE_CHECKING:
+    from kvplan.specs import ModelSpec
+
+MAX_SEARCH_TOKENS = 1 << 40  # upper end of the max_model_len search (a cache with no per-token growth)
+
+
+class Engine(str, Enum):
+    """Serving-engine conventions kvplan can apply (one module each in :mod:`kvplan.engines`)."""
+
+    vllm = "vllm"
+    sglang = "sglang"
+    trtllm = "trtllm"
+    llamacpp = "llamacpp"
+
+
+ENGINE_NAMES = {
+    Engine.vllm: "vLLM",
+    Engine.sglang: "SGLang",
+    Engine.trtllm: "TensorRT-LLM",
+    Engine.llamacpp: "llama.cpp",
+}
+_ENGINE_ALIASES = {"tensorrtllm": "trtllm", "trt": "trtllm", "ollama": "llamacpp", "llamaserver": "llamacpp"}
+
+
+def get_engine(name: str | Engine) -> Engine:
+    """Look up an engine by name (``vllm``, ``sglang``, ``trtllm``, ``llamacpp``; ``tensorrt-llm``,
+    ``ollama``, ``llama-server`` and other spellings too).
+
+    Raises:
+        UsageError: unknown name.
+    """
+    if isinstance(name, Engine):
+        return name
+    key = str(name).strip().lower().replace("-", "").replace(".", "").replace("_", "")
+    key = _ENGINE_ALIASES.get(key, key)
+    try:
+        return Engine(key)
+    except ValueError:
+        allowed = ", ".join(e.value for e in Engine)
+        raise UsageError(f"--engine: unknown engine {name!r}; allowed: {allowed}") from None
+
+
+@dataclass(frozen=True, eq=False)
+class FitOptions:
+    """Settings of a plan; None means the engine's default. Sizes in bytes, tokens as ints.
+
+    Attributes:
+        engine: whose conventions apply.
+        tensor_parallel_size, pipeline_parallel_size: TP and PP.
+        max_model_len: tokens per request (None: the model's max context).
+        kv_dtype, weights_dtype: dtype names (None / ``auto``: the model's).
+        gpu_memory_utilization: the engine's memory fraction (vLLM ``gpu_memory_utilization``, SGLang
+            ``mem_fraction_static``, TensorRT-LLM ``free_gpu_memory_fraction``).
+        block_size: tokens per KV block (SGLang ``page_size``).
+        max_num_batched_tokens: tokens per forward step (SGLang ``chunked_prefill_size``, TensorRT-LLM
+            ``max_num_tokens``, llama.cpp ``n_ubatch``).
+        max_batch_size: TensorRT-LLM ``max_batch_size``.
+        activation_bytes, overhead_bytes, weights_bytes: per-GPU overrides of the budget model's terms.
+        kv_cache_memory_bytes: a KV budget per GPU that bypasses the budget model.
+        shared_prefix_tokens: prompt tokens every request shares, cached once per replica.
+        swa_full: size sliding-window layers for every token (llama.cpp ``--swa-full``).
+        engine_version: which version's rules (None: the newest).
+        max_num_seqs: the engine's cap on running requests (vLLM ``max_num_seqs``, SGLang
+            ``max_running_requests``).
+        async_scheduling, enable_prefix_caching, hybrid_kv_cache_manager: vLLM settings (None: default).
+        pp_layer_partition: layers per PP stage (vLLM ``VLLM_PP_LAYER_PARTITION``).
+        num_speculative_tokens, speculative_model, num_mtp_layers: speculative decoding (vLLM).
+    """
+
+    engine: Engine = Engine.vllm
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    max_model_len: int | None = None
+    kv_dtype: str | None = None
+    weights_dtype: str | None = None
+    gpu_memory_utilization: float | None = None
+    block_size: int | None = None
+    max_num_batched_tokens: int | None = None
+    max_batch_size: int | None = None
+    activation_bytes: int | None = None
+    overhead_bytes: int | None = None
+    weights_bytes: int | None = None
+    kv_cache_memory_bytes: int | None = None
+    shared_prefix_tokens: int = 0
+    swa_full: bool = False
+    engine_version: str | None = None
+    max_num_seqs: int | None = None
+    async_scheduling: bool | None = None
+    enable_prefix_caching: bool | None = None
+    hybrid_kv_cache_manager: bool | None = None
+    pp_layer_partition: tuple[int, ...] | None = None
+    num_speculative_tokens: int = 0
+    speculative_model: ModelSpec | None = None
+    num_mtp_layers: int = 0
+
+
+FLAG_LIMITS = {  # upper bounds that keep every count far inside exact int64 / float64 arithmetic
+    "--max-model-len": MAX_SEARCH_TOKENS,
+    "--seq": MAX_SEARCH_TOKENS,
+    "--block-size": 1 << 20,
+    "--max-num-batched-tokens": 1 << 31,
+    "--max-batch-size": 1 << 24,
+    "--shared-prefix": MAX_SEARCH_TOKENS,
+    "--tp": 1 << 16,
+    "--pp": 1 << 16,
+    "--max-num-seqs": 1 << 24,
+    "--num-speculative-tokens": 1 << 10,
+    "--num-mtp-layers": 1 << 10,
+}
+
+
+def check_int(flag: str, value, minimum: int = 1) -> None:
+    """Raise UsageError unless ``value`` (when given) is an int in [minimum, FLAG_LIMITS[flag]].
+
+    Raises:
+        UsageError: naming ``flag``, what was wrong and what is allowed.
+    """
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise UsageError(f"{flag}: {value!r} must be an integer >= {minimum}")
+    limit = FLAG_LIMITS.get(flag)
+    if limit is not None and value > limit:
+        raise UsageError(f"{flag}: {value:,} is beyond what kvplan plans for (at most {limit:,})")
+
+
+def check_fraction(flag: str, value: float | None) -> None:
+    """Raise UsageError unless ``value`` (when given) is a number in (0, 1].
+
+    Raises:
+        UsageError: naming ``flag``.
+    """
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise UsageError(f"{flag}: {value} must be in (0, 1]")
+
+
+def parse_partition(text: str) -> tuple[int, ...]:
+    """``"41,39"`` → ``(41, 39)`` (``--pp-layer-partition``).
+
+    Raises:
+        UsageError: not integers separated by commas.
+    """
+    try:
+        return tuple(int(x) for x in str(text).split(","))
+    except ValueError:
+        raise UsageError(
+            f"--pp-layer-partition: {text!r} must be layer counts (one per --pp stage) separated by commas, e.g. 41,39"
+        ) from None
+
+
+def check_pp_partition(spec: ModelSpec, pp: int, partition: tuple[int, ...] | None) -> None:
+    """Refuse a ``--pp-layer-partition`` (vLLM ``VLLM_PP_LAYER_PARTITION``) that is not PP counts >= 1
+    summing to the model's layers.
+
+    Raises:
+        UsageError: the wrong number of stages, a count below 1, or a sum other than num_layers.
+    """
+    if partition is None:
+        return
+    given = ",".join(str(n) for n in partition)
+    want = (
+        f"give {plural(pp, 'count')} (one per --pp stage), each >= 1, that sum to {spec.num_layers} "
+        f"({spec.name}'s num_layers)"
+    )
+    if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in partition):
+        raise UsageError(f"--pp-layer-partition: {given} has a count below 1; {want}")
+    wrong = []
+    if sum(partition) != spec.num_layers:
+        wrong.append(f"sums to {plural(sum(partition), 'layer')}")
+    if len(partition) != pp:
+        wrong.append(f"has {plural(len(partition), 'count')} for --pp {pp}")
+    if wrong:
+        raise UsageError(f"--pp-layer-partition: {given} {' and '.join(wrong)}; {want}")
+
+
+def stage_layers(num_layers: int, pipeline_parallel_size: int, partition: tuple[int, ...] | None = None) -> list[range]:
+    """Contiguous layer ranges of PP stages: ``partition`` when given, else sizes differing by at most one
+    (extra layers to the first)."""
+    base, extra = divmod(num_layers, pipeline_parallel_size)
+    out, start = [], 0
+    for s in range(pipeline_parallel_size):
+        n = partition[s] if partition is not None else base + (1 if s < extra else 0)
+        out.append(range(start, start + n))
+        start += n
+    return out
