@@ -43,7 +43,15 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import Enum
 
-from kvplan.calc import cdiv, check_tp, layer_state_bytes, layer_token_bytes, resolve_kv_dtype, valid_tp_sizes
+from kvplan.calc import (
+    cdiv,
+    check_tp,
+    layer_cross_bytes,
+    layer_state_bytes,
+    layer_token_bytes,
+    resolve_kv_dtype,
+    valid_tp_sizes,
+)
 from kvplan.dtypes import KVDtype, get_weight_dtype
 from kvplan.engines import llamacpp as llamacpp_rules
 from kvplan.engines import sglang as sglang_rules
@@ -210,7 +218,7 @@ def stage_cache(spec: ModelSpec, kv_dtype: KVDtype, tp: int, layers: range) -> S
     for i in layers:
         layer = spec.layers[i]
         kind = layer.kind
-        state += layer_state_bytes(layer, spec.dtype, tp)
+        state += layer_state_bytes(layer, spec.dtype, tp) + layer_cross_bytes(layer, kv_dtype, tp)
         tb = layer_token_bytes(layer, kv_dtype, tp)
         if tb:
             n, b, w = per_kind.get(kind, (0, 0, spec.window_of(kind)))
