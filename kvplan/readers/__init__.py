@@ -98,8 +98,6 @@ REGISTRY: dict[str, str] = {
     "qwen2_5_vl_text": "decoder",
     "qwen3_vl_text": "decoder",
     "qwen3_vl_moe_text": "decoder",
-    "glm4v_text": "decoder",
-    "glm4v_moe_text": "decoder",
     "mimo_v2_flash": "decoder",
     "mllama_text_model": "mllama",
     "mllama": "mllama",

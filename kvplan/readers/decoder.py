@@ -220,7 +220,7 @@ _DEFAULTS: dict[str, dict] = {
     # Qwen2VLTextConfig / Qwen2_5_VLTextConfig: Qwen2's window rule with max_window_layers 80 (vLLM qwen2_5_vl.py
     # and qwen2_vl.py run Qwen2Model on the same config); Qwen3VLTextConfig / Qwen3VLMoeTextConfig: no
     # layer_types, so a set sliding_window applies to every layer as in transformers' cache and vLLM's
-    # CacheConfig.sliding_window (qwen3_vl.py runs Qwen3Model); Glm4vTextConfig / Glm4vMoeTextConfig: full only.
+    # CacheConfig.sliding_window (qwen3_vl.py runs Qwen3Model).
     "qwen2_vl_text": {"max_len": 32768, "layers": 80, "heads": 64, "kv_heads": 8, "hidden": 8192, "windowing": "qwen_vl"},
     "qwen2_5_vl_text": {
         "max_len": 32768,
@@ -239,8 +239,6 @@ _DEFAULTS: dict[str, dict] = {
         "head_dim": 128,
         "windowing": "all",
     },
-    "glm4v_text": {"max_len": 32768, "layers": 40, "heads": 32, "kv_heads": 2, "hidden": 4096},
-    "glm4v_moe_text": {"max_len": 65536, "layers": 46, "heads": 96, "kv_heads": 8, "hidden": 4096},
 }
 
 

@@ -110,7 +110,7 @@ def read_layout(config: dict, where: str) -> dict:
 
     import torch
     import transformers
-    from transformers import AutoConfig, AutoModelForCausalLM, StaticCache
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, StaticCache
     from transformers.cache_utils import get_layer_types_and_kwargs
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
@@ -129,7 +129,10 @@ def read_layout(config: dict, where: str) -> dict:
         text._attn_implementation = "eager"
         layer_types, layer_kwargs = get_layer_types_and_kwargs(text)
         with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(text, dtype=torch.bfloat16)
+            try:  # a wrapper's text config (Qwen3VLTextConfig ...) has no causal-LM class: its base text model
+                model = AutoModelForCausalLM.from_config(text, dtype=torch.bfloat16)
+            except ValueError:
+                model = AutoModel.from_config(text, dtype=torch.bfloat16)
         cache = StaticCache(config=text, max_cache_len=64)
     except Exception as e:  # noqa: BLE001 - transformers' own reason, in one line
         raise SpecError(
@@ -147,7 +150,11 @@ def read_layout(config: dict, where: str) -> dict:
     cache.update = recording_update
     try:
         with torch.no_grad():
-            model(input_ids=torch.zeros((1, 2), dtype=torch.long, device="meta"), past_key_values=cache, use_cache=True)
+            import inspect
+
+            params = inspect.signature(model.forward).parameters  # Mamba takes its cache as cache_params
+            arg = "cache_params" if "cache_params" in params and "past_key_values" not in params else "past_key_values"
+            model(input_ids=torch.zeros((1, 2), dtype=torch.long, device="meta"), **{arg: cache}, use_cache=True)
     except Exception as e:  # noqa: BLE001
         raise SpecError(
             f"{where}: transformers {v} cannot run {model_type!r} into a StaticCache on meta "
