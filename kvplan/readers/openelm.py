@@ -25,7 +25,7 @@ def read_openelm(cfg: HFConfig) -> dict:
             length is not ``num_transformer_layers``, or a layer whose query heads are not a multiple of its
             KV heads.
     """
-    n = cfg.int("num_transformer_layers")
+    n = cfg.first_int("num_transformer_layers", "num_hidden_layers")
     head_dim = cfg.int("head_dim")
     kv = cfg.list("num_kv_heads", n)
     q = cfg.list("num_query_heads", n)

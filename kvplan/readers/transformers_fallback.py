@@ -119,8 +119,14 @@ def read_layout(config: dict, where: str) -> dict:
     model_type = raw.pop("model_type", None)
     v = transformers.__version__
     if model_type not in CONFIG_MAPPING_NAMES:
+        import difflib
+
+        from kvplan.readers import REGISTRY
+
+        close = difflib.get_close_matches(str(model_type), list(REGISTRY), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise SpecError(
-            f"{where}: model_type {model_type!r}: neither kvplan nor transformers {v} has a reader for it "
+            f"{where}: model_type {model_type!r}{hint}: neither kvplan nor transformers {v} has a reader for it "
             "(remote code only?); kvplan will not guess its layout: write a spec YAML (see README, 'Spec format')"
         )
     raw.pop("quantization_config", None)
