@@ -15,7 +15,11 @@ e.g. Llama-3-8B (L=32, H_kv=8, d=128, bf16): 2 × 32 × 8 × 128 × 2 B = 131,07
   per token for DeepSeek-V3.2's sparse-attention indexer key;
 - mamba, mamba2, gdn, short_conv, linear_attention: a fixed state per request whatever S, the conv and
   recurrent tensors of :meth:`kvplan.specs.StateConfig.tensors` (vLLM ``MambaStateShapeCalculator``);
-- shared: 0 B (reads an earlier layer's cache); none: 0 B (MLP/MoE-only block).
+- shared: 0 B (reads an earlier layer's cache); none: 0 B (MLP/MoE-only block);
+- cross: K and V of the request's ``encoder_tokens`` (image tokens), a fixed cost per request whatever S
+  (vLLM 0.33 ``CrossAttentionSpec``: one static allocation of ``cdiv(num_encoder_tokens, block_size)``
+  blocks per request, ``v1/core/kv_cache_coordinator.py``; transformers' Mllama ``_prepare_static_cache``:
+  ``num_images × max_num_tiles × ((image_size // patch_size)² + 1)`` tokens per cross layer).
 
 Each layer has its own geometry (H_kv, head_dim, v_head_dim: Gemma 4's global layers, OpenELM), so
 kvplan sums layer by layer and reports the sums per kind.
@@ -31,7 +35,7 @@ from dataclasses import dataclass
 
 from kvplan.dtypes import KVDtype, get_kv_dtype
 from kvplan.errors import UsageError
-from kvplan.specs import KV_HEAD_KINDS, LAYER_KINDS, LayerSpec, ModelSpec
+from kvplan.specs import CROSS_KIND, KV_HEAD_KINDS, LAYER_KINDS, LayerSpec, ModelSpec
 from kvplan.units import MAX_BATCH, MAX_TOKENS
 
 TOKEN_KINDS = ("full", "sliding", "chunked", "mla")
@@ -156,6 +160,25 @@ def layer_state_bytes(layer: LayerSpec, model_dtype: str, tensor_parallel_size: 
     return sum(get_kv_dtype(t.dtype).bytes_for(t.elements) for t in tensors)
 
 
+def layer_cross_bytes(
+    layer: LayerSpec, kv_dtype: KVDtype, tensor_parallel_size: int = 1, block_size: int | None = None
+) -> int:
+    """Fixed bytes one request keeps in one ``cross`` layer (0 for other kinds): the K and V of its
+    ``encoder_tokens`` (rounded up to whole blocks when ``block_size`` is set), in the KV dtype, with
+    ``max(1, H_kv // TP)`` heads per rank.
+
+    Source: vLLM 0.33 ``v1/kv_cache_interface.py`` ``CrossAttentionSpec`` (an ``AttentionSpec``: page =
+    ``block_size × 2 × H_kv × head_size × dtype``) and ``v1/core/kv_cache_coordinator.py``
+    (``CrossAttentionManager``: "a single static allocation of blocks based on the number of encoder input
+    tokens"): ``cdiv(num_encoder_tokens, block_size)`` blocks per request, whatever the decoder length.
+    """
+    if layer.kind != CROSS_KIND:
+        return 0
+    h = kv_heads_per_rank(layer.num_kv_heads, tensor_parallel_size)
+    per_token = kv_dtype.row_bytes(h * layer.head_dim, h) + kv_dtype.row_bytes(h * layer.v_head_dim, h)
+    return per_token * tokens_cached(layer.encoder_tokens, None, block_size)
+
+
 def tokens_cached(seq_len: int, window: int | None, block_size: int | None = None) -> int:
     """Tokens a layer keeps for a request of ``seq_len`` tokens: ``min(S, window)``, rounded up to blocks."""
     tokens = seq_len if window is None else min(seq_len, window)
@@ -174,7 +197,8 @@ class LayerGroup:
         window: the sliding window or chunk (tokens), or None.
         tokens_cached: tokens each layer keeps per request (after window and block rounding).
         bytes_per_token: bytes one cached token costs across all layers of the group (0 for state kinds).
-        state_bytes: fixed bytes per request across the group (Mamba states; else 0).
+        state_bytes: fixed bytes per request across the group (Mamba states, the encoder tokens of
+            ``cross`` layers; else 0).
         bytes: bytes per request: ``bytes_per_token × tokens_cached + state_bytes``.
     """
 
@@ -237,6 +261,7 @@ def layer_groups(
         acc[0] += 1
         acc[1] += layer_token_bytes(layer, kv_dtype, tensor_parallel_size)
         acc[2] += layer_state_bytes(layer, spec.dtype, tensor_parallel_size)
+        acc[2] += layer_cross_bytes(layer, kv_dtype, tensor_parallel_size, block_size)
     groups = []
     for kind in LAYER_KINDS:
         if kind not in sums:

@@ -74,10 +74,12 @@ def estimate(
                 "(computed anyway: rope scaling may allow it)"
             )
     if json_out:
-        objs = [render.estimate_json(r) for r in results]
+        objs = [render.estimate_json(r) | ({"reader": spec.reader} if spec.reader else {}) for r in results]
         render.print_json(objs[0] if len(objs) == 1 else objs)
         return
     con = render.console()
+    if spec.reader:  # which reader built the spec (a wrapper's text model, or transformers' fallback)
+        con.print(f"read by: {spec.reader}", style="dim", highlight=False)
     for r in results:
         render.estimate_table(r, con)
 

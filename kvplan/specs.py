@@ -21,6 +21,9 @@ short_conv         short convolution state, fixed: ``(d_conv − 1) × hidden`` 
 linear_attention   lightning / linear attention state, fixed: ``H × d × d`` (MiniMax-Text-01, MiniMax-M1)
 shared             nothing of its own: it reads an earlier layer's cache (Gemma 3n / Gemma 4 KV sharing)
 none               nothing at all (MLP- or MoE-only blocks: Nemotron-H ``-`` and ``E``)
+cross              K and V of the request's encoder tokens (image tokens), once per request whatever S:
+                   ``H_kv × (head_dim + v_head_dim)`` elements per encoder token (Llama 3.2 Vision's
+                   cross-attention layers; vLLM ``CrossAttentionSpec``)
 =================  ========================================================================================
 
 Spec YAML format (unknown keys are errors)::
@@ -47,7 +50,7 @@ Spec YAML format (unknown keys are errors)::
     # layers may also be an explicit list of num_layers kinds: [sliding, full, ...]
     geometry:                # ... overridden per layer kind (Gemma 4's global layers)
       full: {num_kv_heads: 2, head_dim: 512, k_eq_v: true}
-    per_layer:               # ... or per layer, one value per layer (OpenELM): num_kv_heads, head_dim, v_head_dim
+    per_layer:               # ... or per layer (OpenELM): num_kv_heads, head_dim, v_head_dim, num_q_heads
       num_kv_heads: [3, 3, 4, ...]
     num_kv_shared_layers: 0  # the last N layers reuse the cache of the last earlier layer of their kind
     parallel_state: mamba2   # every attention layer also keeps this state block's state (Falcon-H1, Zamba2)
@@ -57,6 +60,9 @@ Spec YAML format (unknown keys are errors)::
     gdn: {num_k_heads: 16, num_v_heads: 32, head_k_dim: 128, head_v_dim: 128, d_conv: 4}
     short_conv: {d_inner: 2048, d_conv: 3}
     linear_attention: {num_heads: 64, head_dim: 96}
+    cross_attention: {encoder_tokens: 6404}  # encoder (image) tokens a cross layer caches per request
+    reader: kvplan mllama reader            # optional: which reader built the spec (shown by the CLI)
+    multimodal: {wrapper: mllama, image_tokens_per_image: 6404}  # optional facts about the encoder
     # every state block also takes conv_dtype and ssm_dtype (default: the model dtype)
     moe: {num_experts: 128, experts_per_token: 8, expert_param_count: 4718592}  # optional; `fit`'s speed bound
     # moe also takes num_moe_layers (default num_layers), num_shared_experts (0), shared_expert_param_count
@@ -76,7 +82,8 @@ from kvplan.errors import SpecError
 ATTENTION_KINDS = ("full", "sliding", "chunked", "mla")
 KV_HEAD_KINDS = ("full", "sliding", "chunked")  # attention kinds with per-head K and V
 STATE_KINDS = ("mamba", "mamba2", "gdn", "short_conv", "linear_attention")
-LAYER_KINDS = (*ATTENTION_KINDS, *STATE_KINDS, "shared", "none")
+CROSS_KIND = "cross"  # cross-attention to the encoder's tokens: a fixed cost per request (Llama 3.2 Vision)
+LAYER_KINDS = (*ATTENTION_KINDS, *STATE_KINDS, "shared", "none", CROSS_KIND)
 MAX_DIMENSION = 1 << 31  # no count in a spec (layers, heads, dims, tokens) may exceed this
 MAX_LAYERS = 100_000
 MAX_FILE_BYTES = 16 << 20  # spec, config.json and workload files are read whole: refuse larger ones
@@ -272,6 +279,8 @@ class LayerSpec:
             (``parallel_state``: Falcon-H1 and Zamba2 hybrid layers run attention and a Mamba-2 mixer side by side).
         shared_from: for ``shared`` layers, the index of the layer whose cache it reads (None: unknown).
         attends_as: for ``shared`` layers, the attention kind it runs (``sliding`` / ``full``).
+        encoder_tokens: for ``cross`` layers, the encoder tokens (image tokens) it caches K and V of, once
+            per request (a fixed cost, not per generated token); 0 for other kinds.
     """
 
     kind: str
@@ -284,10 +293,11 @@ class LayerSpec:
     state: StateConfig | None = None
     shared_from: int | None = None
     attends_as: str | None = None
+    encoder_tokens: int = 0
 
     def geometry(self) -> str:
         """Short text of the layer's geometry: ``8×256``, ``latent 576 + idx 128``, ``state``."""
-        if self.kind in KV_HEAD_KINDS:
+        if self.kind in (*KV_HEAD_KINDS, CROSS_KIND):
             v = "" if self.v_head_dim == self.head_dim else f"/{self.v_head_dim}"
             return f"{self.num_kv_heads}×{self.head_dim}{v}" + (" k=v" if self.k_eq_v else "")
         if self.kind == "mla" and self.mla is not None:
@@ -331,6 +341,11 @@ class ModelSpec:
             uses it unless --weights-dtype is given.
         moe: mixture-of-experts facts (:class:`MoEConfig`), or None (dense, or not given).
         notes: assumptions made in building the spec.
+        reader: which reader built the spec from a config.json (``kvplan qwen3 reader (text model of
+            Qwen3VLForConditionalGeneration)``, ``transformers 5.23.0 (no kvplan reader)``); "" for a spec YAML.
+        multimodal: facts about a multimodal wrapper's encoder, for the engine's memory budget (wrapper
+            model_type, vision model_type, encoder layers / width / patch size, image tokens per image when
+            config.json fixes it); empty for a text-only model. Planning never reads it.
     """
 
     name: str
@@ -356,6 +371,8 @@ class ModelSpec:
     notes: str = ""
     weights_bytes: int | None = None
     moe: MoEConfig | None = None
+    reader: str = ""
+    multimodal: dict = field(default_factory=dict, compare=False)
     origin: str = field(default="", compare=False)
 
     @property
@@ -388,7 +405,9 @@ class ModelSpec:
     @property
     def kv_head_counts(self) -> tuple[int, ...]:
         """The distinct H_kv of the model's attention layers (per-head kinds), ascending."""
-        return tuple(sorted({layer.num_kv_heads for layer in self.layers if layer.kind in KV_HEAD_KINDS}))
+        return tuple(
+            sorted({layer.num_kv_heads for layer in self.layers if layer.kind in (*KV_HEAD_KINDS, CROSS_KIND)})
+        )
 
     @property
     def topology(self) -> str:
@@ -465,6 +484,9 @@ _TOP_KEYS = {
     *STATE_KINDS,
     "moe",
     "notes",
+    "cross_attention",
+    "reader",
+    "multimodal",
 }
 _REQUIRED = ("name", "source", "num_layers", "num_q_heads", "num_kv_heads", "head_dim", "dtype", "max_model_len")
 _GEOMETRY_KEYS = ("num_kv_heads", "head_dim", "v_head_dim", "k_eq_v")
@@ -589,7 +611,7 @@ def _per_layer_geometry(where: str, data: dict, num_layers: int) -> dict[str, li
     if data.get("per_layer") is None:
         return {}
     per_layer = _mapping(where, "per_layer", data["per_layer"], "per-layer lists")
-    _check_keys(where, per_layer, {"num_kv_heads", "head_dim", "v_head_dim"}, "per_layer.")
+    _check_keys(where, per_layer, {"num_kv_heads", "head_dim", "v_head_dim", "num_q_heads"}, "per_layer.")
     out = {}
     for key, values in per_layer.items():
         if not isinstance(values, list) or len(values) != num_layers:
@@ -674,6 +696,35 @@ def _moe_config(where: str, value: Any, num_layers: int, param_count: int | None
     return cfg
 
 
+def _cross_attention(where: str, value: Any) -> int | None:
+    """The ``cross_attention:`` block: ``encoder_tokens`` (>= 1), the tokens a cross layer caches per request."""
+    if value is None:
+        return None
+    m = _mapping(where, "cross_attention", value, "encoder_tokens")
+    _check_keys(where, m, {"encoder_tokens"}, "cross_attention.")
+    return _pos_int(where, "cross_attention.encoder_tokens", m.get("encoder_tokens"))
+
+
+def _one_line(where: str, key: str, value: Any) -> str:
+    """An optional one-line text field ("" when absent)."""
+    if value is None:
+        return ""
+    if not isinstance(value, str) or any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise SpecError(f"{where}: {key} must be one line of printable text")
+    return value.strip()
+
+
+def _multimodal(where: str, value: Any) -> dict:
+    """The ``multimodal:`` facts: a mapping of names to numbers, strings, booleans or null."""
+    if value is None:
+        return {}
+    m = _mapping(where, "multimodal", value, "names to numbers or strings")
+    for key, v in m.items():
+        if not isinstance(key, str) or not (v is None or isinstance(v, (bool, int, str))):
+            raise SpecError(f"{where}: multimodal.{key} must be a number, a string, true/false or null")
+    return dict(m)
+
+
 def _architecture(where: str, value: Any) -> str | None:
     if value is None:
         return None
@@ -750,6 +801,7 @@ def build_spec(data: Any, where: str) -> ModelSpec:
         )
     states = {k: _state_config(where, k, data[k]) for k in STATE_KINDS if data.get(k) is not None}
     moe = None if data.get("moe") is None else _moe_config(where, data["moe"], num_layers, param_count)
+    encoder_tokens = _cross_attention(where, data.get("cross_attention"))
 
     default_kind = "mla" if mla is not None else "full"
     kinds = _resolve_layers(where, data.get("layers"), num_layers, default_kind)
@@ -758,6 +810,7 @@ def build_spec(data: Any, where: str) -> ModelSpec:
         "chunked": (chunk, "attention_chunk_size"),
         "mla": (mla, "mla"),
         **{k: (states.get(k), k) for k in STATE_KINDS},
+        CROSS_KIND: (encoder_tokens, "cross_attention"),
     }
     for kind, (value, key) in needs.items():
         if kind in kinds and value is None:
@@ -776,6 +829,8 @@ def build_spec(data: Any, where: str) -> ModelSpec:
     for kind in states:
         if kind not in kinds and kind != parallel:
             raise SpecError(f"{where}: {kind} is given but no layer is of kind {kind}")
+    if encoder_tokens is not None and CROSS_KIND not in kinds:
+        raise SpecError(f"{where}: cross_attention is given but no layer is of kind cross")
 
     geometry = _kind_geometry(where, data)
     per_layer = _per_layer_geometry(where, data, num_layers)
@@ -786,6 +841,7 @@ def build_spec(data: Any, where: str) -> ModelSpec:
     per_kv = per_layer.get("num_kv_heads", unset)
     per_d = per_layer.get("head_dim", unset)
     per_dv = per_layer.get("v_head_dim", unset)
+    per_q = per_layer.get("num_q_heads", unset)  # OpenELM: query heads per layer (num_q_heads: the largest)
 
     def attention_layer(i: int, kind: str) -> LayerSpec:
         over = geometry.get(kind, {})
@@ -795,10 +851,9 @@ def build_spec(data: Any, where: str) -> ModelSpec:
         h = per_kv[i] or h
         d = per_d[i] or d
         dv = per_dv[i] or dv or d
-        if num_q_heads % h:
-            raise SpecError(
-                f"{where}: layer {i} ({kind}): num_q_heads={num_q_heads} is not a multiple of num_kv_heads={h}"
-            )
+        q = per_q[i] or num_q_heads
+        if q % h:
+            raise SpecError(f"{where}: layer {i} ({kind}): num_q_heads={q} is not a multiple of num_kv_heads={h}")
         state = states[parallel] if parallel else None  # Falcon-H1, Zamba2: attention and Mamba-2 side by side
         return LayerSpec(kind, h, d, dv, over.get("k_eq_v", False), window=needs.get(kind, (None,))[0], state=state)
 
@@ -812,6 +867,10 @@ def build_spec(data: Any, where: str) -> ModelSpec:
                                     base.window, shared_from=source, attends_as=attends_as))
         elif kind == "mla":
             layers.append(LayerSpec("mla", mla=mla))
+        elif kind == CROSS_KIND:
+            base = attention_layer(i, "full")
+            layers.append(LayerSpec(CROSS_KIND, base.num_kv_heads, base.head_dim, base.v_head_dim,
+                                    encoder_tokens=encoder_tokens))
         elif kind in STATE_KINDS:
             layers.append(LayerSpec(kind, state=states[kind]))
         else:
@@ -855,6 +914,8 @@ def build_spec(data: Any, where: str) -> ModelSpec:
         architecture=_architecture(where, data.get("architecture")),
         moe=moe,
         notes=str(notes).strip(),
+        reader=_one_line(where, "reader", data.get("reader")),
+        multimodal=_multimodal(where, data.get("multimodal")),
         origin=where,
     )
 

@@ -1,76 +1,77 @@
-"""How much of transformers' causal-LM zoo kvplan's config readers cover.
+"""How much of transformers' causal-LM zoo kvplan reads, as a table anyone can rerun.
 
-Takes every model_type in transformers' ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`` (transformers 5.23, the test
-oracle; kvplan itself never imports it) and asks kvplan's registry (``kvplan.readers.reader_for``) whether it
-has a reader: read, or refused (no reader, or encoder-only). Also lists registered model types that are not
-causal-LM keys of transformers (remote-code and legacy names, multimodal wrappers).
+For every model_type in transformers 5.23's ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`` (the test oracle; kvplan
+itself imports transformers only in its fallback reader), one status:
 
-Usage: .venv/bin/python scripts/oracle_report.py
+- ``native``: a kvplan reader is registered (``kvplan.readers.REGISTRY``);
+- ``fallback``: no kvplan reader, and the transformers fallback (``kvplan.readers.transformers_fallback``)
+  reads the config class's defaults (``{"model_type": X}``) into a spec;
+- ``encoder-only``: kvplan's list of encoder-only types (no KV cache to plan);
+- ``refused``: with the reason (transformers cannot build it, or its cache has a layer kvplan has no engine
+  rule for).
+
+Also: the multimodal wrappers (``kvplan.readers.wrappers``) whose text model is read natively, and registered
+model types that are not causal-LM keys of transformers. Layouts are cached in a temporary folder.
+
+Usage: .venv/bin/python scripts/oracle_report.py [--list]
 """
 
 from __future__ import annotations
 
-import json
+import os
+import sys
+import tempfile
 import textwrap
-from pathlib import Path
 
 from kvplan.errors import SpecError
-from kvplan.readers import REGISTRY, reader_for, spec_from_hf_config
-from kvplan.readers.base import HFConfig
-
-FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
+from kvplan.readers import REGISTRY, spec_from_hf_config
+from kvplan.readers.base import ENCODER_TYPES
+from kvplan.readers.wrappers import WRAPPER_TEXT_TYPES
 
 
 def _wrap(names: list[str]) -> str:
     return textwrap.fill(", ".join(names), width=110, initial_indent="  ", subsequent_indent="  ") or "  (none)"
 
 
-def _fixture_outcomes() -> dict[str, list[bool]]:
-    """model_type -> [kvplan read the fixture?] over the config.json fixtures of that type."""
-    out: dict[str, list[bool]] = {}
-    for path in sorted(FIXTURES.glob("hf_configs*/*.json")):
-        try:
-            config = json.loads(path.read_text())
-            model_type = HFConfig(config, str(path)).model_type
-        except (OSError, ValueError, AttributeError, SpecError):
-            continue
-        try:
-            spec_from_hf_config(config, str(path))
-            ok = True
-        except SpecError:
-            ok = False
-        for t in {model_type, str(config.get("model_type"))}:
-            out.setdefault(t, []).append(ok)
-    return out
+def status(model_type: str) -> tuple[str, str]:
+    """(native | fallback | encoder-only | refused, reason) for one transformers model_type."""
+    if model_type in REGISTRY:
+        return "native", ""
+    if model_type in ENCODER_TYPES:
+        return "encoder-only", ""
+    try:
+        spec = spec_from_hf_config({"model_type": model_type}, f"{model_type} (class defaults)")
+    except SpecError as e:
+        return "refused", str(e).split(": ", 1)[-1]
+    return ("fallback", "") if "no kvplan reader" in spec.reader else ("native", "")
 
 
 def main() -> None:
     import transformers
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
+    os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="kvplan-report-")
     causal = sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
-    read, refused, encoders = [], [], []
-    for model_type in causal:
-        try:
-            reader_for(model_type, "report")
-            read.append(model_type)
-        except SpecError as e:
-            refused.append(model_type)
-            if "encoder-only" in str(e):
-                encoders.append(model_type)
-    extra = sorted(set(REGISTRY) - set(causal))
+    rows = {t: status(t) for t in causal}
+    by: dict[str, list[str]] = {}
+    for t, (s, _) in rows.items():
+        by.setdefault(s, []).append(t)
     print(f"transformers {transformers.__version__}: {len(causal)} causal-LM model types")
-    print(f"kvplan reads {len(read)} ({100 * len(read) / len(causal):.0f}%), refuses {len(refused)}")
-    print(f"\nread ({len(read)}):\n{_wrap(read)}")
-    outcomes = _fixture_outcomes()
-    refusing = [t for t in read if outcomes.get(t) and not any(outcomes[t])]
-    untested = [t for t in read if t not in outcomes]
-    print(f"  of which registered but refusing every fixture of the type ({len(refusing)}): {', '.join(refusing)}")
-    print(f"  of which without a config.json fixture ({len(untested)}): {', '.join(untested)}")
-    print(f"\nrefused ({len(refused)}), of which encoder-only in kvplan's list ({len(encoders)}):\n{_wrap(encoders)}")
-    rest = [t for t in refused if t not in encoders]
-    print(f"\nrefused, no reader ({len(rest)}):\n{_wrap(rest)}")
+    for s in ("native", "fallback", "encoder-only", "refused"):
+        print(f"  {s:13s} {len(by.get(s, [])):4d}")
+    for s in ("native", "fallback", "encoder-only"):
+        print(f"\n{s} ({len(by.get(s, []))}):\n{_wrap(by.get(s, []))}")
+    print(f"\nrefused ({len(by.get('refused', []))}):")
+    for t in by.get("refused", []):
+        print(f"  {t}: {rows[t][1][:200]}")
+    native_wrappers = sorted(w for w, text in WRAPPER_TEXT_TYPES.items() if text in REGISTRY)
+    print(f"\nmultimodal wrappers whose default text model kvplan reads natively ({len(native_wrappers)}):")
+    print(_wrap(native_wrappers))
+    extra = sorted(set(REGISTRY) - set(causal))
     print(f"\nregistered in kvplan but not a transformers causal-LM model type ({len(extra)}):\n{_wrap(extra)}")
+    if "--list" in sys.argv:
+        for t, (s, reason) in rows.items():
+            print(f"{t}\t{s}\t{reason}")
 
 
 if __name__ == "__main__":

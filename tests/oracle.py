@@ -62,6 +62,7 @@ ORACLE_ALIASES: dict[str, tuple[str, dict[str, str], str]] = {
 
 # Child attribute names under which a decoder layer keeps its token mixer (attention, Mamba, conv ...).
 _MIXER_NAMES = (
+    "cross_attn",
     "self_attn",
     "attn",
     "attention",
@@ -189,7 +190,7 @@ def read_with_transformers(config: dict, max_cache_len: int) -> OracleReading:
 def _read_cached(config_json: str, max_cache_len: int) -> OracleReading:
     import torch
     import transformers
-    from transformers import AutoConfig, AutoModelForCausalLM, StaticCache
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, StaticCache
     from transformers.cache_utils import get_layer_types_and_kwargs
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
@@ -219,11 +220,28 @@ def _read_cached(config_json: str, max_cache_len: int) -> OracleReading:
     layer_types, layer_kwargs = get_layer_types_and_kwargs(text)
     try:
         with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(text, dtype=torch.bfloat16)
+            try:  # a wrapper's text config (Qwen3VLTextConfig ...) has no causal-LM class: its base text model
+                model = AutoModelForCausalLM.from_config(text, dtype=torch.bfloat16)
+            except ValueError:
+                causal = getattr(transformers, type(text).__name__.replace("TextConfig", "ForCausalLM"), None)
+                if causal is not None:  # MllamaTextConfig -> MllamaForCausalLM (not in the auto mapping)
+                    model = causal(text).to(torch.bfloat16)
+                else:
+                    model = AutoModel.from_config(text, dtype=torch.bfloat16)
     except Exception as e:  # noqa: BLE001
         raise OracleUnavailable(f"{model_type}: building the model on meta failed: {type(e).__name__}: {e}") from e
 
     cache = StaticCache(config=text, max_cache_len=max_cache_len)
+    extra: dict = {}
+    if getattr(text, "cross_attention_layers", None) and model_type == "mllama":
+        # the cross-attention layers cache the vision states: transformers' own cache for them
+        # (MllamaForConditionalGeneration._prepare_static_cache), fed vision states of that length
+        with torch.device("meta"):
+            wrapper = transformers.MllamaForConditionalGeneration(full).to(torch.bfloat16)
+        cache = wrapper._prepare_static_cache("static", 1, max_cache_len, None, model_kwargs={})
+        length = cache.layers[text.cross_attention_layers[0]].max_cache_len
+        extra["cross_attention_states"] = torch.zeros((1, length, text.hidden_size), dtype=torch.bfloat16, device="meta")
+        notes.append(f"cross-attention layers fed {length} vision states (transformers' _prepare_static_cache)")
     seen: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
     update = cache.update
 
@@ -236,7 +254,7 @@ def _read_cached(config_json: str, max_cache_len: int) -> OracleReading:
     ids = torch.zeros((1, 2), dtype=torch.long, device="meta")
     try:
         with torch.no_grad():
-            model(input_ids=ids, past_key_values=cache, use_cache=True)
+            model(input_ids=ids, **{_cache_kwarg(model): cache}, use_cache=True, **extra)
     except Exception as e:  # noqa: BLE001
         raise OracleUnavailable(f"{model_type}: the 2-token meta forward failed: {type(e).__name__}: {e}") from e
 
@@ -278,6 +296,14 @@ def _read_cached(config_json: str, max_cache_len: int) -> OracleReading:
         config=tuple((a, _plain(_attr(text, a))) for a in _CONFIG_ATTRS),
         notes=tuple(notes),
     )
+
+
+def _cache_kwarg(model) -> str:
+    """The forward argument a model takes its cache in: ``past_key_values``, or ``cache_params`` (Mamba)."""
+    import inspect
+
+    params = inspect.signature(model.forward).parameters
+    return "cache_params" if "cache_params" in params and "past_key_values" not in params else "past_key_values"
 
 
 def _attr(config, name: str) -> Any:

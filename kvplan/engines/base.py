@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, Callable
 
-from kvplan.calc import cdiv, layer_state_bytes, layer_token_bytes
+from kvplan.calc import cdiv, layer_cross_bytes, layer_state_bytes, layer_token_bytes
 from kvplan.dtypes import KVDtype
 from kvplan.errors import UsageError
 from kvplan.options import MAX_SEARCH_TOKENS, Engine, FitOptions, check_int, stage_layers
@@ -241,7 +241,7 @@ class StageCache:
 
     Attributes:
         per_kind: ``{kind: (layers, bytes per token across those layers, window or None)}`` for token kinds.
-        state_bytes: fixed bytes per request (recurrent states) on this GPU.
+        state_bytes: fixed bytes per request (recurrent states, cross-attention caches) on this GPU.
         num_layers: layers of the stage.
     """
 
@@ -268,7 +268,8 @@ def stage_cache(spec: ModelSpec, kv_dtype: KVDtype, tp: int, layers: range) -> S
     for i in layers:
         layer = spec.layers[i]
         kind = layer.kind
-        state += layer_state_bytes(layer, spec.dtype, tp)
+        # fixed per request: recurrent states, and cross-attention layers' encoder tokens (Llama 3.2 Vision)
+        state += layer_state_bytes(layer, spec.dtype, tp) + layer_cross_bytes(layer, kv_dtype, tp)
         tb = layer_token_bytes(layer, kv_dtype, tp)
         if tb:
             n, b, w = per_kind.get(kind, (0, 0, spec.window_of(kind)))

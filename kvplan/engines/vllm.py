@@ -34,7 +34,7 @@ from kvplan.engines import is_older_than, pick_rules
 from kvplan.engines.base import PY, CachePlan, EngineRules, Settings, token_plan
 from kvplan.errors import UsageError
 from kvplan.options import MAX_SEARCH_TOKENS, Engine, FitOptions, check_int
-from kvplan.specs import KV_HEAD_KINDS, STATE_KINDS, ModelSpec
+from kvplan.specs import CROSS_KIND, KV_HEAD_KINDS, STATE_KINDS, ModelSpec
 
 GIB = 1 << 30
 DEFAULT_BLOCK_SIZE = 16  # vllm/config/cache.py CacheConfig.DEFAULT_BLOCK_SIZE
@@ -241,6 +241,7 @@ class _Layer:
     window: int | None = None
     state_pages: int = 0  # pages one request holds (state layers)
     owner: int = -1  # the decoder layer whose PP stage holds it; -1: index
+    encoder_tokens: int = 0  # tokens a cross-attention layer caches per request (CrossAttentionSpec)
 
     @property
     def is_state(self) -> bool:
@@ -269,6 +270,7 @@ class KVGroup:
             ``layers`` except for parallel Mamba mixers (Falcon-H1) and drafter layers (the last stage).
         extra_retained: tokens a sliding group keeps beyond its window for speculative decoding
             (``SlidingWindowSpec.extra_retained_tokens``).
+        encoder_tokens: the encoder tokens one request caches in a ``cross`` group (0 otherwise).
     """
 
     kind: str
@@ -280,6 +282,7 @@ class KVGroup:
     uniform_type: bool = False
     owners: tuple[int, ...] = ()
     extra_retained: int = 0
+    encoder_tokens: int = 0
 
     @property
     def page_bytes(self) -> int:
@@ -302,6 +305,8 @@ class KVGroup:
             return xp.cdiv(xp.minimum(self.window + in_flight, seq_len), self.block_size)
         if self.kind in STATE_KINDS:
             return seq_len * 0 + self.state_pages
+        if self.kind == CROSS_KIND:  # CrossAttentionManager: one static allocation per request
+            return seq_len * 0 + cdiv(self.encoder_tokens, self.block_size)  # v1/core/kv_cache_coordinator.py
         return xp.cdiv(seq_len, self.block_size)
 
     def prefix_blocks(self, prefix_tokens: int) -> int:
@@ -454,6 +459,12 @@ def _layer_caches(
         per_token = layer_token_bytes(layer, kv_dtype, tp)
         key = _attention_key(layer, kv_dtype, tp)
         out.append(_Layer(index, layer.kind, key, block, per_token * block, layer.window, owner=owner))
+    elif layer.kind == CROSS_KIND:  # model_executor/layers/attention/cross_attention.py: CrossAttentionSpec
+        h = kv_heads_per_rank(layer.num_kv_heads, tp)
+        per_token = kv_dtype.row_bytes(h * layer.head_dim, h) + kv_dtype.row_bytes(h * layer.v_head_dim, h)
+        key = (CROSS_KIND, h, layer.head_dim, layer.v_head_dim, layer.encoder_tokens)
+        out.append(_Layer(index, CROSS_KIND, key, block, per_token * block, owner=owner,
+                          encoder_tokens=layer.encoder_tokens))
     elif layer.kind == "mla":
         if layer.mla.index_head_dim:
             idx = indexer_token_bytes(layer.mla.index_head_dim)
@@ -606,6 +617,7 @@ def _group(kind_layers: list[_Layer], uniform_type: bool = False) -> KVGroup:
         state_pages=first.state_pages,
         uniform_type=uniform_type,
         owners=tuple(x.layer for x in kind_layers),
+        encoder_tokens=first.encoder_tokens,
     )
 
 

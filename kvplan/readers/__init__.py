@@ -4,8 +4,14 @@ Each family module holds ``READERS: dict[model_type, read]``; only the module of
 is imported (``kvplan estimate llama3-8b`` imports none). A reader mirrors one transformers config class,
 with that class's defaults for absent keys, and returns a spec mapping (see :mod:`kvplan.specs`).
 
-An unknown model_type, an encoder-only or non-causal config, a layout key the reader does not handle, or a
-likely misspelt key is refused with one line: kvplan never guesses a layout.
+A multimodal wrapper (``Qwen2_5_VLForConditionalGeneration``, ``LlavaForConditionalGeneration`` ...) is read
+through the reader of its text model (:mod:`kvplan.readers.wrappers`), and the spec names both.
+
+A model_type no reader matches is read by transformers itself when it is installed (the optional extra
+``kvplan[transformers]``; :mod:`kvplan.readers.transformers_fallback`: its config class, then its cache's
+per-layer shapes on the meta device, cached per config hash), labelled "read by transformers X.Y (no kvplan
+reader)". Without transformers, and for encoder-only or non-causal configs, a layout key the reader does not
+handle, or a likely misspelt key, the config is refused with one line: kvplan never guesses a layout.
 """
 
 from __future__ import annotations
@@ -87,6 +93,19 @@ REGISTRY: dict[str, str] = {
     "llama4_text": "llama4",
     "cohere2": "cohere2",
     # --- end gemma section ---
+    # --- text models of multimodal wrappers and 2025-2026 text types (issue 17) ---
+    "qwen2_vl_text": "decoder",
+    "qwen2_5_vl_text": "decoder",
+    "qwen3_vl_text": "decoder",
+    "qwen3_vl_moe_text": "decoder",
+    "mimo_v2_flash": "decoder",
+    "mllama_text_model": "mllama",
+    "mllama": "mllama",
+    "glm4_moe_lite": "deepseek",
+    "glm_moe_dsa": "deepseek",
+    "mamba": "hybrid",
+    "openelm": "openelm",
+    # --- end issue 17 section ---
     # --- mla / hybrid / linear readers (deepseek.py, hybrid.py, linear.py) ---
     "deepseek_v2": "deepseek",
     "deepseek_v3": "deepseek",
@@ -125,6 +144,20 @@ def registered_model_types() -> list[str]:
     return sorted(REGISTRY)
 
 
+def no_reader_message(model_type: str, where: str) -> str:
+    """The one-line refusal for a model_type no reader matches (with a did-you-mean)."""
+    import difflib
+
+    close = difflib.get_close_matches(model_type, list(REGISTRY), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    what = f"model_type {model_type!r}" if model_type else "no model_type"
+    return (
+        f"{where}: {what}{hint}: kvplan has no reader for it and will not guess its layout; "
+        "pip install 'kvplan[transformers]' lets transformers read it, or write a spec YAML (see README, "
+        "'Spec format')"
+    )
+
+
 def reader_for(model_type: str, where: str):
     """The read function for ``model_type`` (its module imported on first use).
 
@@ -135,19 +168,11 @@ def reader_for(model_type: str, where: str):
 
     module = REGISTRY.get(model_type)
     if module is None:
-        import difflib
-
         from kvplan.readers.base import ENCODER_TYPES
 
         if model_type in ENCODER_TYPES:
             raise SpecError(f"{where}: model_type {model_type!r} is encoder-only: it keeps no KV cache to plan")
-        close = difflib.get_close_matches(model_type, list(REGISTRY), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        what = f"model_type {model_type!r}" if model_type else "no model_type"
-        raise SpecError(
-            f"{where}: {what}{hint}: kvplan has no reader for it and will not guess its layout; "
-            "write a spec YAML instead (see README, 'Spec format')"
-        )
+        raise SpecError(no_reader_message(model_type, where))
     return importlib.import_module(f"kvplan.readers.{module}").READERS[model_type]
 
 
@@ -166,9 +191,22 @@ def spec_from_hf_config(config: Any, where: str, name: str | None = None):
     from kvplan.readers.base import HFConfig
     from kvplan.specs import build_spec
 
+    from kvplan.readers.base import ENCODER_TYPES
+    from kvplan.readers.wrappers import encoder_facts, text_model_type
+
     if not isinstance(config, dict):
         raise SpecError(f"{where}: a config.json must hold a JSON object")
     cfg = HFConfig(config, where)
+    wrapper, text_type = text_model_type(config)
+    if text_type:
+        cfg.model_type = text_type
+    for key in ("is_encoder_decoder",):
+        if (cfg.raw.get(key) is True or config.get(key) is True) and cfg.model_type not in REGISTRY:
+            raise SpecError(f"{where}: {key} is true: kvplan plans decoder-only (causal) models")
+    if cfg.model_type not in REGISTRY and cfg.model_type not in ENCODER_TYPES and cfg.model_type:
+        from kvplan.readers.transformers_fallback import spec_from_transformers
+
+        return spec_from_transformers(config, where, name)
     read = reader_for(cfg.model_type, where)
     for key in ("is_encoder_decoder",):
         if cfg.raw.get(key) is True or config.get(key) is True:
@@ -178,6 +216,13 @@ def spec_from_hf_config(config: Any, where: str, name: str | None = None):
     cfg.ignore("is_causal", "use_bidirectional_attention", "is_encoder_decoder")
     data = read(cfg)
     cfg.check_unhandled()
+    reader = f"kvplan {REGISTRY[cfg.model_type]} reader for {cfg.model_type}"
+    if wrapper:
+        archs = config.get("architectures")
+        arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else wrapper
+        reader += f", the text model of {arch} ({wrapper})"
+        data["multimodal"] = {**encoder_facts(config, wrapper, cfg.model_type), **data.get("multimodal", {})}
+    data.setdefault("reader", reader)
     if not name:  # the file's stem (my-model.json), its folder for a config.json, else the config's own name
         p = Path(where)
         name = p.stem if p.name != "config.json" else p.parent.name

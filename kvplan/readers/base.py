@@ -22,7 +22,7 @@ _MISSING = object()
 
 # Keys that count decoder layers: bounded by MAX_LAYERS as soon as they are read, so a reader never builds
 # a per-layer list from a huge count (num_hidden_layers: 2000000000 would exhaust memory first).
-LAYER_COUNT_KEYS = ("num_hidden_layers", "n_layer", "n_layers", "num_layers")
+LAYER_COUNT_KEYS = ("num_hidden_layers", "n_layer", "n_layers", "num_layers", "num_transformer_layers")
 
 # Keys whose value is a list of layer type names: every entry must be a string (a list or object there
 # would otherwise reach a dict lookup and fail with a traceback).

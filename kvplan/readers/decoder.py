@@ -216,6 +216,29 @@ _DEFAULTS: dict[str, dict] = {
     "gpt_neox": {"max_len": 2048, "layers": 44, "heads": 64, "hidden": 6144, "head_rule": "derived", "kv": "mha"},
     "persimmon": {"max_len": 16384, "layers": 36, "heads": 64, "hidden": 4096, "head_rule": "derived", "kv": "mha"},
     "opt": {"max_len": 2048, "layers": 12, "heads": 12, "hidden": 768, "head_rule": "derived", "kv": "mha"},
+    # --- text configs of multimodal wrappers (kvplan/readers/wrappers.py), transformers 5.23 defaults ---
+    # Qwen2VLTextConfig / Qwen2_5_VLTextConfig: Qwen2's window rule with max_window_layers 80 (vLLM qwen2_5_vl.py
+    # and qwen2_vl.py run Qwen2Model on the same config); Qwen3VLTextConfig / Qwen3VLMoeTextConfig: no
+    # layer_types, so a set sliding_window applies to every layer as in transformers' cache and vLLM's
+    # CacheConfig.sliding_window (qwen3_vl.py runs Qwen3Model).
+    "qwen2_vl_text": {"max_len": 32768, "layers": 80, "heads": 64, "kv_heads": 8, "hidden": 8192, "windowing": "qwen_vl"},
+    "qwen2_5_vl_text": {
+        "max_len": 32768,
+        "layers": 80,
+        "heads": 64,
+        "kv_heads": 8,
+        "hidden": 8192,
+        "windowing": "qwen_vl",
+    },
+    "qwen3_vl_text": {"max_len": 128000, "layers": 32, "heads": 32, "hidden": 4096, "head_dim": 128, "windowing": "all"},
+    "qwen3_vl_moe_text": {
+        "max_len": 128000,
+        "layers": 24,
+        "heads": 16,
+        "hidden": 2048,
+        "head_dim": 128,
+        "windowing": "all",
+    },
 }
 
 
@@ -267,8 +290,8 @@ def _pattern(cfg: HFConfig, windowing: str, n: int, window: int | None) -> list[
         return ["sliding" if i >= first else "full" for i in range(n)]
     if windowing == "all":
         return ["sliding"] * n
-    if windowing == "qwen":  # Qwen2Config: sliding from max_window_layers on, when use_sliding_window
-        first = cfg.int("max_window_layers", 28, minimum=0)
+    if windowing in ("qwen", "qwen_vl"):  # Qwen2Config: sliding from max_window_layers on, when use_sliding_window
+        first = cfg.int("max_window_layers", 28 if windowing == "qwen" else 80, minimum=0)
         use = cfg.flag("use_sliding_window", False)
         return ["sliding" if use and i >= first else "full" for i in range(n)]
     if windowing == "olmo3":  # Olmo3Config: every 4th layer full
@@ -338,4 +361,71 @@ def read_decoder(cfg: HFConfig) -> dict:
     return data
 
 
+def read_mimo_v2_flash(cfg: HFConfig) -> dict:
+    """MiMo-V2-Flash: full-attention layers and sliding-window layers with twice the KV heads.
+
+    Mirrors transformers 5.23's ``MiMoV2FlashConfig`` (defaults: 48 layers, 64 query / 4 KV heads, head_dim
+    192, v_head_dim 128, ``sliding_window`` 129; ``layer_types`` absent: full on layer 0 and every 6th layer
+    ``(i + 1) % 6 == 0``, sliding elsewhere) and ``MiMoV2FlashAttention`` (a sliding layer has
+    ``2 × num_key_value_heads`` KV heads), checked against vLLM 0.33's ``model_executor/models/mimo_v2.py``
+    (``MiMoV2FlashDecoderLayer``): sliding where ``hybrid_layer_pattern[i] == 1``, with
+    ``swa_num_key_value_heads`` / ``swa_head_dim`` / ``swa_v_head_dim`` and a window of ``sliding_window_size``.
+
+    Window: transformers sets ``sliding_window = sliding_window_size + 1`` ("the reference SGLang
+    implementation attends to sliding_window_size previous tokens plus the query"); vLLM passes
+    ``sliding_window_size`` itself as the layer's window. kvplan plans vLLM's: ``sliding_window_size`` when
+    set, else ``sliding_window``.
+
+    Raises:
+        SpecError: ``hybrid_layer_pattern`` that disagrees with ``layer_types`` (or the class default), or
+            ``swa_*`` geometry that differs from what transformers' attention builds (2 × KV heads, the same
+            head dims): transformers and vLLM would then serve different caches.
+    """
+    data = attention_dims(cfg, {"layers": 48, "heads": 64, "kv_heads": 4, "hidden": 4096, "head_dim": 192})
+    n, kv, heads = data["num_layers"], data["num_kv_heads"], data["num_q_heads"]
+    data["v_head_dim"] = cfg.int("v_head_dim", 128)
+    data["dtype"] = cfg.dtype()
+    data["max_model_len"] = max_len(cfg, 131072)
+    kinds = cfg.layer_types(n, _TYPES)
+    if kinds is None:
+        kinds = ["full" if (i == 0 or not (i + 1) % 6) else "sliding" for i in range(n)]
+    pattern = cfg.list("hybrid_layer_pattern", n)
+    if pattern is not None and ["sliding" if v == 1 else "full" for v in pattern] != kinds:
+        raise cfg.error(
+            "hybrid_layer_pattern (vLLM's layout) disagrees with layer_types / MiMoV2FlashConfig's default "
+            "(transformers' layout); kvplan will not guess"
+        )
+    swa = {
+        "swa_num_key_value_heads": 2 * kv,
+        "swa_num_attention_heads": heads,
+        "swa_head_dim": data["head_dim"],
+        "swa_v_head_dim": data["v_head_dim"],
+    }
+    for key, want in swa.items():
+        if cfg.has(key) and cfg.int(key) != want:
+            raise cfg.error(
+                f"{key}={cfg.int(key)} but transformers' MiMoV2FlashAttention builds {want} on sliding layers "
+                "(vLLM reads the key); kvplan will not guess"
+            )
+    if cfg.has("sliding_window_size"):
+        window = cfg.int("sliding_window_size")
+        cfg.ignore("sliding_window")
+        note = f"window {window} (vLLM: sliding_window_size; transformers caches sliding_window_size + 1)"
+    else:
+        window = _window(cfg, 129)
+        note = f"window {window} (sliding_window)"
+    # attention_chunk_size is in the published file but neither transformers (layer_types set) nor vLLM reads it
+    cfg.ignore("attention_chunk_size", "mlp_layer_types", "moe_layer_freq", "swa_rope_theta")
+    data["layers"] = kinds
+    if "sliding" in kinds:
+        data["sliding_window"] = window
+        data["geometry"] = {"sliding": {"num_kv_heads": 2 * kv}}
+    data["notes"] = (
+        f"{kinds.count('full')} full layers ({kv} KV heads) and {kinds.count('sliding')} sliding layers "
+        f"({2 * kv} KV heads, {note})"
+    )
+    return data
+
+
 READERS = {model_type: read_decoder for model_type in _DEFAULTS}
+READERS["mimo_v2_flash"] = read_mimo_v2_flash

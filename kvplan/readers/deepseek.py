@@ -25,6 +25,9 @@ kimi_k2        61      128    4096       --            Kimi-K2 ships model_type 
                                                        ``_CONFIG_REGISTRY``); transformers 5.23 has no class
 deepseek_v32   61      128    163840     128           DSA indexer key cached beside the latent (below)
 kimi_linear    27      32     1048576    --            KDA linear-attention layers + MLA layers (below)
+glm4_moe_lite  47      20     202752     --            GLM-4.7-Flash; qk_nope 192, v 256 (Glm4MoeLiteConfig;
+                                                       vLLM glm4_moe_lite.py: DeepseekV2's MLA)
+glm_moe_dsa    78      64     202752     128           GLM-5: DSA indexer as V3.2 (:func:`read_glm_moe_dsa`)
 =============  ======  =====  =========  ============  ===================================================
 
 DeepSeek-V3.2 (DeepSeek Sparse Attention): every layer also caches one indexer key of ``index_head_dim``
@@ -61,6 +64,9 @@ _DEFAULTS: dict[str, dict] = {
     "kimi_k2": {"layers": 61, "heads": 128, "max_len": 4096},
     "deepseek_v32": {"layers": 61, "heads": 128, "max_len": 163840, "index_head_dim": 128},
     "kimi_linear": {"layers": 27, "heads": 32, "max_len": 1048576},
+    # GLM-4.7-Flash (Glm4MoeLiteConfig) and GLM-5 (GlmMoeDsaConfig): MLA with GLM's head dims
+    "glm4_moe_lite": {"layers": 47, "heads": 20, "max_len": 202752, "nope": 192, "v": 256},
+    "glm_moe_dsa": {"layers": 78, "heads": 64, "max_len": 202752, "nope": 192, "v": 256, "index_head_dim": 128},
 }
 # the latent dims share their defaults in every class above
 _MLA_DEFAULTS = {"kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128}
@@ -72,16 +78,17 @@ def _mla_dims(cfg: HFConfig) -> dict:
     d = _DEFAULTS[cfg.model_type]
     heads = cfg.int("num_attention_heads", d["heads"])
     rope = cfg.int("qk_rope_head_dim", _MLA_DEFAULTS["qk_rope_head_dim"], minimum=0)
-    nope = cfg.int("qk_nope_head_dim", _MLA_DEFAULTS["qk_nope_head_dim"], minimum=0)
+    nope = cfg.int("qk_nope_head_dim", d.get("nope", _MLA_DEFAULTS["qk_nope_head_dim"]), minimum=0)
     if rope + nope < 1:
         raise cfg.error("qk_nope_head_dim + qk_rope_head_dim must be at least 1")
     cfg.ignore("num_key_value_heads", "head_dim", "q_lora_rank", "first_k_dense_replace", "moe_layer_freq")
+    cfg.ignore("qk_head_dim", "mlp_layer_types")  # GLM: derived (nope + rope) / dense-or-MoE only
     return {
         "num_layers": cfg.int("num_hidden_layers", d["layers"]),
         "num_q_heads": heads,
         "num_kv_heads": heads,
         "head_dim": rope + nope,
-        "v_head_dim": cfg.int("v_head_dim", _MLA_DEFAULTS["v_head_dim"]),
+        "v_head_dim": cfg.int("v_head_dim", d.get("v", _MLA_DEFAULTS["v_head_dim"])),
         "hidden_size": cfg.int("hidden_size", None),
         "dtype": cfg.dtype(),
         "mla": {
@@ -114,9 +121,9 @@ def read_deepseek_v32(cfg: HFConfig) -> dict:
     for i, t in enumerate(types or []):
         if t not in _INDEXED:
             raise cfg.error(f"layer_types[{i}]={t!r}: the deepseek_v32 reader handles only indexed_attention layers")
-    data["mla"]["index_head_dim"] = cfg.int("index_head_dim", _DEFAULTS["deepseek_v32"]["index_head_dim"])
+    data["mla"]["index_head_dim"] = cfg.int("index_head_dim", _DEFAULTS[cfg.model_type]["index_head_dim"])
     cfg.ignore("index_n_heads", "index_topk", "mlp_layer_types")
-    data["max_model_len"] = cfg.int("max_position_embeddings", _DEFAULTS["deepseek_v32"]["max_len"])
+    data["max_model_len"] = cfg.int("max_position_embeddings", _DEFAULTS[cfg.model_type]["max_len"])
     data["notes"] = (
         f"every layer caches the {data['mla']['kv_lora_rank'] + data['mla']['qk_rope_head_dim']}-element MLA "
         f"latent plus a {data['mla']['index_head_dim']}-element DSA indexer key per token"
@@ -189,7 +196,36 @@ def read_kimi_linear(cfg: HFConfig) -> dict:
     return data
 
 
+def read_glm_moe_dsa(cfg: HFConfig) -> dict:
+    """GLM-5 (``glm_moe_dsa``): MLA on every layer plus the DSA indexer key, as DeepSeek-V3.2.
+
+    Mirrors transformers 5.23's ``GlmMoeDsaConfig`` (defaults: 78 layers, 64 heads, kv_lora_rank 512,
+    qk_rope 64, qk_nope 192, v 256, index_head_dim 128, ``layer_types`` all ``indexed_attention``) and was
+    checked against vLLM 0.33's ``models/deepseek_v32/attention.py`` (``GlmMoeDsaForCausalLM`` is served by the
+    V3.2 model). Both give a layer an indexer (and its cached key) unless its indexer is "shared"
+    (``indexer_types`` / ``index_topk_pattern`` ``S``, or ``index_topk_freq`` > 1 with
+    ``index_skip_topk_offset``): the default and GLM-5's file (neither key) index every layer.
+
+    Raises:
+        SpecError: a shared-indexer layout (kvplan has one MLA geometry per model), or a bad dimension.
+    """
+    types = cfg.get("indexer_types")
+    pattern = cfg.get("index_topk_pattern")
+    freq = cfg.int("index_topk_freq", 1)
+    cfg.ignore("index_skip_topk_offset")
+    shared = (isinstance(types, list) and "shared" in types) or (isinstance(pattern, (str, list)) and "S" in pattern)
+    if shared or freq > 1:
+        raise cfg.error(
+            "indexer_types / index_topk_pattern / index_topk_freq make some layers reuse another layer's index "
+            "(no indexer key of their own); kvplan has one MLA geometry per model and will not guess"
+        )
+    cfg.ignore("indexer_rope_interleave", "rope_interleave")
+    return read_deepseek_v32(cfg)
+
+
 READERS = {
+    "glm4_moe_lite": read_deepseek,
+    "glm_moe_dsa": read_glm_moe_dsa,
     "deepseek_v2": read_deepseek,
     "deepseek_v3": read_deepseek,
     "kimi_k2": read_deepseek,

@@ -459,7 +459,56 @@ def read_zamba2(cfg: HFConfig) -> dict:
     return data
 
 
+def read_mamba(cfg: HFConfig) -> dict:
+    """Pure Mamba-1 (``MambaForCausalLM``): every layer a Mamba-1 mixer, no attention and no KV cache.
+
+    Mirrors transformers 5.23's ``MambaConfig`` (defaults: 32 layers, hidden_size 768, ``state_size`` 16,
+    ``expand`` 2, ``conv_kernel`` 4; ``__post_init__`` sets ``intermediate_size = int(expand × hidden_size)``
+    whatever the file says) and vLLM 0.33's ``model_executor/models/mamba.py``
+    (``get_mamba_state_shape_from_config``: ``mamba1_state_shape(intermediate_size, state_size, conv_kernel)``).
+    A file whose ``intermediate_size`` is not ``expand × hidden_size`` is refused: vLLM reads the file's value,
+    transformers recomputes it.
+
+    The spec's head fields are nominal (1 head of 1 element: there is no attention layer). MambaConfig has no
+    maximum length; vLLM then assumes 2048 tokens (``config/model.py`` ``_get_and_verify_max_len``: "Assuming
+    the model's maximum length is 2048"), and so does kvplan.
+
+    Raises:
+        SpecError: ``intermediate_size`` unlike ``expand × hidden_size``, or a bad dimension.
+    """
+    n = cfg.int("num_hidden_layers", 32)
+    hidden = cfg.int("hidden_size", 768)
+    expand = cfg.get("expand", 2)
+    if isinstance(expand, bool) or not isinstance(expand, (int, float)) or expand <= 0:
+        raise cfg.error(f"expand={expand!r} must be a positive number")
+    d_inner = int(expand * hidden)
+    if cfg.has("intermediate_size") and cfg.int("intermediate_size") != d_inner:
+        raise cfg.error(
+            f"intermediate_size={cfg.int('intermediate_size')} but expand x hidden_size = {d_inner}: vLLM reads "
+            "the former, transformers' MambaConfig recomputes the latter; kvplan will not guess"
+        )
+    mamba = {"d_inner": d_inner, "d_conv": cfg.int("conv_kernel", 4, minimum=2), "d_state": cfg.int("state_size", 16)}
+    # legacy mamba_ssm names some published files also carry (n_layer, d_model, d_inner): MambaConfig ignores them
+    cfg.ignore("n_layer", "d_model", "d_inner", "ssm_cfg", "time_step_rank")
+    return {
+        "num_layers": n,
+        "num_q_heads": 1,
+        "num_kv_heads": 1,
+        "head_dim": 1,
+        "hidden_size": hidden,
+        "dtype": cfg.dtype(),
+        "max_model_len": max_len(cfg, 2048),
+        "layers": ["mamba"] * n,
+        "mamba": mamba,
+        "notes": (
+            f"{n} Mamba-1 layers (d_inner {d_inner}, d_state {mamba['d_state']}, d_conv {mamba['d_conv']}): a fixed "
+            "state per request, no KV cache; no maximum length in the config (vLLM assumes 2048)"
+        ),
+    }
+
+
 READERS = {
+    "mamba": read_mamba,
     "jamba": read_jamba,
     "nemotron_h": read_nemotron_h,
     "granitemoehybrid": read_granitemoehybrid,
