@@ -23,19 +23,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["load_model", "estimate", "fit", "fleet", "get_gpu"]
+__all__ = ["load_model", "estimate", "fit", "fit_options", "fleet", "get_gpu"]
 
 
 def _spec(model):
-    from kvplan.specs import ModelSpec, load_model
+    from kvplan.loader import load_model
+    from kvplan.specs import ModelSpec
 
     return model if isinstance(model, ModelSpec) else load_model(str(model))
 
 
-def _tokens(value, flag: str) -> int:
+def _tokens(value, flag: str, allow_zero: bool = False) -> int:
     from kvplan.units import parse_tokens
 
-    return parse_tokens(value, flag)
+    return parse_tokens(value, flag, allow_zero=allow_zero)
 
 
 def _bytes(value, flag: str) -> int | None:
@@ -89,15 +90,13 @@ def estimate(model, seq, batch: int = 1, kv_dtype: str = "auto", block_size: int
     return calc.estimate(_spec(model), _tokens(seq, "--seq"), batch, kv_dtype, block_size, tp)
 
 
-def fit(
-    model,
-    gpu,
+def fit_options(
     *,
-    max_model_len=None,
+    engine: str = "vllm",
     tp: int = 1,
     pp: int = 1,
-    engine: str = "vllm",
-    kv_dtype: str = "auto",
+    max_model_len=None,
+    kv_dtype: str | None = None,
     weights_dtype: str | None = None,
     gpu_memory_utilization: float | None = None,
     block_size: int | None = None,
@@ -107,39 +106,48 @@ def fit(
     overhead_bytes=None,
     weights_bytes=None,
     kv_cache_memory_bytes=None,
-    shared_prefix: int = 0,
+    shared_prefix=0,
     swa_full: bool = False,
+    engine_version: str | None = None,
+    max_num_seqs: int | None = None,
+    async_scheduling: bool | None = None,
+    enable_prefix_caching: bool | None = None,
+    hybrid_kv_cache_manager: bool | None = None,
+    pp_layer_partition=None,
+    num_speculative_tokens: int = 0,
+    speculative_model=None,
+    num_mtp_layers: int = 0,
 ):
-    """One GPU's plan, as ``kvplan fit`` computes it: weights, activation, overhead, KV budget, capacity.
+    """The :class:`kvplan.options.FitOptions` of a plan: the one place they are built, for the API and every
+    CLI command (``fit``, ``fleet``, ``sweep``, ``plot``, ``verify --fit``).
 
     Args:
-        model: a ModelSpec or a MODEL string (see :func:`load_model`).
-        gpu: catalog name, driver name, size (``"80GiB"``, taken as the CUDA-visible total) or a GPU.
-        max_model_len: tokens per request (int or ``"32k"``); None: the model's max context.
+        engine: ``vllm``, ``sglang``, ``trtllm`` or ``llamacpp`` (whose conventions apply).
         tp, pp: tensor- and pipeline-parallel sizes.
-        engine: ``vllm``, ``sglang``, ``trtllm`` or ``llamacpp`` (whose memory convention applies).
-        kv_dtype, weights_dtype: dtypes (None/``auto``: the model's; weights from a GGUF or safetensors
-            headers are exact unless ``weights_dtype`` is given).
+        max_model_len: tokens per request (int or ``"32k"``); None: the model's max context.
+        kv_dtype, weights_dtype: dtypes (None/``auto``: the model's).
         gpu_memory_utilization: the engine's memory fraction (None: its default).
-        block_size, max_num_batched_tokens, max_batch_size: engine settings (None: defaults).
-        activation_bytes, overhead_bytes, weights_bytes: per-GPU overrides in B (int, or a string with a
-            unit: ``"2GiB"``).
-        kv_cache_memory_bytes: a KV budget per GPU that bypasses the memory model (vLLM's
+        block_size, max_num_batched_tokens, max_batch_size, max_num_seqs: engine settings (None: defaults).
+        activation_bytes, overhead_bytes, weights_bytes: per-GPU overrides in B (int, or a string with a unit:
+            ``"2GiB"``).
+        kv_cache_memory_bytes: a KV budget per GPU that bypasses the budget model (vLLM's
             ``--kv-cache-memory-bytes``).
-        shared_prefix: prompt tokens every request shares, cached once.
-        swa_full: llama.cpp's ``--swa-full``.
-
-    Returns:
-        :class:`kvplan.fit.FitResult`, bytes per GPU as ints; ``fits`` is False when not one request fits
-        (no exception: the CLI turns that into exit 1).
+        shared_prefix: prompt tokens every request shares, cached once (int or ``"2k"``).
+        swa_full: size sliding-window layers for every token (llama.cpp's ``--swa-full``).
+        engine_version: whose rules (None: the newest).
+        async_scheduling, enable_prefix_caching, hybrid_kv_cache_manager: vLLM settings (None: defaults).
+        pp_layer_partition: layers per PP stage, a tuple or ``"41,39"``.
+        num_speculative_tokens, speculative_model, num_mtp_layers: speculative decoding (vLLM); the draft
+            model as a ModelSpec or a MODEL string.
 
     Raises:
-        UsageError: bad settings (a TP the heads do not allow, unknown dtype or engine ...); SpecError for
-            the model, including a model without weights information and no ``weights_bytes``.
+        UsageError: an unknown engine, a malformed count or size; SpecError for the draft model.
     """
-    from kvplan.fit import FitOptions, get_engine, plan_fit
+    from kvplan.options import FitOptions, get_engine, parse_partition
 
-    opts = FitOptions(
+    if isinstance(pp_layer_partition, str):
+        pp_layer_partition = parse_partition(pp_layer_partition)
+    return FitOptions(
         engine=get_engine(engine),
         tensor_parallel_size=tp,
         pipeline_parallel_size=pp,
@@ -154,10 +162,58 @@ def fit(
         overhead_bytes=_bytes(overhead_bytes, "overhead_bytes"),
         weights_bytes=_bytes(weights_bytes, "weights_bytes"),
         kv_cache_memory_bytes=_bytes(kv_cache_memory_bytes, "kv_cache_memory_bytes"),
-        shared_prefix_tokens=shared_prefix,
+        shared_prefix_tokens=_tokens(shared_prefix, "--shared-prefix", allow_zero=True),
         swa_full=swa_full,
+        engine_version=engine_version,
+        max_num_seqs=max_num_seqs,
+        async_scheduling=async_scheduling,
+        enable_prefix_caching=enable_prefix_caching,
+        hybrid_kv_cache_manager=hybrid_kv_cache_manager,
+        pp_layer_partition=None if pp_layer_partition is None else tuple(pp_layer_partition),
+        num_speculative_tokens=num_speculative_tokens,
+        speculative_model=None if speculative_model is None else _spec(speculative_model),
+        num_mtp_layers=num_mtp_layers,
     )
-    return plan_fit(_spec(model), get_gpu(gpu), opts)
+
+
+def fit(model, gpu, **settings):
+    """One GPU's plan, as ``kvplan fit`` computes it: weights, activation, overhead, KV budget, capacity.
+
+    Args:
+        model: a ModelSpec or a MODEL string (see :func:`load_model`).
+        gpu: catalog name, driver name, size (``"80GiB"``, taken as the CUDA-visible total) or a GPU.
+        settings: the keywords of :func:`fit_options` (``tp=4``, ``max_model_len="32k"``, ``engine="sglang"``,
+            ``kv_cache_memory_bytes="20GiB"`` ...).
+
+    Returns:
+        :class:`kvplan.fit.FitResult`, bytes per GPU as ints; ``fits`` is False when not one request fits
+        (no exception: the CLI turns that into exit 1).
+
+    Raises:
+        UsageError: bad settings (a TP the heads do not allow, unknown dtype or engine, an unknown keyword
+            ...); SpecError for the model, including a model without weights information and no
+            ``weights_bytes``.
+    """
+    from kvplan.fit import plan_fit
+
+    return plan_fit(_spec(model), get_gpu(gpu), _options(settings))
+
+
+def _options(settings: dict):
+    """:func:`fit_options` of keyword settings, with one clear line for an unknown keyword."""
+    import inspect
+
+    from kvplan.errors import UsageError
+
+    allowed = [p for p in inspect.signature(fit_options).parameters]
+    unknown = [k for k in settings if k not in allowed]
+    if unknown:
+        import difflib
+
+        close = difflib.get_close_matches(unknown[0], allowed, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise UsageError(f"{unknown[0]!r}: not a setting of a plan{hint}; allowed: {', '.join(allowed)}")
+    return fit_options(**settings)
 
 
 def fleet(
@@ -196,7 +252,6 @@ def fleet(
     """
     from kvplan import fleet as fleetmod
     from kvplan.errors import UsageError
-    from kvplan.fit import FitOptions, get_engine
     from kvplan.gpus import load_catalog
 
     if workload is not None and (concurrency is not None or seq is not None):
@@ -212,13 +267,10 @@ def fleet(
         wl = fleetmod.workload_from_data(workload, "workload")
     else:
         wl = fleetmod.load_workload(Path(workload))
-    opts = FitOptions(
-        engine=get_engine(engine),
-        pipeline_parallel_size=pp,
-        kv_dtype=kv_dtype,
-        weights_dtype=weights_dtype,
+    opts = fit_options(
+        engine=engine, pp=pp, kv_dtype=kv_dtype, weights_dtype=weights_dtype,
         gpu_memory_utilization=gpu_memory_utilization,
-    )
+    )  # fmt: skip
     candidates = [get_gpu(g) for g in gpus] if gpus else load_catalog()
     price_ids = {get_gpu(name).id: float(usd) for name, usd in (prices or {}).items()}
     return fleetmod.plan_fleet(_spec(model), wl, candidates, opts, tps=tps or None, prices=price_ids, sort=sort)

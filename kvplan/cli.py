@@ -35,6 +35,24 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
+def _gib(text: str | None, flag: str) -> int | None:
+    """A size flag whose bare number means GiB (``--weights-gib 16``, ``--activation-gib 2GB``), in bytes."""
+    from kvplan.units import parse_size_default_gib
+
+    return None if text is None else parse_size_default_gib(text, flag)
+
+
+def _load_model(ref: str):
+    """:func:`kvplan.loader.load_model`, its warnings printed on stderr (the core returns them, never prints)."""
+    from kvplan import render
+    from kvplan.loader import load_model
+
+    spec = load_model(ref)
+    for note in spec.warnings:
+        render.warn(note)
+    return spec
+
+
 @app.callback()
 def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
@@ -61,10 +79,9 @@ def estimate(
 ) -> None:
     """KV-cache bytes of MODEL for requests of --seq tokens: per layer kind, per request, per batch."""
     from kvplan import calc, render
-    from kvplan.specs import load_model
     from kvplan.units import parse_tokens
 
-    spec = load_model(model)
+    spec = _load_model(model)
     seqs = [parse_tokens(s) for s in seq]
     results = [calc.estimate(spec, s, batch, kv_dtype, block_size, tp) for s in seqs]
     for r in results:
@@ -78,10 +95,10 @@ def estimate(
         render.print_json(objs[0] if len(objs) == 1 else objs)
         return
     con = render.console()
-    if spec.reader:  # which reader built the spec (a wrapper's text model, or transformers' fallback)
-        con.print(f"read by: {spec.reader}", style="dim", highlight=False)
     for r in results:
         render.estimate_table(r, con)
+    if spec.reader:  # which reader built the spec (a wrapper's text model, or transformers' fallback)
+        con.print(f"read by: {spec.reader}", style="dim", highlight=False)
 
 
 # --- models ---------------------------------------------------------------------------------------
@@ -93,7 +110,7 @@ def models(
 ) -> None:
     """List the bundled models with their KV geometry and bytes per token at bf16."""
     from kvplan import calc, render
-    from kvplan.specs import load_all_bundled
+    from kvplan.loader import load_all_bundled
 
     rows = [calc.model_summary(s) for s in load_all_bundled()]
     if json_out:
@@ -115,10 +132,9 @@ def compare(
 ) -> None:
     """MHA vs the model vs MQA: the same geometry with H_kv = H_q, the model's H_kv, and H_kv = 1."""
     from kvplan import calc, render
-    from kvplan.specs import load_model
     from kvplan.units import parse_tokens
 
-    spec = load_model(model)
+    spec = _load_model(model)
     s = parse_tokens(seq)
     rows = calc.compare_topologies(spec, s, batch, kv_dtype)
     dtype = calc.resolve_kv_dtype(spec, kv_dtype).name
@@ -259,41 +275,27 @@ def fit(
 ) -> None:
     """How many requests of --max-model-len fit on one GPU of a replica, as the engine would count them, and how
     fast they can decode (--concurrency, --context, --prompt-len, --mbu, --mfu: see kvplan.perf)."""
+    from kvplan import api, render
     from kvplan import fit as fitmod
-    from kvplan import render
     from kvplan.errors import DoesNotFit
     from kvplan.gpus import get_gpu
-    from kvplan.specs import load_model
-    from kvplan.units import parse_bytes, parse_size_default_gib, parse_tokens
+    from kvplan.units import parse_bytes, parse_tokens
 
-    spec = load_model(model)
-    opts = fitmod.FitOptions(
-        engine=fitmod.get_engine(engine),
-        tensor_parallel_size=tp,
-        pipeline_parallel_size=pp,
-        max_model_len=None if max_model_len is None else parse_tokens(max_model_len, "--max-model-len"),
-        kv_dtype=kv_dtype,
-        weights_dtype=weights_dtype,
-        gpu_memory_utilization=gpu_memory_utilization,
-        block_size=block_size,
-        max_num_batched_tokens=max_num_batched_tokens,
-        max_batch_size=max_batch_size,
-        activation_bytes=None if activation_gib is None else parse_size_default_gib(activation_gib, "--activation-gib"),
-        overhead_bytes=None if overhead_gib is None else parse_size_default_gib(overhead_gib, "--overhead-gib"),
-        weights_bytes=None if weights_gib is None else parse_size_default_gib(weights_gib, "--weights-gib"),
+    spec = _load_model(model)
+    opts = api.fit_options(
+        engine=engine, tp=tp, pp=pp, max_model_len=max_model_len, kv_dtype=kv_dtype, weights_dtype=weights_dtype,
+        gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
+        max_num_batched_tokens=max_num_batched_tokens, max_batch_size=max_batch_size,
+        activation_bytes=_gib(activation_gib, "--activation-gib"), overhead_bytes=_gib(overhead_gib, "--overhead-gib"),
+        weights_bytes=_gib(weights_gib, "--weights-gib"),
         kv_cache_memory_bytes=None if kv_cache_memory is None else parse_bytes(kv_cache_memory, "--kv-cache-memory"),
-        shared_prefix_tokens=parse_tokens(shared_prefix, "--shared-prefix", allow_zero=True),
-        swa_full=swa_full,
-        engine_version=engine_version,
-        max_num_seqs=max_num_seqs,
-        async_scheduling=async_scheduling,
-        enable_prefix_caching=enable_prefix_caching,
-        hybrid_kv_cache_manager=hybrid_kv_cache_manager,
-        pp_layer_partition=None if pp_layer_partition is None else fitmod.parse_partition(pp_layer_partition),
-        num_speculative_tokens=num_speculative_tokens,
-        speculative_model=None if speculative_model is None else load_model(speculative_model),
+        shared_prefix=parse_tokens(shared_prefix, "--shared-prefix", allow_zero=True), swa_full=swa_full,
+        engine_version=engine_version, max_num_seqs=max_num_seqs, async_scheduling=async_scheduling,
+        enable_prefix_caching=enable_prefix_caching, hybrid_kv_cache_manager=hybrid_kv_cache_manager,
+        pp_layer_partition=pp_layer_partition, num_speculative_tokens=num_speculative_tokens,
+        speculative_model=None if speculative_model is None else _load_model(speculative_model),
         num_mtp_layers=num_mtp_layers,
-    )
+    )  # fmt: skip
     g = get_gpu(gpu)
     old = fitmod.engine_version_warning(opts.engine, engine_version)
     if old:
@@ -387,16 +389,14 @@ def fleet(
 ) -> None:
     """Replicas and GPUs a workload needs, per GPU type and TP, ranked by GPUs or cost; with --tpot-ms /
     --ttft-ms, by the tighter of memory and the latency targets (see kvplan.perf)."""
+    from kvplan import api, render
     from kvplan import fleet as fleetmod
-    from kvplan import render
     from kvplan.errors import UsageError
-    from kvplan.fit import FitOptions, get_engine
     from kvplan.gpus import get_gpu, load_catalog
-    from kvplan.specs import load_model
 
     if json_out and csv_out:
         raise UsageError("--json and --csv: give one of them")
-    spec = load_model(model)
+    spec = _load_model(model)
     if workload is not None and (concurrency is not None or seq is not None):
         raise UsageError("--workload: give either --workload FILE or --concurrency N --seq S, not both")
     if workload is not None:
@@ -408,22 +408,13 @@ def fleet(
         )
     else:
         raise UsageError("--workload: give --workload FILE, or --concurrency N with --seq S")
-    from kvplan.fit import parse_partition
-    from kvplan.units import parse_size_default_gib
-
     if weights_gib is not None and len(tp) != 1:
         raise UsageError("--weights-gib: weights per GPU depend on TP, so give one --tp with it (each TP its own run)")
-    opts = FitOptions(
-        engine=get_engine(engine),
-        pipeline_parallel_size=pp,
-        weights_bytes=None if weights_gib is None else parse_size_default_gib(weights_gib, "--weights-gib"),
-        kv_dtype=kv_dtype,
-        weights_dtype=weights_dtype,
-        gpu_memory_utilization=gpu_memory_utilization,
-        engine_version=engine_version,
-        max_num_seqs=max_num_seqs,
-        pp_layer_partition=None if pp_layer_partition is None else parse_partition(pp_layer_partition),
-    )
+    opts = api.fit_options(
+        engine=engine, pp=pp, weights_bytes=_gib(weights_gib, "--weights-gib"), kv_dtype=kv_dtype,
+        weights_dtype=weights_dtype, gpu_memory_utilization=gpu_memory_utilization, engine_version=engine_version,
+        max_num_seqs=max_num_seqs, pp_layer_partition=pp_layer_partition,
+    )  # fmt: skip
     gpus = [get_gpu(g) for g in gpu] if gpu else load_catalog()
     prices = fleetmod.parse_prices(price, get_gpu, gpus if gpu else None)
     from kvplan.fit import engine_version_warning
@@ -462,95 +453,6 @@ def fleet(
 
 
 # --- verify --------------------------------------------------------------------------------------
-
-
-def _verify_progress():
-    """A rich progress display on stderr and its ``callback(stage, done, total)`` for kvplan.verify."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    bar = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        transient=True,
-        auto_refresh=False,  # redraw only in the callback: no thread allocating while memory is measured
-    )
-    tasks: dict = {}
-
-    def callback(stage: str, done: int, total: int) -> None:
-        if not bar.console.is_terminal:  # nothing to animate in a pipe or a file
-            return
-        if not bar.live.is_started:  # started on first use: flag errors leave the terminal untouched
-            bar.start()
-        if stage not in tasks:
-            tasks[stage] = bar.add_task(stage, total=total)
-        bar.update(tasks[stage], completed=done, total=total)
-        bar.refresh()
-
-    return bar, callback
-
-
-def _verify_table(r, con) -> None:
-    """Print a verify result: formula vs measured bytes, then the attention and decode checks."""
-    from rich.table import Table
-
-    from kvplan.render import size_cells
-    from kvplan.units import fmt_tokens
-
-    title = (
-        f"{r.model}: KV cache of {fmt_tokens(r.seq_len)} × {r.batch_size} request(s), {r.kv_dtype}, "
-        f"{r.layers} layer(s), on {r.device_name}"
-    )
-    t = Table(title=title, title_justify="left")
-    for col, just in (("", "left"), ("bytes", "right"), ("GiB", "right"), ("GB", "right"), ("note", "left")):
-        t.add_column(col, justify=just, no_wrap=col != "note")
-
-    def row(label: str, n: int, note: str = "") -> None:
-        b, gi, gd = size_cells(n)
-        t.add_row(label, b, gi, gd, note)
-
-    row("formula (kvplan.calc)", r.formula_bytes, f"{r.num_tensors} tensors")
-    row("measured", r.measured_bytes, r.measure)
-    if r.reserved_bytes is not None:
-        row("reserved (caching allocator)", r.reserved_bytes, "torch.cuda.memory_reserved delta")
-    if r.driver_bytes is not None:
-        row("used, as the driver sees it", r.driver_bytes, "torch.cuda.mem_get_info delta")
-    t.add_section()
-    t.add_row("difference", f"{r.diff_bytes:+,}", "", "", f"{r.diff_pct:+.4f} % of the formula")
-    per = r.tolerance_bytes // r.num_tensors if r.num_tensors else 0
-    t.add_row("tolerance", f"{r.tolerance_bytes:,}", "", "", f"allocator rounding: {per:,} B × {r.num_tensors} tensors")
-    if r.fit_requests is not None:
-        t.add_section()
-        row("fit: KV budget", r.fit_kv_budget_bytes, f"{r.fit_engine} plan on {r.fit_gpu}: {r.fit_requests} request(s)")
-        row("fit: requests, every layer", r.fit_formula_bytes, "must be within the budget")
-    con.print(t)
-    if r.attention_ok is None:
-        con.print("attention vs SDPA: not run (no attention layer among those allocated)")
-    else:
-        verdict = "ok" if r.attention_ok else "MISMATCH"
-        con.print(
-            f"attention vs fp32 SDPA: max |err| {r.attention_max_abs_err:.3e} over {len(r.attention_checks)} "
-            f"layer check(s): {verdict}"
-        )
-    for note in r.attention_checks:
-        con.print(f"  {note}")
-    if getattr(r, "readback_ok", None) is not None:
-        con.print(
-            f"read-back (state updates, indexer keys, shared storage, packed values within their bound): "
-            f"{'ok' if r.readback_ok else 'MISMATCH'}"
-        )
-    for index, allocated, formula in getattr(r, "mismatched_layers", ()):
-        con.print(f"layer {index}: allocated {allocated:,} B but the formula gives {formula:,} B: MISMATCH")
-    con.print(
-        f"decode: {r.decode_alloc_bytes:,} B of new cache memory (storage addresses and bytes unchanged)"
-        if r.decode_alloc_bytes == 0
-        else f"decode: allocated {r.decode_alloc_bytes:,} B of cache memory: MISMATCH"
-    )
-    con.print(f"attention transient peak: {r.transient_peak_bytes:,} B ({r.transient_peak_bytes / (1 << 20):.2f} MiB)")
-    con.print(f"verify: {'OK' if r.ok else 'MISMATCH'} ({r.seconds:.1f} s)")
 
 
 @app.command()
@@ -596,10 +498,9 @@ def verify(
     """
     from kvplan import render
     from kvplan.errors import DoesNotFit, MissingExtra, UsageError
-    from kvplan.specs import load_model
     from kvplan.units import check_batch, parse_bytes, parse_tokens
 
-    spec = load_model(model)
+    spec = _load_model(model)
     s = parse_tokens(seq)
     if batch is not None:
         check_batch(batch)
@@ -628,7 +529,7 @@ def verify(
         if s > spec.max_model_len
         else None
     )
-    bar, progress = _verify_progress()
+    bar, progress = render.verify_progress()
     try:
         if fit_plan:
             result = verifymod.verify_fit(
@@ -656,7 +557,7 @@ def verify(
     if json_out:
         render.print_json(result.to_json())
     else:
-        _verify_table(result, render.console())
+        render.verify_table(result, render.console())
     return 0 if result.ok else 1
 
 
@@ -698,12 +599,10 @@ def sweep(
 
     At most 10,000,000 configurations per run, GPUs up to 8 TiB.
     """
-    from kvplan import render
+    from kvplan import api, render
     from kvplan import sweep as sweepmod
     from kvplan.errors import UsageError
-    from kvplan.fit import FitOptions, get_engine
     from kvplan.gpus import get_gpu
-    from kvplan.specs import load_model
     from kvplan.units import parse_tokens, plural
 
     if csv_out and json_out:
@@ -713,17 +612,12 @@ def sweep(
             "--weights-gib: one model's weights per GPU at one TP, so give one MODEL and one --tp with it "
             f"(got {plural(len(model), 'model')}, {plural(len(tp), 'TP')})"
         )
-    from kvplan.units import parse_size_default_gib
-
-    opts = FitOptions(
-        engine=get_engine(engine),
-        gpu_memory_utilization=gpu_memory_utilization,
-        block_size=block_size,
-        max_num_batched_tokens=max_num_batched_tokens,
-        weights_dtype=weights_dtype,
-        weights_bytes=None if weights_gib is None else parse_size_default_gib(weights_gib, "--weights-gib"),
-    )
-    specs = [load_model(m) for m in model]
+    opts = api.fit_options(
+        engine=engine, gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
+        max_num_batched_tokens=max_num_batched_tokens, weights_dtype=weights_dtype,
+        weights_bytes=_gib(weights_gib, "--weights-gib"),
+    )  # fmt: skip
+    specs = [_load_model(m) for m in model]
     seqs = [parse_tokens(s) for s in seq]
     gpus_ = [get_gpu(g) for g in gpu]
     result = sweepmod.sweep(specs, seqs, gpus_, kv_dtype, tp, opts)
@@ -784,11 +678,10 @@ def plot(
     from kvplan import plot as plotmod
     from kvplan import render
     from kvplan.gpus import get_gpu
-    from kvplan.specs import load_model
     from kvplan.units import parse_tokens
 
     path = plotmod.check_out(out, force)
-    specs = [load_model(m) for m in model]
+    specs = [_load_model(m) for m in model]
     gpus_ = [get_gpu(g) for g in gpu]
     if throughput:
         written, tdata = plotmod.plot_throughput(

@@ -140,7 +140,8 @@ def load_workload(path: str | Path) -> Workload:
     Raises:
         UsageError: missing file, malformed YAML, invalid fields.
     """
-    from kvplan.specs import _read_text, _yaml_load
+    from kvplan.textio import read_text as _read_text
+    from kvplan.textio import yaml_load as _yaml_load
 
     p = Path(path)
     return workload_from_data(_yaml_load(_read_text(p), str(p)), str(p))

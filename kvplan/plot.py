@@ -187,8 +187,9 @@ def plot_data(
         UsageError: no model, ``max_seq`` not in :data:`START_TOKENS` + 1 .. :data:`MAX_SEQ_LIMIT`, an
             unknown KV dtype, weights dtype or engine, or a TP a model's heads do not allow.
     """
+    from kvplan.api import fit_options
     from kvplan.calc import check_tp
-    from kvplan.fit import FitOptions, get_engine, plan_fit
+    from kvplan.fit import get_engine, plan_fit
 
     if not specs:
         raise UsageError("MODEL: give at least one model")
@@ -230,7 +231,7 @@ def plot_data(
     for spec in specs:
         for g in gpus:
             gid = g.name if g.is_custom else g.id
-            opts = FitOptions(engine=eng, tensor_parallel_size=tp, kv_dtype=kv_dtype, weights_dtype=weights_dtype)
+            opts = fit_options(engine=eng, tp=tp, kv_dtype=kv_dtype, weights_dtype=weights_dtype)
             try:
                 r = plan_fit(spec, g, opts)
             except UsageError as e:
@@ -624,14 +625,14 @@ def throughput_data(
         UsageError: no GPU, a GPU without bandwidth, MBU/MFU outside (0, 1], as :func:`kvplan.fit.plan_fit`.
     """
     from kvplan import perf
-    from kvplan.fit import FitOptions, get_engine, plan_fit
+    from kvplan.api import fit_options
+    from kvplan.fit import plan_fit
 
     if not gpus:
         raise UsageError("--throughput: give at least one --gpu")
-    opts = FitOptions(
-        engine=get_engine(engine), tensor_parallel_size=tensor_parallel_size, max_model_len=context,
-        kv_dtype=kv_dtype, weights_dtype=weights_dtype,
-    )  # fmt: skip
+    opts = fit_options(
+        engine=engine, tp=tensor_parallel_size, max_model_len=context, kv_dtype=kv_dtype, weights_dtype=weights_dtype
+    )
     fits, notes = [], []
     for g in gpus:
         f = plan_fit(spec, g, opts)
@@ -649,8 +650,9 @@ def throughput_data(
         seqs = getattr(f, "max_num_seqs", None)
         curves.append(ThroughputCurve(g.id, g.name, ys, lim, f.max_requests_by_memory, seqs))
     used = perf.hardware(gpus[0], fits[0].weights_dtype, mbu, mfu)
-    return ThroughputData(spec.name, context, tensor_parallel_size, tuple(points), tuple(curves), used.mbu, used.mfu,
-                          tuple(notes))
+    return ThroughputData(
+        spec.name, context, tensor_parallel_size, tuple(points), tuple(curves), used.mbu, used.mfu, tuple(notes)
+    )
 
 
 def render_throughput(data: ThroughputData, out: Path, force: bool = True) -> Path:
@@ -669,14 +671,28 @@ def render_throughput(data: ThroughputData, out: Path, force: bool = True) -> Pa
         wall = c.memory_wall
         inside = [j for j, n in enumerate(xs) if n <= max(wall, 1)]
         beyond = [j for j, n in enumerate(xs) if n >= max(wall, 1)]
-        ax.plot([xs[j] for j in inside], [c.tokens_per_s[j] for j in inside], "-", color=color, lw=2.2,
-                label=f"{c.gpu_name}: bound at MBU {data.mbu:g}, MFU {data.mfu:g}")
+        ax.plot(
+            [xs[j] for j in inside],
+            [c.tokens_per_s[j] for j in inside],
+            "-",
+            color=color,
+            lw=2.2,
+            label=f"{c.gpu_name}: bound at MBU {data.mbu:g}, MFU {data.mfu:g}",
+        )
         ax.plot([xs[j] for j in beyond], [c.tokens_per_s[j] for j in beyond], ":", color=color, lw=1.4)
         ax.plot(xs, c.limit_tokens_per_s, "--", color=color, lw=1.2, alpha=0.8, label=f"{c.gpu_name}: physical limit")
         if wall:
             ax.axvline(wall, color=color, lw=1.0, ls="-.", alpha=0.9)
-            ax.annotate(f"{c.gpu}: {wall:,} requests fit", xy=(wall, 0.98), xycoords=("data", "axes fraction"),
-                        rotation=90, ha="right", va="top", fontsize=8.5, color=color)
+            ax.annotate(
+                f"{c.gpu}: {wall:,} requests fit",
+                xy=(wall, 0.98),
+                xycoords=("data", "axes fraction"),
+                rotation=90,
+                ha="right",
+                va="top",
+                fontsize=8.5,
+                color=color,
+            )
         if c.max_num_seqs and c.max_num_seqs < wall:
             ax.axvline(c.max_num_seqs, color=color, lw=0.8, ls=(0, (1, 2)))
     ax.set_xscale("log", base=2)

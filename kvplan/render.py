@@ -11,7 +11,7 @@ from dataclasses import asdict, is_dataclass
 from enum import Enum
 from typing import Any, TextIO
 
-from kvplan.units import GB, GIB, fmt_bytes, fmt_gb, fmt_gib, fmt_ratio_floor, fmt_tokens, plural
+from kvplan.units import GB, GIB, fmt_bytes, fmt_gb, fmt_gib, fmt_mib, fmt_ratio_floor, fmt_tokens, plural
 
 
 class OutputFormat(str, Enum):
@@ -852,3 +852,94 @@ def sweep_table(
             "= int(concurrency × seq) (kv_cache_utils.py get_kv_cache_capacity), not the tokens of context that fit; "
             "whole requests: what fits"
         )
+
+
+# --- verify ----------------------------------------------------------------------------------------
+
+
+def verify_progress():
+    """A rich progress display on stderr and its ``callback(stage, done, total)`` for kvplan.verify."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+        auto_refresh=False,  # redraw only in the callback: no thread allocating while memory is measured
+    )
+    tasks: dict = {}
+
+    def callback(stage: str, done: int, total: int) -> None:
+        if not bar.console.is_terminal:  # nothing to animate in a pipe or a file
+            return
+        if not bar.live.is_started:  # started on first use: flag errors leave the terminal untouched
+            bar.start()
+        if stage not in tasks:
+            tasks[stage] = bar.add_task(stage, total=total)
+        bar.update(tasks[stage], completed=done, total=total)
+        bar.refresh()
+
+    return bar, callback
+
+
+def verify_table(r, con) -> None:
+    """Print a verify result: formula vs measured bytes, then the attention and decode checks."""
+    from rich.table import Table
+
+    from kvplan.units import fmt_tokens
+
+    title = (
+        f"{r.model}: KV cache of {fmt_tokens(r.seq_len)} × {r.batch_size} request(s), {r.kv_dtype}, "
+        f"{r.layers} layer(s), on {r.device_name}"
+    )
+    t = Table(title=title, title_justify="left")
+    for col, just in (("", "left"), ("bytes", "right"), ("GiB", "right"), ("GB", "right"), ("note", "left")):
+        t.add_column(col, justify=just, no_wrap=col != "note")
+
+    def row(label: str, n: int, note: str = "") -> None:
+        b, gi, gd = size_cells(n)
+        t.add_row(label, b, gi, gd, note)
+
+    row("formula (kvplan.calc)", r.formula_bytes, f"{r.num_tensors} tensors")
+    row("measured", r.measured_bytes, r.measure)
+    if r.reserved_bytes is not None:
+        row("reserved (caching allocator)", r.reserved_bytes, "torch.cuda.memory_reserved delta")
+    if r.driver_bytes is not None:
+        row("used, as the driver sees it", r.driver_bytes, "torch.cuda.mem_get_info delta")
+    t.add_section()
+    t.add_row("difference", f"{r.diff_bytes:+,}", "", "", f"{r.diff_pct:+.4f} % of the formula")
+    per = r.tolerance_bytes // r.num_tensors if r.num_tensors else 0
+    t.add_row("tolerance", f"{r.tolerance_bytes:,}", "", "", f"allocator rounding: {per:,} B × {r.num_tensors} tensors")
+    if r.fit_requests is not None:
+        t.add_section()
+        row("fit: KV budget", r.fit_kv_budget_bytes, f"{r.fit_engine} plan on {r.fit_gpu}: {r.fit_requests} request(s)")
+        row("fit: requests, every layer", r.fit_formula_bytes, "must be within the budget")
+    con.print(t)
+    if r.attention_ok is None:
+        con.print("attention vs SDPA: not run (no attention layer among those allocated)")
+    else:
+        verdict = "ok" if r.attention_ok else "MISMATCH"
+        con.print(
+            f"attention vs fp32 SDPA: max |err| {r.attention_max_abs_err:.3e} over {len(r.attention_checks)} "
+            f"layer check(s): {verdict}"
+        )
+    for note in r.attention_checks:
+        con.print(f"  {note}")
+    if getattr(r, "readback_ok", None) is not None:
+        con.print(
+            f"read-back (state updates, indexer keys, shared storage, packed values within their bound): "
+            f"{'ok' if r.readback_ok else 'MISMATCH'}"
+        )
+    for index, allocated, formula in getattr(r, "mismatched_layers", ()):
+        con.print(f"layer {index}: allocated {allocated:,} B but the formula gives {formula:,} B: MISMATCH")
+    con.print(
+        f"decode: {r.decode_alloc_bytes:,} B of new cache memory (storage addresses and bytes unchanged)"
+        if r.decode_alloc_bytes == 0
+        else f"decode: allocated {r.decode_alloc_bytes:,} B of cache memory: MISMATCH"
+    )
+    con.print(f"attention transient peak: {r.transient_peak_bytes:,} B ({fmt_mib(r.transient_peak_bytes)})")
+    con.print(f"verify: {'OK' if r.ok else 'MISMATCH'} ({r.seconds:.1f} s)")

@@ -71,9 +71,7 @@ Spec YAML format (unknown keys are errors)::
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from kvplan.dtypes import get_kv_dtype
@@ -86,7 +84,6 @@ CROSS_KIND = "cross"  # cross-attention to the encoder's tokens: a fixed cost pe
 LAYER_KINDS = (*ATTENTION_KINDS, *STATE_KINDS, "shared", "none", CROSS_KIND)
 MAX_DIMENSION = 1 << 31  # no count in a spec (layers, heads, dims, tokens) may exceed this
 MAX_LAYERS = 100_000
-MAX_FILE_BYTES = 16 << 20  # spec, config.json and workload files are read whole: refuse larger ones
 MODEL_DTYPES = ("fp32", "fp16", "bf16")
 STATE_DTYPES = ("fp32", "fp16", "bf16")
 
@@ -346,6 +343,9 @@ class ModelSpec:
         multimodal: facts about a multimodal wrapper's encoder, for the engine's memory budget (wrapper
             model_type, vision model_type, encoder layers / width / patch size, image tokens per image when
             config.json fixes it); empty for a text-only model. Planning never reads it.
+        origin: the file or reference the spec was loaded from.
+        warnings: what the loader has to tell the user about this spec (the CLI prints them on stderr; the
+            core never prints).
     """
 
     name: str
@@ -374,6 +374,7 @@ class ModelSpec:
     reader: str = ""
     multimodal: dict = field(default_factory=dict, compare=False)
     origin: str = field(default="", compare=False)
+    warnings: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def active_param_count(self) -> int | None:
@@ -918,183 +919,3 @@ def build_spec(data: Any, where: str) -> ModelSpec:
         multimodal=_multimodal(where, data.get("multimodal")),
         origin=where,
     )
-
-
-# --- YAML and bundled specs -----------------------------------------------------------------------
-
-
-def _yaml_load(text: str, where: str) -> Any:
-    import yaml
-
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    try:
-        if "*" in text:  # an alias can expand a few hundred bytes into gigabytes ("billion laughs"): refuse them
-            for event in yaml.parse(text, Loader=loader):
-                if isinstance(event, yaml.AliasEvent):
-                    mark = event.start_mark
-                    raise SpecError(
-                        f"{where}: YAML aliases (*{str(event.anchor)[:40]}) are not allowed in spec and workload "
-                        f"files (line {mark.line + 1}); write the value out"
-                    )
-        return yaml.load(text, Loader=loader)  # noqa: S506 - a safe loader (the C build of SafeLoader)
-    except RecursionError:
-        raise SpecError(f"{where}: YAML nested too deeply") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(e, "problem", None) or "not valid YAML"
-        raise SpecError(f"{where}: malformed YAML{at}: {problem}") from None
-
-
-def _clip(text: str, limit: int = 120) -> str:
-    """A user string for a message: at most ``limit`` characters (long names and bombs stay one short line)."""
-    text = str(text)
-    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
-
-
-def _read_text(path: Path) -> str:
-    """Read a whole input file (regular files up to MAX_FILE_BYTES only: not a FIFO or /dev/zero)."""
-    try:
-        if path.exists() and not path.is_dir():
-            if not path.is_file():
-                raise SpecError(f"{_clip(path)}: not a regular file")
-            if path.stat().st_size > MAX_FILE_BYTES:
-                raise SpecError(
-                    f"{_clip(path)}: larger than {MAX_FILE_BYTES >> 20} MiB; not a spec, config.json or workload"
-                )
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SpecError(f"{_clip(path)}: no such file") from None
-    except IsADirectoryError:
-        raise SpecError(f"{_clip(path)}: is a directory, not a spec file") from None
-    except UnicodeDecodeError:
-        raise SpecError(f"{_clip(path)}: not a UTF-8 text file") from None
-    except OSError as e:
-        raise SpecError(f"{_clip(path)}: cannot read ({e.strerror})") from None
-
-
-def load_spec_yaml(path: str | os.PathLike, require_source: bool = False) -> ModelSpec:
-    """Load and validate a spec YAML file.
-
-    A user's spec may leave out ``source`` (a warning on stderr says so, and the file's path stands in);
-    with ``require_source`` (bundled specs) it is an error.
-
-    Raises:
-        SpecError: missing file, malformed YAML, or an invalid spec (the message names file and field).
-    """
-    p = Path(path)
-    data = _yaml_load(_read_text(p), str(p))
-    if require_source or not isinstance(data, dict) or data.get("source") is not None:
-        return build_spec(data, str(p))
-    spec = build_spec({**data, "source": str(p)}, str(p))
-    from kvplan.render import warn  # after the spec is valid: an error stays the only line
-
-    warn(f"{_clip(p)}: no source (the config.json the numbers come from); add one so the spec can be checked")
-    return spec
-
-
-def bundled_specs_dir() -> Path:
-    """The folder of bundled spec YAMLs: inside the installed package, or the source tree's model_specs/."""
-    here = Path(__file__).resolve().parent
-    packaged = here / "model_specs"
-    if packaged.is_dir():
-        return packaged
-    return here.parent / "model_specs"
-
-
-def bundled_names() -> list[str]:
-    """Names of the bundled models (file stems of model_specs/*.yaml), sorted."""
-    return sorted(p.stem for p in bundled_specs_dir().glob("*.yaml"))
-
-
-def load_bundled(name: str) -> ModelSpec:
-    """Load a bundled spec by name (case-insensitive); only that one file is read.
-
-    Raises:
-        SpecError: unknown name, with close names suggested ("did you mean llama3-8b?").
-    """
-    key = name.strip().lower()
-    path = bundled_specs_dir() / f"{key}.yaml"
-    if key and "/" not in key and path.is_file():
-        return load_spec_yaml(path, require_source=True)
-    import difflib
-
-    names = bundled_names()
-    close = difflib.get_close_matches(key, names, n=3, cutoff=0.6)
-    hint = f"; did you mean {' or '.join(close)}?" if close else "; run 'kvplan models' for the list"
-    raise SpecError(f"unknown model {_clip(name)!r}: not a bundled model name nor an existing file{hint}")
-
-
-# --- Hugging Face config.json (readers live in kvplan.readers) ------------------------------------
-
-
-def load_hf_config(path: str | os.PathLike, name: str | None = None) -> ModelSpec:
-    """Load a Hugging Face ``config.json`` (or a folder holding one) as a spec. A file named ``config.json``
-    is a checkpoint's: its weights (and parameter count) come from the ``model.safetensors`` or
-    ``model.safetensors.index.json`` beside it, as for a Hub repo (:func:`kvplan.readers.hub.folder_weight_bytes`).
-
-    Raises:
-        SpecError: missing file, malformed JSON, or missing/inconsistent keys.
-    """
-    import json
-
-    p = Path(path)
-    if p.is_dir():
-        p = p / "config.json"
-    text = _read_text(p)
-    try:
-        config = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise SpecError(f"{p}: malformed JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
-    except (ValueError, RecursionError) as e:  # 5,000-digit numbers, arrays nested 100,000 deep
-        raise SpecError(f"{p}: JSON kvplan cannot read ({type(e).__name__}: {str(e)[:80]})") from None
-    from kvplan.readers import spec_from_hf_config
-
-    spec = spec_from_hf_config(config, str(p), name=name)
-    if p.name == "config.json":
-        from kvplan.readers.hub import folder_weight_bytes, with_weights
-
-        spec = with_weights(spec, folder_weight_bytes(p.parent), config)
-    return spec
-
-
-def load_model(ref: str) -> ModelSpec:
-    """Resolve what a user typed as MODEL: a spec YAML path, a config.json path or folder, a GGUF file, a
-    bundled name, or a Hugging Face repo id ``org/name[@revision]`` (see :mod:`kvplan.readers.hub`).
-
-    Raises:
-        SpecError: nothing matches (with suggestions) or the file is invalid.
-    """
-    if not str(ref).strip():
-        raise SpecError("MODEL: empty; give a bundled name (see 'kvplan models'), a spec YAML or a config.json")
-    p = Path(ref)
-    try:
-        return _load_path(p, ref)
-    except OSError as e:  # a name too long for the file system, a permission error ...
-        raise SpecError(f"{_clip(ref)}: cannot read ({e.strerror or type(e).__name__})") from None
-
-
-def _load_path(p: Path, ref: str) -> ModelSpec:
-    if p.suffix.lower() == ".gguf" or (p.is_file() and p.suffix.lower() not in (".json", ".yaml", ".yml")):
-        from kvplan.readers.gguf import is_gguf, load_gguf
-
-        if is_gguf(p):
-            return load_gguf(p)
-    if "/" in str(ref) and not p.exists():
-        from kvplan.readers.hub import is_repo_id, load_repo
-
-        if is_repo_id(ref):  # org/name[@revision]: a bundled hf_repo, the local HF cache, or the Hub
-            return load_repo(ref)
-    if p.is_dir() or p.suffix.lower() == ".json":
-        return load_hf_config(p)
-    if p.suffix.lower() in (".yaml", ".yml"):
-        return load_spec_yaml(p)
-    if p.is_file():
-        text = _read_text(p).lstrip()
-        return load_hf_config(p) if text.startswith("{") else load_spec_yaml(p)
-    return load_bundled(ref)
-
-
-def load_all_bundled() -> list[ModelSpec]:
-    """Every bundled spec, sorted by name."""
-    return [load_bundled(n) for n in bundled_names()]

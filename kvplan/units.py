@@ -102,6 +102,11 @@ def fmt_gib(n: int) -> str:
     return f"{_trim(_ratio(n, GIB))} GiB"
 
 
+def fmt_mib(n: int) -> str:
+    """Bytes as MiB (2^20) with two decimals: ``1.50 MiB``."""
+    return f"{n / MIB:.2f} MiB"
+
+
 def fmt_gb(n: int) -> str:
     """``0.537 GB``-style text: three decimals, or four significant digits below 0.01 GB; exact for any int."""
     x = _ratio(n, GB)

@@ -1233,11 +1233,10 @@ def fit_plan(
         g = custom_gpu(torch.cuda.mem_get_info()[1], torch.cuda.get_device_name())
     else:
         g = get_gpu(gpu)
-    opts = fitmod.FitOptions(
-        engine=fitmod.get_engine(engine),
-        max_model_len=seq_len,
-        kv_dtype=kv_dtype,
-        kv_cache_memory_bytes=kv_cache_memory_bytes,
+    from kvplan.api import fit_options
+
+    opts = fit_options(
+        engine=engine, max_model_len=seq_len, kv_dtype=kv_dtype, kv_cache_memory_bytes=kv_cache_memory_bytes
     )
     return fitmod.require_fit(spec, g, opts)
 

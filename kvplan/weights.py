@@ -19,7 +19,7 @@ def no_param_count_message(spec: ModelSpec, weights_dtype: str | None = None) ->
     ``weights_dtype``), and a config.json (local or from the Hub)."""
     from pathlib import Path
 
-    from kvplan.specs import bundled_specs_dir
+    from kvplan.data import bundled_specs_dir
 
     fix = "give --weights-gib (weights per GPU)"
     origin = spec.origin or spec.source

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kvplan.fit import Engine, FitOptions, plan_fit  # noqa: E402
 from kvplan.gpus import load_catalog  # noqa: E402
-from kvplan.specs import load_all_bundled  # noqa: E402
+from kvplan.loader import load_all_bundled  # noqa: E402
 from kvplan.sweep import VALUE_COLUMNS, sweep  # noqa: E402
 
 DTYPES = ["auto", "fp8", "int8", "q4_0"]

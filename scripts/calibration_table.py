@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT))  # the calibration cases live with the tests that 
 
 from kvplan.fit import Engine, FitOptions, plan_fit  # noqa: E402
 from kvplan.gpus import get_gpu  # noqa: E402
-from kvplan.specs import load_bundled  # noqa: E402
+from kvplan.loader import load_bundled  # noqa: E402
 from tests.calibration import CALIBRATION, PRINTED_TOKENS, options  # noqa: E402
 
 GIB = 1 << 30

@@ -140,7 +140,7 @@ def test_every_bundled_spec_names_its_source(path):
 
 
 def test_a_bundled_spec_without_source_is_an_error(tmp_path):
-    from kvplan.specs import load_spec_yaml
+    from kvplan.loader import load_spec_yaml
 
     p = tmp_path / "x.yaml"
     p.write_text(

@@ -6,7 +6,7 @@ import pytest
 
 from kvplan.calc import estimate, kv_heads_per_rank, tokens_cached
 from kvplan.dtypes import get_kv_dtype
-from kvplan.specs import load_bundled
+from kvplan.loader import load_bundled
 
 
 # --- the lesson: H_q = 32, L = 32, d = 128, S = 4096, fp16 ----------------------------------------

@@ -128,7 +128,7 @@ def test_bad_spec_file_names_file_and_field(cli, tmp_path):
 def test_models_json_lists_every_bundled_model(cli):
     code, out, _ = cli("models", "--json")
     rows = {r["name"]: r for r in json.loads(out)}
-    from kvplan.specs import bundled_names
+    from kvplan.loader import bundled_names
 
     assert sorted(rows) == bundled_names()
     assert len(rows) >= 43 + 10  # the 43 reference models and the current architectures
@@ -294,7 +294,7 @@ def test_models_shows_parameters_and_a_parallel_mamba_state(cli):
 
 def test_describe_layers_marks_the_attention_layers_that_keep_a_state(tmp_path):
     from kvplan.calc import describe_layers
-    from kvplan.specs import load_spec_yaml
+    from kvplan.loader import load_spec_yaml
 
     p = tmp_path / "zamba.yaml"
     p.write_text(
@@ -309,7 +309,7 @@ def test_unknown_weights_messages_say_what_to_do_for_each_kind_of_model(cli, tmp
 
     from kvplan.errors import UsageError
     from kvplan.fit import weights_per_gpu
-    from kvplan.specs import load_bundled
+    from kvplan.loader import load_bundled
 
     # a bundled name: nothing for the user to edit; --weights-gib
     with pytest.raises(UsageError) as e:

@@ -13,7 +13,7 @@ from kvplan.dtypes import get_kv_dtype
 from kvplan.engines.base import token_plan, window_as_blocks
 from kvplan.fit import Engine, FitOptions, plan_fit, stage_layers
 from kvplan.gpus import get_gpu
-from kvplan.specs import load_bundled, load_spec_yaml
+from kvplan.loader import load_bundled, load_spec_yaml
 
 from .calibration import CALIBRATION, PRINTED_TOKENS, options
 
@@ -364,7 +364,7 @@ def test_suggests_bigger_gpu_at_bigger_tp():
 def test_given_budget_needs_no_param_count(tmp_path):
     p = tmp_path / "config.json"
     p.write_text((Path(__file__).parent / "fixtures/hf_configs/llama3.1-8b.json").read_text())
-    from kvplan.specs import load_hf_config
+    from kvplan.loader import load_hf_config
 
     r = plan_fit(load_hf_config(p), get_gpu("h100"), given_budget(GIB, max_model_len=4096))
     assert r.num_blocks == 512 and r.weights_bytes == 0

@@ -10,7 +10,7 @@ from kvplan.errors import UsageError
 from kvplan.fit import FitOptions, plan_fit
 from kvplan.fleet import load_workload, pack_replicas, plan_fleet, plan_layout, workload_from_data
 from kvplan.gpus import get_gpu
-from kvplan.specs import load_bundled
+from kvplan.loader import load_bundled
 
 from .conftest import ROOT
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from kvplan.fit import Engine, FitOptions, plan_fit, request_sizer
 from kvplan.fleet import SLO, RequestClass, Workload, plan_layout
 from kvplan.gpus import get_gpu
-from kvplan.specs import load_bundled
+from kvplan.loader import load_bundled
 
 GIB = 1 << 30
 

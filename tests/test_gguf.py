@@ -13,8 +13,8 @@ np = pytest.importorskip("numpy")
 
 from kvplan import calc  # noqa: E402
 from kvplan.errors import SpecError  # noqa: E402
+from kvplan.loader import load_bundled, load_model  # noqa: E402
 from kvplan.readers.gguf import load_gguf, read_gguf  # noqa: E402
-from kvplan.specs import load_bundled, load_model  # noqa: E402
 
 Q = gguf.GGMLQuantizationType
 

@@ -11,8 +11,8 @@ import pytest
 
 from kvplan import calc
 from kvplan.errors import SpecError
+from kvplan.loader import load_model
 from kvplan.readers import hub
-from kvplan.specs import load_model
 
 from .conftest import FIXTURES
 

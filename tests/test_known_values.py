@@ -13,7 +13,7 @@ import pytest
 from kvplan.fit import FitOptions, get_engine
 from kvplan.fleet import plan_layout, workload_from_data
 from kvplan.gpus import get_gpu
-from kvplan.specs import load_bundled
+from kvplan.loader import load_bundled
 
 # llama3-8b: 32 layers × 8 KV heads × 128 × 2 B × 2 (K and V) = 131,072 B per token; a request of
 # 4,096 tokens = 536,870,912 B = 0.5 GiB exactly (2^29 B).

@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 from kvplan.calc import estimate  # noqa: E402
 from kvplan.errors import UsageError  # noqa: E402
 from kvplan.kvcache import StaticKVCache, ring_positions  # noqa: E402
-from kvplan.specs import load_bundled, load_spec_yaml  # noqa: E402
+from kvplan.loader import load_bundled, load_spec_yaml  # noqa: E402
 
 # CPU tensors from torch.empty are virtual until written, so these allocations cost no time.
 

@@ -20,7 +20,8 @@ from kvplan.errors import SpecError, UsageError
 from kvplan.fit import FitOptions, get_engine, plan_fit
 from kvplan.fleet import SLO, plan_layout, workload_from_data
 from kvplan.gpus import get_gpu
-from kvplan.specs import build_spec, load_bundled
+from kvplan.loader import load_bundled
+from kvplan.specs import build_spec
 
 from .conftest import ROOT
 

@@ -10,8 +10,8 @@ import pytest
 
 from kvplan.calc import estimate
 from kvplan.gpus import get_gpu
+from kvplan.loader import load_bundled
 from kvplan.plot import plot_data, sample_points
-from kvplan.specs import load_bundled
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

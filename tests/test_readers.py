@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from kvplan.calc import estimate
+from kvplan.loader import load_bundled
 from kvplan.readers import REGISTRY, spec_from_hf_config
-from kvplan.specs import load_bundled
 
 from .conftest import FIXTURES, ROOT
 

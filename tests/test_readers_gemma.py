@@ -17,8 +17,8 @@ import pytest
 
 from kvplan.calc import estimate
 from kvplan.errors import SpecError
+from kvplan.loader import load_bundled
 from kvplan.readers import REGISTRY, spec_from_hf_config
-from kvplan.specs import load_bundled
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "hf_configs"
 

@@ -28,8 +28,9 @@ import pytest
 
 from kvplan.calc import estimate, layer_state_bytes, layer_token_bytes, resolve_kv_dtype
 from kvplan.errors import SpecError
+from kvplan.loader import load_bundled
 from kvplan.readers import spec_from_hf_config
-from kvplan.specs import StateTensor, load_bundled
+from kvplan.specs import StateTensor
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 HF = FIXTURES / "hf_configs"

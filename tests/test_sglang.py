@@ -12,7 +12,7 @@ from __future__ import annotations
 from kvplan.engines import sglang as sglang_rules
 from kvplan.fit import Engine, FitOptions, plan_fit
 from kvplan.gpus import get_gpu
-from kvplan.specs import load_bundled
+from kvplan.loader import load_bundled
 from kvplan.sweep import sweep
 
 GIB = 1 << 30

@@ -9,7 +9,7 @@ import pytest
 
 from kvplan.calc import estimate
 from kvplan.errors import SpecError
-from kvplan.specs import bundled_names, load_bundled, load_hf_config, load_model, load_spec_yaml
+from kvplan.loader import bundled_names, load_bundled, load_hf_config, load_model, load_spec_yaml
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 

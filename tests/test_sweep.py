@@ -15,7 +15,7 @@ import pytest
 from kvplan.errors import UsageError
 from kvplan.fit import MAX_SEARCH_TOKENS, Engine, FitOptions, plan_fit
 from kvplan.gpus import get_gpu
-from kvplan.specs import load_bundled
+from kvplan.loader import load_bundled
 from kvplan.sweep import OUTPUT_COLUMNS, VALUE_COLUMNS, sweep
 
 from .conftest import ROOT

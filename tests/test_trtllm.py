@@ -24,7 +24,7 @@ from kvplan.engines import trtllm as trt_rules
 from kvplan.errors import UsageError
 from kvplan.fit import Engine, FitOptions, does_not_fit_message, plan_fit
 from kvplan.gpus import get_gpu
-from kvplan.specs import load_bundled
+from kvplan.loader import load_bundled
 from kvplan.sweep import sweep
 
 GPT_OSS_KV_SIZE = 36 * 2 * 8 * 64 * 2  # every one of the 36 layers, sliding ones included: 73,728 B per token

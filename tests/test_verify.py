@@ -14,7 +14,8 @@ import kvplan.verify as verifymod  # noqa: E402
 from kvplan.calc import estimate  # noqa: E402
 from kvplan.errors import DoesNotFit  # noqa: E402
 from kvplan.kvcache import StaticKVCache  # noqa: E402
-from kvplan.specs import build_spec, load_bundled  # noqa: E402
+from kvplan.loader import load_bundled  # noqa: E402
+from kvplan.specs import build_spec  # noqa: E402
 
 from .conftest import ROOT  # noqa: E402
 from .test_kvcache import SYNTHETIC, SYNTHETIC_BYTES, synthetic_spec  # noqa: E402

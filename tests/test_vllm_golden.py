@@ -23,7 +23,8 @@ from kvplan.calc import resolve_kv_dtype
 from kvplan.engines import vllm as vllm_rules
 from kvplan.fit import FitOptions, plan_fit
 from kvplan.gpus import get_gpu
-from kvplan.specs import build_spec, load_bundled
+from kvplan.loader import load_bundled
+from kvplan.specs import build_spec
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "vllm_golden.json"
 GOLDEN = json.loads(FIXTURE.read_text())

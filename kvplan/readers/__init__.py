@@ -188,11 +188,9 @@ def spec_from_hf_config(config: Any, where: str, name: str | None = None):
     """
     from pathlib import Path
 
-    from kvplan.readers.base import HFConfig
-    from kvplan.specs import build_spec
-
-    from kvplan.readers.base import ENCODER_TYPES
+    from kvplan.readers.base import ENCODER_TYPES, HFConfig
     from kvplan.readers.wrappers import encoder_facts, text_model_type
+    from kvplan.specs import build_spec
 
     if not isinstance(config, dict):
         raise SpecError(f"{where}: a config.json must hold a JSON object")
@@ -206,7 +204,8 @@ def spec_from_hf_config(config: Any, where: str, name: str | None = None):
     if cfg.model_type not in REGISTRY and cfg.model_type not in ENCODER_TYPES and cfg.model_type:
         from kvplan.readers.transformers_fallback import spec_from_transformers
 
-        return spec_from_transformers(config, where, name)
+        refusal = no_reader_message(cfg.model_type, where)
+        return spec_from_transformers(config, where, name, refusal, tuple(REGISTRY))
     read = reader_for(cfg.model_type, where)
     for key in ("is_encoder_decoder",):
         if cfg.raw.get(key) is True or config.get(key) is True:

@@ -221,7 +221,14 @@ _DEFAULTS: dict[str, dict] = {
     # and qwen2_vl.py run Qwen2Model on the same config); Qwen3VLTextConfig / Qwen3VLMoeTextConfig: no
     # layer_types, so a set sliding_window applies to every layer as in transformers' cache and vLLM's
     # CacheConfig.sliding_window (qwen3_vl.py runs Qwen3Model).
-    "qwen2_vl_text": {"max_len": 32768, "layers": 80, "heads": 64, "kv_heads": 8, "hidden": 8192, "windowing": "qwen_vl"},
+    "qwen2_vl_text": {
+        "max_len": 32768,
+        "layers": 80,
+        "heads": 64,
+        "kv_heads": 8,
+        "hidden": 8192,
+        "windowing": "qwen_vl",
+    },
     "qwen2_5_vl_text": {
         "max_len": 32768,
         "layers": 80,
@@ -230,7 +237,14 @@ _DEFAULTS: dict[str, dict] = {
         "hidden": 8192,
         "windowing": "qwen_vl",
     },
-    "qwen3_vl_text": {"max_len": 128000, "layers": 32, "heads": 32, "hidden": 4096, "head_dim": 128, "windowing": "all"},
+    "qwen3_vl_text": {
+        "max_len": 128000,
+        "layers": 32,
+        "heads": 32,
+        "hidden": 4096,
+        "head_dim": 128,
+        "windowing": "all",
+    },
     "qwen3_vl_moe_text": {
         "max_len": 128000,
         "layers": 24,

@@ -93,7 +93,7 @@ def hub_offline() -> bool:
 def bundled_repos() -> dict[str, tuple[str, str]]:
     """Lower-cased ``hf_repo`` -> (the repo id as written, bundled model name), from the bundled YAMLs'
     ``hf_repo:`` lines (read as text: parsing 43 YAMLs would cost start-up time)."""
-    from kvplan.specs import bundled_specs_dir
+    from kvplan.data import bundled_specs_dir
 
     out: dict[str, tuple[str, str]] = {}
     line = re.compile(r"^hf_repo:\s*['\"]?([^'\"\s#]+)", re.MULTILINE)
@@ -102,6 +102,13 @@ def bundled_repos() -> dict[str, tuple[str, str]]:
         if m:
             out[m.group(1).lower()] = (m.group(1), path.stem)
     return out
+
+
+def bundled_name(ref: str) -> str | None:
+    """The bundled model whose ``hf_repo`` is ``ref`` (no revision given; case-insensitive), or None."""
+    repo, revision = parse_repo_id(ref)
+    hit = bundled_repos().get(repo.lower()) if revision is None else None
+    return None if hit is None else hit[1]
 
 
 def close_bundled(repo: str, n: int = 3) -> list[str]:
@@ -261,10 +268,10 @@ def _download(repo: str, filename: str, revision: str | None) -> Path:
 
 
 def _read_json(path: Path, where: str) -> Any:
-    from kvplan.specs import _read_text
+    from kvplan.textio import read_text
 
     try:
-        return json.loads(_read_text(path))
+        return json.loads(read_text(path))
     except json.JSONDecodeError as e:
         raise SpecError(f"{where}: malformed JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
     except (ValueError, RecursionError) as e:
@@ -280,12 +287,6 @@ def load_repo(ref: str):
             and lists close bundled models.
     """
     repo, revision = parse_repo_id(ref)
-    if revision is None:
-        hit = bundled_repos().get(repo.lower())
-        if hit is not None:
-            from kvplan.specs import load_bundled
-
-            return load_bundled(hit[1])
     path = _cached(repo, "config.json", revision)
     if path is None:
         if hub_offline():

@@ -56,20 +56,22 @@ def cache_dir() -> Path:
     return Path(base) / "kvplan" / "transformers-layouts"
 
 
-def spec_from_transformers(config: dict, where: str, name: str | None = None):
+def spec_from_transformers(config: dict, where: str, name: str | None = None, refusal: str = "",
+                           known: tuple[str, ...] = ()):  # fmt: skip
     """A :class:`~kvplan.specs.ModelSpec` for a config.json no kvplan reader matches, read by transformers.
+
+    Args:
+        refusal: the readers' one-line refusal for this model_type (said when transformers is missing).
+        known: the model_types kvplan's readers know (for a did-you-mean).
 
     Raises:
         SpecError: transformers is not installed (the message names the extra), transformers cannot build
             the model (its reason), or its cache has a layer kvplan has no engine rule for.
     """
-    from kvplan.readers import no_reader_message
-
-    model_type = str(config.get("model_type") or "")
     try:
         import transformers
     except ImportError:
-        raise SpecError(no_reader_message(model_type, where).replace(
+        raise SpecError(refusal.replace(
             "pip install 'kvplan[transformers]' lets transformers read it", f"{EXTRA} lets transformers read it"
         )) from None  # fmt: skip
     version = transformers.__version__
@@ -83,7 +85,7 @@ def spec_from_transformers(config: dict, where: str, name: str | None = None):
         except (OSError, ValueError):
             layout = None
     if layout is None:
-        layout = read_layout(config, where)
+        layout = read_layout(config, where, known)
         _write_atomic(path, json.dumps(layout, sort_keys=True))
     return build_from_layout(layout, config, where, name, version)
 
@@ -100,8 +102,9 @@ def _write_atomic(path: Path, text: str) -> None:
         pass
 
 
-def read_layout(config: dict, where: str) -> dict:
-    """transformers' per-layer cache layout of ``config`` as plain JSON data (see the module docstring).
+def read_layout(config: dict, where: str, known: tuple[str, ...] = ()) -> dict:
+    """transformers' per-layer cache layout of ``config`` as plain JSON data (see the module docstring);
+    ``known``: kvplan's model_types, for a did-you-mean.
 
     Raises:
         SpecError: no config class, or building / running the model on meta failed (with the reason).
@@ -121,9 +124,7 @@ def read_layout(config: dict, where: str) -> dict:
     if model_type not in CONFIG_MAPPING_NAMES:
         import difflib
 
-        from kvplan.readers import REGISTRY
-
-        close = difflib.get_close_matches(str(model_type), list(REGISTRY), n=1)
+        close = difflib.get_close_matches(str(model_type), list(known), n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise SpecError(
             f"{where}: model_type {model_type!r}{hint}: neither kvplan nor transformers {v} has a reader for it "
@@ -189,6 +190,7 @@ def read_layout(config: dict, where: str) -> dict:
             "type": layer_type, "window": kwargs.get("sliding_window"), "mixer": mixer, "shared": sharing[i] == "reuse",
             "k": list(k) if k else None, "v": list(vv) if vv else None, "tensors": tensors,
         })  # fmt: skip
+
     def attr(name: str):
         try:  # a heterogeneous config (per-layer attributes) raises on a global read
             value = getattr(text, name, None)
@@ -207,7 +209,9 @@ def read_layout(config: dict, where: str) -> dict:
         "hidden_size": attr("hidden_size"),
         "max_position_embeddings": attr("max_position_embeddings"),
         "kv_lora_rank": kv_lora if isinstance(kv_lora, int) else None,
-        "dtype": str(config.get("torch_dtype") or config.get("dtype") or attr("dtype") or "float32").removeprefix("torch."),
+        "dtype": str(config.get("torch_dtype") or config.get("dtype") or attr("dtype") or "float32").removeprefix(
+            "torch."
+        ),
         "layers": layers,
     }
 
@@ -314,8 +318,9 @@ def build_from_layout(layout: dict, config: dict, where: str, name: str | None, 
         "max_model_len": layout.get("max_position_embeddings") or 2048,
         "layers": kinds,
         "reader": f"transformers {version} (no kvplan reader)",
-        "notes": "; ".join([f"{layout['config_class']} / {layout['model_class']} read by transformers {version}",
-                            *notes]),  # fmt: skip
+        "notes": "; ".join(
+            [f"{layout['config_class']} / {layout['model_class']} read by transformers {version}", *notes]
+        ),  # fmt: skip
     }
     if isinstance(layout.get("hidden_size"), int):
         data["hidden_size"] = layout["hidden_size"]
