@@ -28,6 +28,7 @@ from kvplan.calc import estimate, layer_cross_bytes, layer_state_bytes, layer_to
 from kvplan.dtypes import get_kv_dtype
 from kvplan.readers import REGISTRY, spec_from_hf_config
 from kvplan.readers.base import HFConfig
+from kvplan.readers.wrappers import text_model_type
 from kvplan.specs import KV_HEAD_KINDS, STATE_KINDS, LayerSpec, ModelSpec
 from tests.oracle import OracleLayer, OracleReading, OracleUnavailable, read_with_transformers
 
@@ -193,7 +194,8 @@ def _load_fixtures() -> list[Fixture]:
             if not isinstance(config, dict):
                 BROKEN_FIXTURES.append(f"{path.name}: not a JSON object")
                 continue
-            out.append(Fixture(path, config, HFConfig(config, str(path)).model_type, str(config.get("model_type"))))
+            model_type = text_model_type(config)[1] or HFConfig(config, str(path)).model_type  # as kvplan reads it
+            out.append(Fixture(path, config, model_type, str(config.get("model_type"))))
     return out
 
 
