@@ -18,6 +18,9 @@ What it does (nothing of llama.cpp lands in the repository; everything is built 
    GGML_ASSERT abort with its message).
 6. ``--server``: the Gemma 3 GGUF saved with tensors (``llama_model_save_to_file``) and ``llama-server``
    started on 127.0.0.1 with a few command lines; the KV lines it prints are recorded, then it is stopped.
+   Not yet run: the llama-server target is 134 compile steps (common, mtmd, server), over an hour on two
+   shared cores; the committed fixture has no "server" section. Its server-* rows are llama-server's
+   settings given to llama_init_from_model directly (tools/server/server.cpp: no -np = 4 slots, unified).
 
 Writes tests/fixtures/llamacpp_golden.json (``--out``). Run with the project's Python (it needs only
 ``gguf`` and numpy, as kvplan's GGUF reader does)::
@@ -104,6 +107,21 @@ MODELS: dict[str, dict] = {
     "gemma3n": _common(
         "gemma3n", 22, 64, 1, 1, 64,
         **{"attention.key_length": 64, "attention.value_length": 64, "attention.sliding_window": 128},
+    ),
+    # Gemma 4: per-layer SWA pattern (layer 5 full) and narrower SWA heads (32) than full ones (64): with flash
+    # attention off every V row is padded to the widest layer's
+    "gemma4": _common(
+        "gemma4", 7, 64, 2, 1, 64,
+        **{
+            "attention.key_length": 64,
+            "attention.value_length": 64,
+            "attention.key_length_swa": 32,
+            "attention.value_length_swa": 32,
+            "attention.sliding_window": 1024,
+            "attention.sliding_window_pattern": [True, True, True, True, True, False, True],
+            "embedding_length_per_layer_input": 16,
+            "attention.shared_kv_layers": 0,
+        },
     ),
     # Phi-2: head_dim 80 (not a multiple of 32); 2 KV heads, so a K row is 160 elements
     "phi2": _common("phi2", 2, 160, 2, 2, 64, **{"rope.dimension_count": 32}),
@@ -219,7 +237,7 @@ REAL_MODELS: dict[str, dict] = {
                             "attention.sliding_window": 4096}),
 }
 
-SWA_MODELS = {"gemma2", "gemma2_nowindow", "gemma3", "gemma3_12l", "gemma3n"}
+SWA_MODELS = {"gemma2", "gemma2_nowindow", "gemma3", "gemma3_12l", "gemma3n", "gemma4"}
 RECURRENT_ONLY = {"mamba", "mamba2"}
 
 TYPE_PAIRS = [
@@ -379,7 +397,7 @@ def write_gguf(path: Path, arch: str, kv: dict) -> None:
         elif isinstance(val, float):
             w.add_key_value(full, val, T.FLOAT32)
         elif isinstance(val, list):
-            w.add_key_value(full, val, T.ARRAY, sub_type=T.UINT32)
+            w.add_key_value(full, val, T.ARRAY, sub_type=T.BOOL if all(isinstance(v, bool) for v in val) else T.UINT32)
         else:
             raise TypeError(f"{key}: {val!r}")
     w.add_key_value("tokenizer.ggml.model", "none", T.STRING)
