@@ -46,7 +46,8 @@ import tarfile
 import time
 from pathlib import Path
 
-LLAMA_CPP_PYTHON = "0.3.36"  # vendors llama.cpp 0c1e57098 (CHANGELOG "update llama.cpp to ggml-org/llama.cpp@0c1e57098")
+# the sdist vendors llama.cpp 0c1e57098 (its CHANGELOG: "update llama.cpp to ggml-org/llama.cpp@0c1e57098")
+LLAMA_CPP_PYTHON = "0.3.36"
 REPO = Path(__file__).resolve().parent.parent
 HARNESS_SRC = REPO / "scripts" / "llamacpp_harness.cpp"
 DEFAULT_OUT = REPO / "tests" / "fixtures" / "llamacpp_golden.json"
@@ -360,7 +361,8 @@ def build(vendor: Path, work: Path, jobs: int, server: bool) -> Path:
     gen = ["-G", "Ninja"] if shutil.which("ninja") else []
     if not (bdir / "CMakeCache.txt").exists():
         sh(["cmake", "-S", str(vendor), "-B", str(bdir), *gen, "-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF",
-            "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_SERVER=ON",
+            "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_TOOLS=ON",
+            "-DLLAMA_BUILD_SERVER=ON",
             "-DLLAMA_BUILD_APP=OFF", "-DLLAMA_OPENSSL=OFF", "-DGGML_NATIVE=OFF", "-DGGML_OPENMP=OFF",
             "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF"], log=work / "cmake.log")
     targets = ["llama"] + (["llama-server"] if server else [])
@@ -378,7 +380,8 @@ def compile_harness(vendor: Path, bdir: Path, work: Path) -> Path:
     if exe.exists() and exe.stat().st_mtime > max(p.stat().st_mtime for p in [HARNESS_SRC, *libs]):
         return exe
     sh(["c++", "-std=c++17", "-O1", "-o", str(exe), str(HARNESS_SRC), f"-I{vendor / 'include'}", f"-I{vendor / 'src'}",
-        f"-I{vendor / 'ggml' / 'include'}", *map(str, libs), "-lpthread", "-ldl", "-lm"], log=work / "harness-build.log")
+        f"-I{vendor / 'ggml' / 'include'}", *map(str, libs), "-lpthread", "-ldl", "-lm"],
+       log=work / "harness-build.log")
     return exe
 
 
@@ -589,12 +592,14 @@ def run_server(server: Path, gguf_path: Path, args: list[str], work: Path, timeo
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--work", type=Path, default=Path("/tmp/kvplan-llamacpp"), help="build directory (outside the repo)")
+    ap.add_argument("--work", type=Path, default=Path("/tmp/kvplan-llamacpp"),
+                    help="build directory (outside the repo)")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--version", default=LLAMA_CPP_PYTHON, help="llama-cpp-python sdist to take llama.cpp from")
     ap.add_argument("-j", "--jobs", type=int, default=2)
     ap.add_argument("--server", action="store_true", help="also build llama-server and record its KV lines")
-    ap.add_argument("--skip-build", action="store_true", help="use the libraries already built under --work as they are")
+    ap.add_argument("--skip-build", action="store_true",
+                    help="use the libraries already built under --work as they are")
     ap.add_argument("--models", default="", help="comma-separated subset of the models (default: all)")
     args = ap.parse_args()
     work = args.work.resolve()

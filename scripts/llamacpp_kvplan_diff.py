@@ -70,7 +70,8 @@ def main() -> None:
             cache = stage_cache(spec, get_kv_dtype(GGML_TO_KVPLAN[a["type_k"]]), 1, range(spec.num_layers))
             kp = request_bytes(cache, n_ctx, Engine.llamacpp, 256, a["n_ubatch"], a["swa_full"])
             if not r["ok"]:
-                groups["llama.cpp refuses, kvplan plans: " + r["error"].split(": ", 1)[-1][:64]].append((r["id"], kp, got))
+                why = r["error"].split(": ", 1)[-1][:64]
+                groups["llama.cpp refuses, kvplan plans: " + why].append((r["id"], kp, got))
                 continue
             if kp == got:
                 groups["equal"].append((r["id"], kp, got))
