@@ -93,7 +93,7 @@ def test_entry_source(path: Path):
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
 def test_printed_figures_occur_in_lines(path: Path):
     e = ENTRIES[path.stem]
-    assert isinstance(e["printed"], dict) and e["printed"], f"{path.name}: nothing parsed from the lines"
+    assert isinstance(e["printed"], dict), f"{path.name}: printed must be a mapping (empty when the lines carry no figure)"
     seen = _numbers(e["lines"])
     for key, value in e["printed"].items():
         for x in _printed_numbers(value):
