@@ -117,6 +117,7 @@ def fit_options(
     num_speculative_tokens: int = 0,
     speculative_model=None,
     num_mtp_layers: int = 0,
+    enforce_eager: bool = False,
 ):
     """The :class:`kvplan.options.FitOptions` of a plan: the one place they are built, for the API and every
     CLI command (``fit``, ``fleet``, ``sweep``, ``plot``, ``verify --fit``).
@@ -139,6 +140,7 @@ def fit_options(
         pp_layer_partition: layers per PP stage, a tuple or ``"41,39"``.
         num_speculative_tokens, speculative_model, num_mtp_layers: speculative decoding (vLLM); the draft
             model as a ModelSpec or a MODEL string.
+        enforce_eager: vLLM's ``--enforce-eager`` (no CUDA graphs in the budget).
 
     Raises:
         UsageError: an unknown engine, a malformed count or size; SpecError for the draft model.
@@ -173,6 +175,7 @@ def fit_options(
         num_speculative_tokens=num_speculative_tokens,
         speculative_model=None if speculative_model is None else _spec(speculative_model),
         num_mtp_layers=num_mtp_layers,
+        enforce_eager=bool(enforce_eager),
     )
 
 

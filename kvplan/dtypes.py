@@ -105,8 +105,11 @@ _ALIASES: dict[str, str] = {
     "bfloat16": "bf16",
     "fp8": "fp8_e4m3",
     "fp8_e4m3fn": "fp8_e4m3",
+    "float8_e4m3fn": "fp8_e4m3",  # SGLang / torch spellings
+    "float8_e4m3": "fp8_e4m3",
     "e4m3": "fp8_e4m3",
     "e5m2": "fp8_e5m2",
+    "float8_e5m2": "fp8_e5m2",
     "fp4": "nvfp4",
 }
 

@@ -88,6 +88,13 @@ class FitResult:
         engine_log: the start-up line the engine prints ("GPU KV cache size: ... Maximum concurrency ...").
         pools: ``(name, capacity, bytes per unit)`` of each pool requests draw from, capacity in its units
             (vLLM ≥ 0.33: blocks less the null block; SGLang's hybrid-SWA pools: token slots; otherwise bytes).
+        cudagraph_bytes: CUDA-graph memory taken from the budget (vLLM ≥ 0.20's estimate), else 0.
+        kv_budget_low_bytes, kv_budget_high_bytes: the range of the KV budget: every modelled term (activation
+            peak, non-torch memory, CUDA graphs, weights sized from a parameter count) at the high / low end of
+            the residuals measured on public engine logs (:mod:`kvplan.data.budget_residuals`); equal to
+            ``kv_budget_bytes`` when the budget is given (``--kv-cache-memory``) or every term exact.
+        max_requests_low, max_requests_high: ``max_concurrent_requests`` at those two budgets.
+        budget_terms: each term as a dict: name, bytes, low, high, source.
         num_speculative_tokens, drafter_layers: speculative decoding (vLLM ≥ 0.33): draft tokens per step and
             the drafter's layers in the pool (MTP modules, or a draft model's / EAGLE head's layers).
     """
@@ -140,11 +147,22 @@ class FitResult:
     engine_version_asked: str = ""
     engine_rules: str = ""
     pools: tuple = ()
+    cudagraph_bytes: int = 0
+    kv_budget_low_bytes: int = 0
+    kv_budget_high_bytes: int = 0
+    max_requests_low: int = 0
+    max_requests_high: int = 0
+    budget_terms: tuple = ()
 
     @property
     def fits(self) -> bool:
         """True when at least one request of max_model_len fits."""
         return self.max_requests_by_memory >= 1
+
+    @property
+    def budget_exact(self) -> bool:
+        """True when the KV budget is exact (given with --kv-cache-memory, or every term known): no range."""
+        return self.kv_budget_low_bytes == self.kv_budget_bytes == self.kv_budget_high_bytes
 
     @property
     def limited_by_max_num_seqs(self) -> bool:
@@ -233,9 +251,16 @@ def _result(spec, gpu, opts, settings, budget, cache, kv_dtype_name: str, max_le
     prefix = opts.shared_prefix_tokens
     caps = cache.pools(kv)
     shared = cache.prefix(prefix)
-    by_memory, ratio = count_requests(caps, cache.demand(max_len), shared)
+    demand = cache.demand(max_len)
+    by_memory, ratio = count_requests(caps, demand, shared)
     m = cache.measures(kv, max_len, prefix)
     seqs = settings.max_num_seqs
+
+    def capped(n: int) -> int:
+        return n if seqs is None else min(n, seqs)
+
+    lows = [capped(count_requests(cache.pools(b), demand, shared)[0])
+            for b in (budget.kv_budget_low_bytes, budget.kv_budget_high_bytes)]  # fmt: skip
     fields = dict(
         engine_version=settings.rules.version,
         max_num_seqs=seqs,
@@ -271,7 +296,7 @@ def _result(spec, gpu, opts, settings, budget, cache, kv_dtype_name: str, max_le
         kv_bytes_per_request=m["kv_bytes_per_request"],
         num_blocks=m["num_blocks"],
         kv_capacity_tokens=m["kv_capacity_tokens"],
-        max_concurrent_requests=by_memory if seqs is None else min(by_memory, seqs),
+        max_concurrent_requests=capped(by_memory),
         max_concurrency=m["max_concurrency"],
         max_model_len_fit=longest_request(cache, caps),
         shared_prefix_tokens=(prefix // cache.block_size) * cache.block_size,
@@ -281,6 +306,13 @@ def _result(spec, gpu, opts, settings, budget, cache, kv_dtype_name: str, max_le
         engine_log=cache.log_line(m, max_len, caps),
         max_requests_ratio=ratio,
         pools=tuple(zip(cache.pool_names, caps, cache.unit_bytes, strict=True)),
+        cudagraph_bytes=budget.cudagraph_bytes,
+        kv_budget_low_bytes=budget.kv_budget_low_bytes,
+        kv_budget_high_bytes=budget.kv_budget_high_bytes,
+        max_requests_low=lows[0],
+        max_requests_high=lows[1],
+        budget_terms=tuple(dict(name=t.name, bytes=t.bytes, low=t.low, high=t.high, source=t.source)
+                           for t in budget.terms),  # fmt: skip
         **fields,
     )
 

@@ -81,6 +81,7 @@ class FitOptions:
         async_scheduling, enable_prefix_caching, hybrid_kv_cache_manager: vLLM settings (None: default).
         pp_layer_partition: layers per PP stage (vLLM ``VLLM_PP_LAYER_PARTITION``).
         num_speculative_tokens, speculative_model, num_mtp_layers: speculative decoding (vLLM).
+        enforce_eager: no CUDA graphs (vLLM ``--enforce-eager``): none are estimated or subtracted.
     """
 
     engine: Engine = Engine.vllm
@@ -108,6 +109,7 @@ class FitOptions:
     num_speculative_tokens: int = 0
     speculative_model: ModelSpec | None = None
     num_mtp_layers: int = 0
+    enforce_eager: bool = False
 
 
 FLAG_LIMITS = {  # upper bounds that keep every count far inside exact int64 / float64 arithmetic

@@ -400,6 +400,8 @@ def fit_json(r, speed=None, reason: str | None = None, suggestions: list[str] | 
     d["reason"] = reason
     d["suggestions"] = list(suggestions or [])
     d["kv_budget_gib"] = r.kv_budget_bytes / GIB
+    d["budget_exact"] = getattr(r, "budget_exact", True)
+    d["budget_note"] = budget_note(r) or None
     for key in FIT_SPEED_KEYS:
         d[key] = None if speed is None else getattr(speed, key)
     d["throughput"] = None if speed is None else to_jsonable(speed)
@@ -583,6 +585,26 @@ def fit_lines(r) -> list[str]:
     return out
 
 
+def fmt_gib_range(low: int, high: int) -> str:
+    """``53.4–55.4 GiB`` (two decimals; one figure when both ends round alike)."""
+    a, b = f"{low / GIB:.2f}", f"{high / GIB:.2f}"
+    return f"{a} GiB" if a == b else f"{a}–{b} GiB"
+
+
+def budget_note(r) -> str:
+    """For a modelled budget: what the range means, the requests at its ends, and the way to an exact answer."""
+    if r.kv_budget_given or getattr(r, "budget_exact", True):
+        return ""
+    lo, hi = r.max_requests_low, r.max_requests_high
+    reqs = f"{lo:,}" if lo == hi else f"{lo:,}–{hi:,}"
+    return (
+        f"The KV budget is modelled ({fmt_gib_range(r.kv_budget_low_bytes, r.kv_budget_high_bytes)}: each modelled "
+        f"term at the extremes measured on public {r.engine} logs, docs/budget-validation.md): {reqs} requests of "
+        f"{fmt_tokens(r.max_model_len)} over that range. Exact: give the engine's printed budget with "
+        "--kv-cache-memory, or its start-up log with --from-log."
+    )
+
+
 def fit_table(r, con, speed=None) -> None:
     """Print a fit plan: memory per GPU, then what fits, then (with ``speed``) the speed bound."""
     from rich.table import Table
@@ -607,6 +629,18 @@ def fit_table(r, con, speed=None) -> None:
         b, gi, gd = size_cells(n)
         t.add_row(label, b, gi, gd, note)
 
+    terms = {x["name"]: x for x in getattr(r, "budget_terms", ())}
+
+    def term_row(label: str, name: str, n: int, note: str = "") -> None:
+        """A budget term: exact as given, or modelled: "≈" and its range."""
+        term = terms.get(name)
+        if term is None or term["low"] == term["bytes"] == term["high"] or r.kv_budget_given:
+            row(label, n, note)
+            return
+        b, gi, gd = size_cells(n)
+        span = f"modelled, {fmt_gib_range(term['low'], term['high'])}"
+        t.add_row(label, f"≈ {b}", f"≈ {gi}", f"≈ {gd}", f"{note}; {span}" if note else span)
+
     row("GPU memory (CUDA total)", r.gpu_total_bytes)
     if r.engine == "vllm":
         row("usable", r.usable_bytes, f"× gpu_memory_utilization {r.gpu_memory_utilization}")
@@ -624,11 +658,21 @@ def fit_table(r, con, speed=None) -> None:
         )
     else:
         row("usable", r.usable_bytes, f"× {r.gpu_memory_utilization}")
-    row("weights", r.weights_bytes, f"{r.weights_dtype}, / (TP × PP)")
-    row("activation peak", r.activation_bytes, f"at {plural(r.max_num_batched_tokens, 'batched token')}")
-    row("non-torch overhead", r.overhead_bytes)
+    term_row("weights", "weights", r.weights_bytes, f"{r.weights_dtype}, / (TP × PP)")
+    term_row("activation peak", "activation", r.activation_bytes,
+             f"at {plural(r.max_num_batched_tokens, 'batched token')}")  # fmt: skip
+    term_row("non-torch overhead", "non_torch", r.overhead_bytes)
+    if getattr(r, "cudagraph_bytes", 0):
+        term_row("CUDA graphs", "cudagraph", r.cudagraph_bytes, "estimate, subtracted")
     t.add_section()
-    row("KV budget", r.kv_budget_bytes, "given (--kv-cache-memory)" if r.kv_budget_given else "")
+    if r.kv_budget_given:
+        row("KV budget", r.kv_budget_bytes, "given (--kv-cache-memory)")
+    elif getattr(r, "budget_exact", True):
+        row("KV budget", r.kv_budget_bytes)
+    else:
+        b, gi, gd = size_cells(r.kv_budget_bytes)
+        t.add_row("KV budget", f"≈ {b}", f"≈ {gi}", f"≈ {gd}",
+                  f"modelled, {fmt_gib_range(r.kv_budget_low_bytes, r.kv_budget_high_bytes)}")  # fmt: skip
     row("KV per token", r.kv_bytes_per_token, "all token-caching layers")
     row("KV per block", r.kv_bytes_per_block, fmt_tokens(r.block_size))
     row("KV per request", r.kv_bytes_per_request, f"{fmt_tokens(r.max_model_len)}, engine block rules")
@@ -637,6 +681,9 @@ def fit_table(r, con, speed=None) -> None:
     con.print(t)
     for line in fit_lines(r):
         con.print(line)
+    note = budget_note(r)
+    if note:
+        con.print(note)
     if speed is not None:
         for line in fit_speed_lines(speed):
             con.print(line)

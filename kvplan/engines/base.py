@@ -98,6 +98,43 @@ class Settings:
 
 
 @dataclass(frozen=True, eq=False)
+class Term:
+    """One term of an engine's memory budget, per GPU, bytes.
+
+    Attributes:
+        name: ``weights``, ``activation``, ``non_torch`` or ``cudagraph``.
+        bytes: kvplan's figure.
+        low, high: the range the figure may take: equal to ``bytes`` when it is exact (given by a flag, or the
+            checkpoint's own bytes); otherwise from the residuals measured on public engine logs
+            (:mod:`kvplan.data.budget_residuals`).
+        source: where the figure comes from (the engine code it mirrors, or the flag).
+    """
+
+    name: str
+    bytes: int
+    low: int
+    high: int
+    source: str = ""
+
+    @property
+    def exact(self) -> bool:
+        """True when the term is known exactly (no range)."""
+        return self.low == self.bytes == self.high
+
+
+def exact_term(name: str, value: int, source: str) -> Term:
+    """A term known exactly (a flag, the checkpoint's bytes)."""
+    return Term(name, value, value, value, source)
+
+
+def modelled_term(name: str, value: int, factors: tuple[float, float], source: str) -> Term:
+    """A modelled term with its range ``value × factors`` (the residuals' low and high ratios, printed over
+    modelled, measured on the corpus)."""
+    lo, hi = factors
+    return Term(name, value, int(value * lo), -(-int(value * hi * 10**6) // 10**6), source)
+
+
+@dataclass(frozen=True, eq=False)
 class Budget:
     """What one GPU's memory leaves for the KV cache under an engine's conventions (bytes, per GPU).
 
@@ -109,6 +146,10 @@ class Budget:
         overhead_bytes: non-torch memory (NCCL, cuBLAS workspaces, CUDA context growth).
         kv_budget_bytes: bytes for the KV cache (>= 0); ``--kv-cache-memory`` when given.
         kv_budget_given: whether the KV budget was given rather than modelled.
+        cudagraph_bytes: the CUDA-graph memory the engine takes from the budget (vLLM ≥ 0.20), else 0.
+        terms: every term with its range (:class:`Term`).
+        kv_budget_low_bytes, kv_budget_high_bytes: the KV budget when every modelled term is at the high
+            (low) end of its range; both equal ``kv_budget_bytes`` when the budget is given or exact.
     """
 
     gpu_total_bytes: int
@@ -119,6 +160,15 @@ class Budget:
     overhead_bytes: int
     kv_budget_bytes: int
     kv_budget_given: bool
+    cudagraph_bytes: int = 0
+    terms: tuple = ()
+    kv_budget_low_bytes: int = 0
+    kv_budget_high_bytes: int = 0
+
+    @property
+    def exact(self) -> bool:
+        """True when the KV budget is known exactly (given, or every term exact)."""
+        return self.kv_budget_low_bytes == self.kv_budget_bytes == self.kv_budget_high_bytes
 
 
 class CachePlan:
@@ -502,8 +552,8 @@ class EngineRules:
 
     # --- 2. budget --------------------------------------------------------------------------------------
 
-    def activation_bytes(self, spec: ModelSpec, settings: Settings, tp: int) -> int:
-        """The default activation peak per GPU (see :mod:`kvplan.fit`'s calibration)."""
+    def activation_bytes(self, spec: ModelSpec, settings: Settings, opts: FitOptions) -> int:
+        """The default activation peak per GPU (0: none subtracted)."""
         return 0
 
     def overhead_bytes(self, spec: ModelSpec, settings: Settings, tp: int, pp: int) -> int:
@@ -511,15 +561,32 @@ class EngineRules:
         0.26 and 0.35 GiB on one GPU, 1.8–3.6 GiB with NCCL)."""
         return OVERHEAD_TP1_BYTES if tp * pp == 1 else OVERHEAD_TP_BYTES
 
-    def usable_and_budget(
-        self, total: int, util: float, weights: int, activation: int, overhead: int
-    ) -> tuple[int, int]:
-        """(usable bytes, KV budget before clamping) for the engine's meaning of its memory fraction."""
+    def cudagraph_bytes(self, spec: ModelSpec, settings: Settings, opts: FitOptions) -> int:
+        """CUDA-graph memory the engine takes from the KV budget (0: none)."""
+        return 0
+
+    def usable_and_budget(self, total: int, util: float, terms: dict[str, int], settings: Settings) -> tuple[int, int]:
+        """(usable bytes, KV budget before clamping) for the engine's meaning of its memory fraction, from the
+        terms' bytes by name (``weights``, ``activation``, ``non_torch``, ``cudagraph``); the budget must not
+        grow with any term."""
         raise NotImplementedError
 
-    def fixed_memory(self, spec: ModelSpec, opts: FitOptions, settings: Settings) -> tuple[int, str, int, int]:
-        """(weights bytes, weights dtype name, activation bytes, overhead bytes) per GPU: the overrides in
-        ``opts`` where given, else :func:`kvplan.weights.weights_per_gpu` and the engine's defaults.
+    def residual_key(self, settings: Settings) -> str:
+        """The key of this engine's residuals in :mod:`kvplan.data.budget_residuals` (the engine, and for
+        vLLM its generation)."""
+        return self.engine.value
+
+    def term_factors(self, name: str, settings: Settings, spec: ModelSpec, opts: FitOptions) -> tuple[float, float]:
+        """(low, high) ratio of a modelled term's true value to kvplan's, measured on the corpus
+        (:func:`kvplan.data.budget_residuals.factors`)."""
+        from kvplan.data.budget_residuals import factors
+
+        return factors(self.residual_key(settings), name, quantized=_quantized(spec, opts))
+
+    def weights_term(self, spec: ModelSpec, opts: FitOptions, settings: Settings) -> tuple[Term, str]:
+        """(the weights term, the weights dtype name) per GPU: ``--weights-gib`` (exact), the checkpoint's own
+        bytes (exact), or :func:`kvplan.weights.weights_per_gpu` (modelled: engines pad and repack some
+        formats, keep routers and norms per rank).
 
         Raises:
             UsageError: as :func:`kvplan.weights.weights_per_gpu`.
@@ -528,37 +595,70 @@ class EngineRules:
 
         tp, pp = opts.tensor_parallel_size, opts.pipeline_parallel_size
         if opts.weights_bytes is not None:
-            weights, wname = opts.weights_bytes, "given"
-        elif spec.param_count is None and opts.kv_cache_memory_bytes is not None:
-            weights, wname = 0, "unknown"  # the KV budget is given: weights do not enter the plan
-        else:
-            weights, wname = weights_per_gpu(spec, opts.weights_dtype, tp, pp)
-            draft = opts.speculative_model
-            if draft is not None and (draft.param_count is not None or draft.weights_bytes is not None):
-                # the draft model sits on the last stage, split over TP (vLLM: draft TP = target TP)
-                weights += weights_per_gpu(draft, None, tp, 1)[0]
-        activation = opts.activation_bytes
-        if activation is None:
-            activation = self.activation_bytes(spec, settings, tp)
-        overhead = opts.overhead_bytes
-        if overhead is None:
-            overhead = self.overhead_bytes(spec, settings, tp, pp)
-        return weights, wname, activation, overhead
+            return exact_term("weights", opts.weights_bytes, "--weights-gib"), "given"
+        if spec.param_count is None and opts.kv_cache_memory_bytes is not None:
+            return exact_term("weights", 0, "not needed: the KV budget is given"), "unknown"
+        weights, wname = weights_per_gpu(spec, opts.weights_dtype, tp, pp)
+        draft = opts.speculative_model
+        if draft is not None and (draft.param_count is not None or draft.weights_bytes is not None):
+            # the draft model sits on the last stage, split over TP (vLLM: draft TP = target TP)
+            weights += weights_per_gpu(draft, None, tp, 1)[0]
+        if wname == "checkpoint":
+            return exact_term("weights", weights, "the checkpoint's tensor bytes"), wname
+        source = f"param_count x {wname} / (TP x PP) (kvplan.weights)"
+        return modelled_term("weights", weights, self.term_factors("weights", settings, spec, opts), source), wname
 
-    def budget(self, spec: ModelSpec, gpu, opts: FitOptions, settings: Settings) -> Budget:
-        """What ``gpu`` leaves for the KV cache: the engine's formula over the fixed memory
-        (:meth:`fixed_memory`), or ``opts.kv_cache_memory_bytes`` when given.
+    def budget_terms(self, spec: ModelSpec, gpu, opts: FitOptions, settings: Settings) -> tuple[list[Term], str]:
+        """(the budget's terms, the weights dtype name): weights, the activation peak, non-torch memory and
+        CUDA graphs; a term given by a flag is exact, a modelled one carries its range.
 
         Raises:
-            UsageError: as :meth:`fixed_memory`.
+            UsageError: as :meth:`weights_term`.
         """
-        weights, wname, activation, overhead = self.fixed_memory(spec, opts, settings)
+        weights, wname = self.weights_term(spec, opts, settings)
+        tp, pp = opts.tensor_parallel_size, opts.pipeline_parallel_size
+        terms = [weights]
+        for name, given, flag, default in (
+            ("activation", opts.activation_bytes, "--activation-gib",
+             lambda: self.activation_bytes(spec, settings, opts)),
+            ("non_torch", opts.overhead_bytes, "--overhead-gib", lambda: self.overhead_bytes(spec, settings, tp, pp)),
+            ("cudagraph", None, "", lambda: self.cudagraph_bytes(spec, settings, opts)),
+        ):  # fmt: skip
+            if given is not None:
+                terms.append(exact_term(name, given, flag))
+                continue
+            value = default()
+            if value or name != "cudagraph":
+                f = self.term_factors(name, settings, spec, opts) if value else (1.0, 1.0)
+                terms.append(modelled_term(name, value, f, self.term_source(name, settings)))
+        return terms, wname
+
+    def term_source(self, name: str, settings: Settings) -> str:
+        """Where a modelled term comes from, for the output (the engine code it mirrors)."""
+        return f"{self.display_name} {name} model (kvplan.engines.{self.engine.value})"
+
+    def budget(self, spec: ModelSpec, gpu, opts: FitOptions, settings: Settings) -> Budget:
+        """What ``gpu`` leaves for the KV cache: the engine's formula over its terms (:meth:`budget_terms`),
+        with the range their ranges give, or ``opts.kv_cache_memory_bytes`` when given (exact).
+
+        Raises:
+            UsageError: as :meth:`budget_terms`.
+        """
+        terms, wname = self.budget_terms(spec, gpu, opts, settings)
         total = gpu.cuda_total_bytes
-        usable, budget = self.usable_and_budget(total, settings.utilization, weights, activation, overhead)
+        util = settings.utilization
+        usable, budget = self.usable_and_budget(total, util, {t.name: t.bytes for t in terms}, settings)
+        low = self.usable_and_budget(total, util, {t.name: t.high for t in terms}, settings)[1]
+        high = self.usable_and_budget(total, util, {t.name: t.low for t in terms}, settings)[1]
         given = opts.kv_cache_memory_bytes is not None
         if given:
-            budget = opts.kv_cache_memory_bytes
-        return Budget(total, usable, weights, wname, activation, overhead, max(0, budget), given)
+            budget = low = high = opts.kv_cache_memory_bytes
+        by = {t.name: t.bytes for t in terms}
+        return Budget(
+            total, usable, by["weights"], wname, by.get("activation", 0), by.get("non_torch", 0), max(0, budget), given,
+            cudagraph_bytes=by.get("cudagraph", 0), terms=tuple(terms), kv_budget_low_bytes=max(0, low),
+            kv_budget_high_bytes=max(0, high),
+        )  # fmt: skip
 
     # --- 3. pools ---------------------------------------------------------------------------------------
 
@@ -576,6 +676,12 @@ class EngineRules:
     def does_not_fit_note(self, result) -> str:
         """Text added to the does-not-fit reason (TensorRT-LLM: it starts with a shorter max_seq_len)."""
         return ""
+
+
+def _quantized(spec: ModelSpec, opts: FitOptions) -> bool:
+    """Whether the weights are stored in a quantized format (their residuals differ)."""
+    name = str(opts.weights_dtype or spec.weights_dtype or spec.dtype).lower()
+    return name not in ("bf16", "fp16", "fp32", "bfloat16", "float16", "half", "float32")
 
 
 OVERHEAD_TP1_BYTES = 3 * (1 << 30) // 10

@@ -76,12 +76,12 @@ class LlamacppEngine(EngineRules):
     def resolve_rules(self, version: str | None) -> LlamacppRules:
         return resolve_rules(version)
 
-    def activation_bytes(self, spec: ModelSpec, settings: Settings, tp: int) -> int:
+    def activation_bytes(self, spec: ModelSpec, settings: Settings, opts: FitOptions) -> int:
         return COMPUTE_BYTES
 
-    def usable_and_budget(self, total: int, util: float, weights: int, activation: int, overhead: int):
+    def usable_and_budget(self, total: int, util: float, terms: dict[str, int], settings: Settings):
         usable = int(total * util)
-        return usable, usable - weights - activation - overhead
+        return usable, usable - sum(terms.values())
 
     def plan(self, spec: ModelSpec, kv_dtype, opts: FitOptions, settings: Settings, max_len: int):
         ubatch = settings.max_num_batched_tokens

@@ -32,6 +32,7 @@ from kvplan.engines.base import PY, CachePlan, EngineRules, Settings, token_plan
 from kvplan.errors import UsageError
 from kvplan.options import Engine, FitOptions
 from kvplan.specs import ModelSpec
+from kvplan.units import GIB
 
 RULES_VERSION = "0.5.23"  # the one rule set: the SGLang release read (see the module docstring)
 DESCRIPTION = "SGLang 0.5.23 (model_runner mem_fraction_static, pool_configurator.py)"
@@ -207,11 +208,17 @@ class SglangEngine(EngineRules):
     def older_than_oldest(self, version: str | None) -> bool:
         return older_than_oldest(version)
 
-    def usable_and_budget(self, total: int, util: float, weights: int, activation: int, overhead: int):
+    def overhead_bytes(self, spec: ModelSpec, settings: Settings, tp: int, pp: int) -> int:
+        """Memory gone before SGLang measures what it may use: the CUDA context and, with several GPUs,
+        torch.distributed's start-up ("Init torch distributed ends. mem usage=0.13 GB"): 0.3 GiB on one GPU,
+        0.5 GiB with TP × PP > 1 (modelled, calibrated on the corpus logs)."""
+        return 3 * GIB // 10 if tp * pp == 1 else GIB // 2
+
+    def usable_and_budget(self, total: int, util: float, terms: dict[str, int], settings: Settings):
         """``usable = int((total − overhead) × mem_fraction_static)``; budget = usable − weights − activation
         (0: outside the fraction) [sglang model_runner]."""
-        usable = int((total - overhead) * util)
-        return usable, usable - weights - activation
+        usable = int((total - terms["non_torch"]) * util)
+        return usable, usable - terms["weights"] - terms.get("activation", 0)
 
     def plan(self, spec: ModelSpec, kv_dtype, opts: FitOptions, settings: Settings, max_len: int):
         hybrid = is_hybrid_swa(spec)

@@ -145,18 +145,18 @@ class TrtllmEngine(EngineRules):
         seqs = max_batch if opts.max_num_seqs is None else opts.max_num_seqs
         return Settings(resolve_rules(opts.engine_version), util, block, mnbt, max_batch, seqs)
 
-    def activation_bytes(self, spec: ModelSpec, settings: Settings, tp: int) -> int:
+    def activation_bytes(self, spec: ModelSpec, settings: Settings, opts: FitOptions) -> int:
         """``1 GiB + max_num_tokens × 14 × hidden / TP`` (as vLLM's calibration) plus 2 MiB per sequence of
         ``max_batch_size`` (runtime buffers)."""
         hidden = spec.hidden_size or spec.num_q_heads * spec.head_dim
         act = ACTIVATION_BASE_BYTES + cdiv(
-            settings.max_num_batched_tokens * ACTIVATION_BYTES_PER_TOKEN_PER_HIDDEN * hidden, tp
+            settings.max_num_batched_tokens * ACTIVATION_BYTES_PER_TOKEN_PER_HIDDEN * hidden, opts.tensor_parallel_size
         )
         return act + settings.max_batch_size * BYTES_PER_SEQUENCE
 
-    def usable_and_budget(self, total: int, util: float, weights: int, activation: int, overhead: int):
+    def usable_and_budget(self, total: int, util: float, terms: dict[str, int], settings: Settings):
         """``usable = total − weights − activation − overhead``; budget = ``int(usable × fraction)``."""
-        usable = total - weights - activation - overhead
+        usable = total - terms["weights"] - terms.get("activation", 0) - terms["non_torch"]
         return usable, int(usable * util)
 
     def plan(self, spec: ModelSpec, kv_dtype, opts: FitOptions, settings: Settings, max_len: int):

@@ -30,8 +30,8 @@ from math import lcm
 
 from kvplan.calc import cdiv, check_tp, kv_heads_per_rank, layer_token_bytes
 from kvplan.dtypes import KVDtype, get_kv_dtype
-from kvplan.engines import is_older_than, pick_rules
-from kvplan.engines.base import PY, CachePlan, EngineRules, Settings, token_plan
+from kvplan.engines import is_older_than, parse_version, pick_rules, vllm_budget
+from kvplan.engines.base import PY, CachePlan, EngineRules, Settings, modelled_term, token_plan
 from kvplan.errors import UsageError
 from kvplan.options import MAX_SEARCH_TOKENS, Engine, FitOptions, check_int
 from kvplan.specs import CROSS_KIND, KV_HEAD_KINDS, STATE_KINDS, ModelSpec
@@ -119,6 +119,24 @@ def batch_defaults(cuda_total_bytes: int, gpu_name: str) -> tuple[int, int]:
     if cuda_total_bytes >= 70 * GIB and "a100" not in gpu_name.lower() and "gb10" not in gpu_name.lower():
         return 8192, 1024
     return 2048, 256
+
+
+def version_batch_defaults(version: str | None, cuda_total_bytes: int, gpu_name: str, max_model_len: int) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) a version of vLLM's OpenAI server defaults to on this GPU.
+
+    0.30+ (and no version): :func:`batch_defaults`. V1 0.8–0.29 (``engine/arg_utils.py`` default table): a GPU
+    of at least 70 GiB: 8,192 / 1,024, except an A100 from 0.9 (``0.9.2 engine/arg_utils.py:1631-1653``);
+    otherwise 2,048 / 256 (``0.8.5 engine/arg_utils.py:1596-1621``). V0 (before 0.8): the scheduler's
+    ``max(max_model_len, 2048)`` tokens without chunked prefill (``0.5.5 config.py:909``), 2,048 with it (on for
+    max_model_len > 32,768, ``0.6.3 engine/arg_utils.py:936-952``); 256 sequences.
+    """
+    v = parse_version(version) if version is not None else None
+    if v is None or v >= (0, 30, 0):
+        return batch_defaults(cuda_total_bytes, gpu_name)
+    if v < (0, 8, 0):
+        return (2048 if max_model_len > 32768 else max(max_model_len, 2048)), OLD_DEFAULT_MAX_NUM_SEQS
+    big = cuda_total_bytes >= 70 * GIB and not (v >= (0, 9, 0) and "a100" in gpu_name.lower())
+    return (8192, 1024) if big else (2048, 256)
 
 
 def in_flight_tokens(max_num_batched_tokens: int, pipeline_parallel_size: int, async_scheduling: bool) -> int:
@@ -760,8 +778,6 @@ def log_line(kv_cache_tokens: int, max_model_len: int, max_concurrency: float) -
 
 # --- the engine: settings, budget, pools ------------------------------------------------------------------
 
-ACTIVATION_BASE_BYTES = 1 * GIB
-ACTIVATION_BYTES_PER_TOKEN_PER_HIDDEN = 14  # 2 projections × 3.5 × hidden × 2 B (kvplan.fit's calibration)
 
 
 @dataclass(frozen=True, eq=False)
@@ -913,27 +929,26 @@ class VllmEngine(EngineRules):
         return older_than_oldest(version)
 
     def settings(self, spec: ModelSpec, gpu, opts: FitOptions) -> Settings:
-        """The version's defaults where ``opts`` leaves None: batched tokens and max_num_seqs per GPU from
-        0.33 (:func:`batch_defaults`), else 8,192 / 256; async scheduling (0.33: on); prefix caching
+        """The version's defaults where ``opts`` leaves None: batched tokens and max_num_seqs
+        (:func:`version_batch_defaults`); async scheduling (0.33: on); prefix caching
         (:func:`default_prefix_caching`); the hybrid KV cache manager (:func:`default_hybrid_kv_cache_manager`);
         the GPU family for backend block sizes (:func:`gpu_family`). ``block_size`` stays None unless given
         (the backend picks: :func:`mla_block_size`, 16)."""
         rules = resolve_rules(opts.engine_version)
         util, _, mnbt, max_batch = self.common_settings(opts)
-        seqs = opts.max_num_seqs
-        if rules.batch_defaults_per_gpu:
-            gpu_mnbt, gpu_seqs = batch_defaults(gpu.cuda_total_bytes, gpu.name)
-            mnbt = gpu_mnbt if opts.max_num_batched_tokens is None else mnbt
-            seqs = gpu_seqs if seqs is None else seqs
-        elif seqs is None:
-            seqs = OLD_DEFAULT_MAX_NUM_SEQS
+        max_len = spec.max_model_len if opts.max_model_len is None else opts.max_model_len
+        gpu_mnbt, gpu_seqs = version_batch_defaults(opts.engine_version, gpu.cuda_total_bytes, gpu.name, max_len)
+        mnbt = gpu_mnbt if opts.max_num_batched_tokens is None else mnbt
+        seqs = gpu_seqs if opts.max_num_seqs is None else opts.max_num_seqs
         asynch = rules.async_scheduling if opts.async_scheduling is None else opts.async_scheduling
         prefix = default_prefix_caching(spec) if opts.enable_prefix_caching is None else opts.enable_prefix_caching
         hma = opts.hybrid_kv_cache_manager
         if hma is None:
             hma = default_hybrid_kv_cache_manager(spec)
+        budget = vllm_budget.resolve(opts.engine_version)
         extra = dict(async_scheduling=asynch, prefix_caching=prefix, hybrid_kv_cache_manager=hma,
-                     family=gpu_family(gpu.name, gpu.is_custom))  # fmt: skip
+                     family=gpu_family(gpu.name, gpu.is_custom), budget=budget,
+                     max_num_batched_tokens_given=opts.max_num_batched_tokens is not None)  # fmt: skip
         block = opts.block_size if rules.kv_cache_groups else (opts.block_size or DEFAULT_BLOCK_SIZE)
         return Settings(rules, util, block, mnbt, max_batch, seqs, extra)
 
@@ -944,20 +959,57 @@ class VllmEngine(EngineRules):
     def check(self, spec: ModelSpec, opts: FitOptions, settings: Settings) -> None:
         check_speculative(spec, opts, settings.rules.kv_cache_groups)
 
-    def activation_bytes(self, spec: ModelSpec, settings: Settings, tp: int) -> int:
-        """``1 GiB + max_num_batched_tokens × 14 × hidden / TP``: the MLP's gate and up projections in 16-bit
-        (2 × 3.5 × hidden × 2 B per token) plus ~1 GiB of sampler and workspace buffers (calibration: Llama-3.1-8B
-        1.44 GiB at 8,192 tokens, printed 1.44)."""
-        hidden = spec.hidden_size or spec.num_q_heads * spec.head_dim
-        return ACTIVATION_BASE_BYTES + cdiv(
-            settings.max_num_batched_tokens * ACTIVATION_BYTES_PER_TOKEN_PER_HIDDEN * hidden, tp
-        )
+    def activation_bytes(self, spec: ModelSpec, settings: Settings, opts: FitOptions) -> int:
+        """The profile run's activation peak (:func:`kvplan.engines.vllm_budget.activation_bytes`): the forward of
+        the profile's tokens (V0: ``max(max_model_len, 2048)`` without chunked prefill), then the sampler over
+        ``min(tokens, max_num_seqs)`` rows of the vocabulary."""
+        b = settings.extra["budget"]
+        max_len = spec.max_model_len if opts.max_model_len is None else opts.max_model_len
+        tokens = vllm_budget.profile_tokens(b, settings.max_num_batched_tokens, max_len,
+                                            settings.extra["max_num_batched_tokens_given"])  # fmt: skip
+        return vllm_budget.activation_bytes(spec, b, tokens, settings.max_num_seqs, opts.tensor_parallel_size)
 
-    def usable_and_budget(self, total: int, util: float, weights: int, activation: int, overhead: int):
-        """``requested = ceil(total × U)`` (vLLM's requested_memory); budget = requested − weights − activation
-        − non-torch."""
-        usable = -(-int(total * util * 10**6) // 10**6)
-        return usable, usable - weights - activation - overhead
+    def overhead_bytes(self, spec: ModelSpec, settings: Settings, tp: int, pp: int) -> int:
+        """Non-torch memory the version counts (:func:`kvplan.engines.vllm_budget.non_torch_bytes`)."""
+        return vllm_budget.non_torch_bytes(settings.extra["budget"], tp, pp)
+
+    def cudagraph_bytes(self, spec: ModelSpec, settings: Settings, opts: FitOptions) -> int:
+        """The CUDA-graph estimate vLLM ≥ 0.20 subtracts (:func:`kvplan.engines.vllm_budget.cudagraph_bytes`);
+        0 for older versions (graphs come out of the headroom) and with ``--enforce-eager``."""
+        if not settings.extra["budget"].cudagraph_subtracted or opts.enforce_eager:
+            return 0
+        return vllm_budget.cudagraph_bytes(spec, settings.max_num_seqs, settings.max_num_batched_tokens,
+                                           opts.tensor_parallel_size)  # fmt: skip
+
+    def usable_and_budget(self, total: int, util: float, terms: dict[str, int], settings: Settings):
+        """``requested`` (:func:`kvplan.engines.vllm_budget.requested_bytes`: ``ceil(total × U)`` from 0.14)
+        minus every term (``v1/worker/gpu_worker.py determine_available_memory``)."""
+        usable = vllm_budget.requested_bytes(total, util, settings.extra["budget"])
+        return usable, usable - sum(terms.values())
+
+    def weights_term(self, spec: ModelSpec, opts: FitOptions, settings: Settings):
+        """As :meth:`EngineRules.weights_term`, except an MXFP4 MoE checkpoint, which vLLM repacks and pads
+        (:func:`kvplan.engines.vllm_budget.mxfp4_weights_bytes`)."""
+        term, wname = super().weights_term(spec, opts, settings)
+        if wname != "mxfp4" or term.exact:
+            return term, wname
+        padded = vllm_budget.mxfp4_weights_bytes(spec, opts.tensor_parallel_size, opts.pipeline_parallel_size,
+                                                 settings.extra["family"])  # fmt: skip
+        if padded is None:
+            return term, wname
+        source = "MXFP4 experts as vLLM pads them for its MoE kernel (kvplan.engines.vllm_budget)"
+        return modelled_term("weights", padded, self.term_factors("weights", settings, spec, opts), source), wname
+
+    def residual_key(self, settings: Settings) -> str:
+        return f"vllm-{settings.extra['budget'].generation}"
+
+    def term_source(self, name: str, settings: Settings) -> str:
+        b = settings.extra["budget"]
+        return {
+            "activation": f"vLLM {b.version} profile run: forward + sampler (kvplan.engines.vllm_budget)",
+            "non_torch": f"vLLM {b.version} non-torch memory (kvplan.engines.vllm_budget)",
+            "cudagraph": f"vLLM {b.version} CUDA-graph estimate (kvplan.engines.vllm_budget)",
+        }.get(name, super().term_source(name, settings))
 
     def plan(self, spec: ModelSpec, kv_dtype: KVDtype, opts: FitOptions, settings: Settings, max_len: int):
         rules, x = settings.rules, settings.extra

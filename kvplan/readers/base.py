@@ -305,13 +305,19 @@ def attention_dims(cfg: HFConfig, defaults: dict | None = None, *, head_dim_defa
         if hidden % num_q:
             raise cfg.error(f"hidden_size={hidden} is not a multiple of num_attention_heads={num_q}")
         head_dim = hidden // num_q
-    return {
+    out = {
         "num_layers": num_layers,
         "num_q_heads": num_q,
         "num_kv_heads": num_kv,
         "head_dim": head_dim,
         "hidden_size": hidden,
     }
+    # sizes the engine's profile run (kvplan fit's activation estimate), not the cache: taken when present
+    for key in ("vocab_size", "intermediate_size"):
+        value = cfg.raw.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_DIMENSION:
+            out[key] = value
+    return out
 
 
 def max_len(cfg: HFConfig, default: int, *keys: str) -> int:
