@@ -642,7 +642,7 @@ def vllm_settings(spec: ModelSpec, gpu: GPU, opts: FitOptions) -> VllmSettings:
     )
     hma = opts.hybrid_kv_cache_manager
     if hma is None:
-        hma = vllm_rules.default_hybrid_kv_cache_manager(spec)
+        hma = vllm_rules.default_hybrid_kv_cache_manager(spec, opts.num_mtp_layers, opts.speculative_model)
     return VllmSettings(rules, seqs, asynch, prefix, hma, vllm_rules.gpu_family(gpu.name, gpu.is_custom))
 
 
