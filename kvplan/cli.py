@@ -244,7 +244,10 @@ def fit(
     hybrid_kv_cache_manager: Optional[bool] = typer.Option(
         None,
         "--enable-hybrid-kv-cache-manager/--disable-hybrid-kv-cache-manager",
-        help="vLLM hybrid KV cache manager (default on; off for chunked attention): off caches local layers as full.",
+        help=(
+            "vLLM hybrid KV cache manager (default on; off for chunked attention with EAGLE/MTP): "
+            "off caches local layers as full."
+        ),
     ),
     pp_layer_partition: Optional[str] = typer.Option(
         None, "--pp-layer-partition", help="Layers per PP stage, e.g. 41,39 (vLLM VLLM_PP_LAYER_PARTITION)."

@@ -2,12 +2,20 @@
 
 Run by hand, in a separate environment with vLLM installed (CPU is enough: no model is loaded)::
 
-    python3 -m venv /opt/venv-vllm && /opt/venv-vllm/bin/pip install torch==2.13.0
-    /opt/venv-vllm/bin/pip install --no-deps vllm==0.33.0 -r scripts/vllm-requirements.txt
-    /opt/venv-vllm/bin/python scripts/vllm_golden.py [--out tests/fixtures/vllm_golden.json]
+    python3 -m venv /work/venvs/vllm && /work/venvs/vllm/bin/pip install torch==2.13.0
+    /work/venvs/vllm/bin/pip install --no-deps vllm==0.33.0 -r scripts/vllm-requirements.txt
+    /work/venvs/vllm/bin/python scripts/vllm_golden.py [--out tests/fixtures/vllm_golden.json]
 
-CI never runs this script; tests/test_vllm_golden.py only reads the fixture and checks that
-``kvplan fit --engine vllm`` gives every row's numbers exactly.
+(about 10 minutes on 2 shared cores). CI never runs this script; tests/test_vllm_golden.py only reads the
+fixture and checks that ``kvplan fit --engine vllm`` gives every row's numbers exactly, and that kvplan's
+defaults are the ones in its ``defaults`` section.
+
+Every flag a row plans with — async scheduling, prefix caching, the hybrid KV cache manager, the Mamba
+cache mode and block size, Model Runner V2 (and so the in-flight batches) — is vLLM's own:
+``EngineArgs(model=<the geometry's config.json>, ...).create_engine_config()`` on the CPU as on an H200
+(scripts/vllm_resolve.py, which this script imports first), given only what a user gives (a row's
+``settings`` and ``env``). The ``defaults`` section is ``vllm_resolve.defaults_section()``: what that
+resolution gives for each fixture config.json × GPU × setting.
 
 What it calls (vLLM 0.33.0):
 
@@ -24,12 +32,14 @@ What it calls (vLLM 0.33.0):
 - ``vllm.v1.core.kv_cache_utils``: ``generate_scheduler_kv_cache_config``, ``get_kv_cache_capacity``
   (the "GPU KV cache size" and "Maximum concurrency" of the start-up log).
 
-The ``VllmConfig`` is vLLM's own (scheduler, cache, parallel configs: ``max_in_flight_tokens``
-comes from it, with async scheduling on by default and Model Runner V2 as on a GPU); only the model
-config is a stand-in carrying max_model_len and the geometry. The budget is given directly, as
+The ``VllmConfig`` is the one vLLM resolved (scheduler, cache, parallel configs; ``max_in_flight_tokens``
+comes from it); only the model config is then swapped for a stand-in carrying max_model_len and the
+geometry. The budget is given directly, as
 ``--kv-cache-memory-bytes`` does, so only the KV rules are compared.
 
-Hardware choices, as vLLM makes them on an H100/H200 (SM 9.0), are inputs here: FlashAttention's
+Backend choices, which vLLM makes after the model loads (``Platform.update_block_size_for_backend``,
+``platforms/interface.py:750``, called from ``v1/executor/uniproc_executor.py:75`` /
+``multiproc_executor.py:802``), are inputs here, as on an H100/H200 (SM 9.0): FlashAttention's
 kernel blocks (``MultipleOf(16)``, so 16-token blocks); MLA with a bf16 cache on FLASH_ATTN_MLA
 (16-token blocks) and with an fp8 cache on FLASHMLA (fixed 64-token blocks, vLLM
 ``v1/attention/backends/mla/flashmla.py``; FLASH_ATTN_MLA takes no fp8 cache); DeepSeek-V3.2's sparse
@@ -52,12 +62,15 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "1")  # as on a GPU (the CPU build lacks Triton)
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import vllm_resolve  # noqa: E402  (first: installs the CUDA platform every vLLM module reads at import)
+
+# isort: split
 import torch  # noqa: E402
 import vllm  # noqa: E402
-from vllm.config import CacheConfig, DeviceConfig, ParallelConfig, SchedulerConfig, VllmConfig  # noqa: E402
+from vllm.config import VllmConfig  # noqa: E402
 from vllm.model_executor.layers.mamba import abstract as mamba_abstract  # noqa: E402
 from vllm.model_executor.layers.mamba.mamba_utils import (  # noqa: E402
     MambaStateDtypeCalculator,
@@ -310,6 +323,94 @@ SPECULATIVE = [
     ("jamba-v0.1", dict(num_spec=2, method="ngram")),  # Mamba-1: more pages, conv states unchanged
 ]
 
+# Each geometry's real config.json (tests/fixtures/hf_configs), which vLLM's config resolution reads for the
+# flags (the geometry itself stays the spec above). per-layer-heads: OpenELM's config needs remote code, so
+# a plain full-attention Llama resolves it; zamba2-defaults: Zamba2Config's class defaults, inline.
+GEOMETRY_CONFIGS: dict[str, str | dict] = {
+    "llama3-8b": "llama3.1-8b",
+    "llama3-70b": "llama3.3-70b-instruct",
+    "mistral-7b-v0.1": "mistral-7b-v0.1",
+    "gemma3-27b": "gemma3-27b-it-modified",
+    "gemma2-9b": "gemma2-9b-it",
+    "gpt-oss-20b": "gpt-oss-20b",
+    "gpt-oss-120b": "gpt-oss-120b",
+    "llama4-scout": "llama4-scout-17b-16e-instruct",
+    "mixed-page-5to1": "gemma4-26b-a4b",
+    "per-layer-heads": "llama3.1-8b",
+    "deepseek-v3": "deepseek-v3",
+    "deepseek-v2-lite": "deepseek-v2-lite",
+    "jamba-v0.1": "jamba-1.5-mini",
+    "nemotron-h-56b": "nemotron-h-56b-base-8k",
+    "qwen3-next-80b": "qwen3-next-80b-a3b-thinking",
+    "deepseek-v3.2": "deepseek-v3.2",
+    "falcon-h1-7b": "falcon-h1-7b-PARTIAL",
+    "zamba2-defaults": {"model_type": "zamba2", "architectures": ["Zamba2ForCausalLM"], "torch_dtype": "bfloat16"},
+}
+GOLDEN_GPU = "h200"  # tests/test_vllm_golden.py plans on get_gpu("h200")
+# the geometries are run at lengths past some configs' max_position_embeddings (Gemma 2, Nemotron-H 8k)
+GOLDEN_ENV = {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"}
+_drafts: dict[str, str] = {}
+
+
+def draft_dir(name: str, **over) -> str:
+    """A folder holding a stand-in drafter config.json (a fixture config with ``over`` applied): vLLM's
+    SpeculativeConfig reads it for the method's rules; the drafter's geometry is the SPECULATIVE entry's."""
+    if name not in _drafts:
+        import tempfile
+
+        base, changes = over.pop("base"), over
+        data = dict(vllm_resolve.load_config(base), **changes)
+        _drafts[name] = tempfile.mkdtemp(prefix=f"draft-{name}-")
+        (Path(_drafts[name]) / "config.json").write_text(json.dumps(data))
+    return _drafts[name]
+
+
+def speculative_config(geom_name: str, sc: dict) -> dict:
+    """``--speculative-config`` for a SPECULATIVE entry. EAGLE heads and the draft model are stand-in
+    configs (llama3.1-8b with their layer counts); MTP uses the target's own config; Gemma 3 has no MTP
+    module (the entry is synthetic), so its flags come from an n-gram drafter with as many tokens."""
+    k, method = sc["num_spec"], sc["method"]
+    if method == "ngram" or (method == "mtp" and geom_name == "gemma3-27b"):
+        return {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": 4}
+    if method == "mtp":
+        return {"method": "mtp", "num_speculative_tokens": k}
+    layers = len(sc["draft"]["layers"])
+    arch = {"eagle": "LlamaForCausalLM", "eagle3": "LlamaForCausalLMEagle3", "draft_model": "LlamaForCausalLM"}
+    folder = draft_dir(method, base="llama3.1-8b", num_hidden_layers=layers, architectures=[arch[method]])
+    return {"method": method, "model": folder, "num_speculative_tokens": k}
+
+
+def resolve_case(geom_name: str, case: dict) -> VllmConfig:
+    """``EngineArgs(...).create_engine_config()`` for a case on the golden GPU: the geometry's config.json
+    with the case's parallelism, KV dtype, max_model_len, batched tokens, and only what a user would give
+    besides (``case["settings"]``: EngineArgs fields; ``case["env"]``: environment variables)."""
+    ref = GEOMETRY_CONFIGS[geom_name]
+    config = vllm_resolve.load_config(ref) if isinstance(ref, str) else dict(ref)
+    args = dict(
+        tensor_parallel_size=case["tp"],
+        pipeline_parallel_size=case["pp"],
+        kv_cache_dtype="fp8" if case["kv_dtype"] == "fp8" else "auto",
+        max_model_len=case["max_model_len"],
+        max_num_batched_tokens=case["max_num_batched_tokens"],
+        **case.get("settings", {}),
+    )
+    if case.get("speculative"):
+        args["speculative_config"] = speculative_config(geom_name, case["speculative"])
+    cfg, _ = vllm_resolve.engine_config(config, GOLDEN_GPU, dict(GOLDEN_ENV, **case.get("env", {})), **args)
+    want = "fp8" if case["kv_dtype"] == "fp8" else "auto"
+    assert cfg.cache_config.cache_dtype == want, (geom_name, cfg.cache_config.cache_dtype)
+    return cfg
+
+
+def resolved_flags(cfg: VllmConfig) -> dict:
+    """The flags of a resolved VllmConfig the fixture rows carry (kvplan's FitOptions take them)."""
+    return dict(
+        async_scheduling=bool(cfg.scheduler_config.async_scheduling),
+        prefix_caching=bool(cfg.cache_config.enable_prefix_caching),
+        hybrid_kv_cache_manager=not cfg.scheduler_config.disable_hybrid_kv_cache_manager,
+    )
+
+
 LENGTHS = [1000, 4096, 131072]
 BATCHED = [2048, 8192]
 KV_DTYPES = ["bf16", "fp8"]
@@ -365,28 +466,15 @@ def state_shapes(kind: str, block: dict, tp: int, num_spec: int = 0) -> tuple[tu
     return tuple(shapes), tuple(dtypes)
 
 
-def make_config(spec: dict, case: dict) -> VllmConfig:
-    """vLLM's VllmConfig for a case, with a stand-in model config (max_model_len, geometry)."""
-    cfg = VllmConfig(
-        device_config=DeviceConfig(device="cpu"),
-        cache_config=CacheConfig(
-            block_size=16,
-            cache_dtype="fp8" if case["kv_dtype"] == "fp8" else "auto",
-            enable_prefix_caching=case["prefix_caching"],
-        ),
-        scheduler_config=SchedulerConfig(
-            max_num_batched_tokens=case["max_num_batched_tokens"],
-            max_num_seqs=256,
-            max_model_len=case["max_model_len"],
-            is_encoder_decoder=False,
-            async_scheduling=case["async_scheduling"],
-        ),
-        parallel_config=ParallelConfig(
-            tensor_parallel_size=case["tp"], pipeline_parallel_size=case["pp"], distributed_executor_backend="mp"
-        ),
-    )
+def make_config(spec: dict, case: dict, cfg: VllmConfig) -> VllmConfig:
+    """vLLM's own ``VllmConfig`` for a case (:func:`resolve_case`), its model config swapped for a stand-in
+    carrying max_model_len and the geometry (the layers' specs are built here, not by loading a model).
+    Scheduler, cache and parallel configs — async scheduling, prefix caching, the hybrid KV cache manager,
+    the Mamba cache mode and block size, Model Runner V2 — stay as vLLM resolved them."""
     tp = case["tp"]
     state_kind = next((k for k in STATE_KINDS if k in spec["layers"]), spec.get("parallel_state"))
+    assert bool(cfg.model_config.is_hybrid) == (state_kind is not None), (case, cfg.model_config.is_hybrid)
+    assert cfg.model_config.max_model_len == case["max_model_len"], cfg.model_config.max_model_len
     model = SimpleNamespace(
         max_model_len=case["max_model_len"],
         original_max_model_len=case["max_model_len"],
@@ -402,7 +490,7 @@ def make_config(spec: dict, case: dict) -> VllmConfig:
     )
     object.__setattr__(cfg, "model_config", model)
     spec_case = case.get("speculative")
-    if spec_case:  # the SpeculativeConfig fields planning reads (config/speculative.py)
+    if spec_case:  # the SpeculativeConfig fields planning reads (config/speculative.py), for the geometry's drafter
         method, k, mtp = spec_case["method"], spec_case["num_spec"], spec_case.get("mtp", 0)
         eagle = method in ("eagle", "eagle3", "mtp", "dflash", "dspark")
         object.__setattr__(
@@ -421,17 +509,6 @@ def make_config(spec: dict, case: dict) -> VllmConfig:
             ),
         )
     cfg.cache_config.kv_cache_layout = "LBNHC"
-    # VllmConfig.__post_init__ on a GPU: the hybrid KV cache manager is on, except for models with chunked
-    # local attention (off unless VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1)
-    cfg.scheduler_config.disable_hybrid_kv_cache_manager = not case["hybrid_kv_cache_manager"]
-    if state_kind is not None:  # vLLM MambaModelConfig.verify_and_update_config
-        cc = cfg.cache_config
-        if cc.enable_prefix_caching:
-            cc.mamba_cache_mode = "align"
-            cc.mamba_block_size = cc.block_size
-        else:
-            cc.mamba_cache_mode = "none"
-            cc.mamba_block_size = case["max_model_len"]
     return cfg
 
 
@@ -611,7 +688,10 @@ def run_case(geom_name: str, case: dict, budgets: list[int] | None) -> tuple[dic
         (the configuration with its results per budget, its group layout).
     """
     spec = GEOMETRIES[geom_name]["spec"]
-    cfg = make_config(spec, case)
+    resolved_cfg = resolve_case(geom_name, case)
+    flags = resolved_flags(resolved_cfg)
+    case.update(flags)  # the flags vLLM resolved: the fixture's inputs for kvplan
+    cfg = make_config(spec, case, resolved_cfg)
     if cfg.model_config.is_hybrid:
         align_hybrid(cfg, spec, case["tp"])
     if "mla" in spec["layers"] and (case["kv_dtype"] == "fp8" or sparse(spec)):
@@ -692,7 +772,9 @@ def run_case(geom_name: str, case: dict, budgets: list[int] | None) -> tuple[dic
 
 
 def cases():
-    """Every (geometry, setting) the fixture covers."""
+    """Every (geometry, setting) the fixture covers: the settings a user gives (``settings``: EngineArgs
+    fields, ``env``: environment variables); the flags themselves are vLLM's (:func:`resolve_case`)."""
+    chunked_off = {"VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE": "0"}
     for name, g in GEOMETRIES.items():
         layers = g["spec"]["layers"]
         hybrid = any(k in STATE_KINDS for k in layers) or "parallel_state" in g["spec"]
@@ -702,28 +784,18 @@ def cases():
                 for dtype in KV_DTYPES:
                     for length in LENGTHS:
                         for mnbt in BATCHED:
-                            chunked = "chunked" in layers
-                            variants = [(True, True, not chunked)]
+                            variants = [({}, {})]  # vLLM's defaults
                             if windowed and pp == 1:
-                                variants.append((False, True, not chunked))  # --no-async-scheduling
-                            if chunked:  # VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1
-                                variants += [(True, True, True), (False, True, True)]
+                                variants.append(({"async_scheduling": False}, {}))  # --no-async-scheduling
+                            if "chunked" in layers:  # the hybrid manager turned off for chunked local attention
+                                variants += [({}, chunked_off), ({"async_scheduling": False}, chunked_off)]
                             if hybrid and pp == 1:
-                                variants.append((True, False, True))  # --no-enable-prefix-caching
-                            for async_on, prefix, hma in variants:
-                                yield (
-                                    name,
-                                    dict(
-                                        tp=tp,
-                                        pp=pp,
-                                        kv_dtype=dtype,
-                                        max_model_len=length,
-                                        max_num_batched_tokens=mnbt,
-                                        async_scheduling=async_on,
-                                        prefix_caching=prefix,
-                                        hybrid_kv_cache_manager=hma,
-                                    ),
+                                variants.append(({"enable_prefix_caching": False}, {}))  # --no-enable-prefix-caching
+                            for settings, env in variants:
+                                case = dict(
+                                    tp=tp, pp=pp, kv_dtype=dtype, max_model_len=length, max_num_batched_tokens=mnbt
                                 )
+                                yield name, dict(case, settings=settings, **({"env": env} if env else {}))
 
 
 def speculative_cases():
@@ -741,9 +813,7 @@ def speculative_cases():
                             kv_dtype=dtype,
                             max_model_len=length,
                             max_num_batched_tokens=2048,
-                            async_scheduling=True,
-                            prefix_caching=True,
-                            hybrid_kv_cache_manager="chunked" not in g["spec"]["layers"],
+                            settings={},
                             speculative=variant,
                         ),
                     )
@@ -754,6 +824,18 @@ EXAMPLES = [
     ("mistral-7b-v0.1", dict(max_model_len=32768, max_num_batched_tokens=8192), [10 * GIB]),
     ("jamba-v0.1", dict(max_model_len=4096, max_num_batched_tokens=8192), [10 * GIB]),
     ("gemma3-27b", dict(max_model_len=32768, max_num_batched_tokens=8192), [20 * GIB]),
+    # issue 16: Llama 4 Scout bf16, 10 GiB, 32,768 tokens, 2,048 batched tokens (the hybrid manager vLLM's default)
+    ("llama4-scout", dict(max_model_len=32768, max_num_batched_tokens=2048), [10 * GIB]),
+    # ... and with the manager turned off, as kvplan's rule before issue 16 assumed
+    (
+        "llama4-scout",
+        dict(
+            max_model_len=32768,
+            max_num_batched_tokens=2048,
+            env={"VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE": "0"},
+        ),
+        [10 * GIB],
+    ),
 ]
 
 
@@ -777,15 +859,7 @@ def main() -> None:
     for name, case in speculative_cases():
         add(name, case, None)
     for name, over, budgets in EXAMPLES:
-        case = dict(
-            tp=1,
-            pp=1,
-            kv_dtype="bf16",
-            async_scheduling=True,
-            prefix_caching=True,
-            hybrid_kv_cache_manager=True,
-            **over,
-        )
+        case = dict(tp=1, pp=1, kv_dtype="bf16", settings={}, **over)
         add(name, case, budgets, example=True)
     from vllm import _version
 
@@ -800,11 +874,17 @@ def main() -> None:
             "FLASH_ATTN_MLA_SPARSE, fp8 on FLASHMLA_SPARSE as fp8_ds_mla, the indexer cache its own spec; GDN "
             "prefill on FlashInfer (64-token checkpoint grid, one checkpoint page per layer in align mode); "
             "Mamba-2 specs with one checkpoint page (MambaMixer2); parallel Mamba-2 mixers named as falcon_h1.py; "
-            "LBNHC layout; Model Runner V2; budget given directly."
+            "LBNHC layout; budget given directly. Flags (async scheduling, prefix caching, hybrid KV cache "
+            "manager, Mamba cache mode, Model Runner V2, in-flight batches) from vLLM's own "
+            "EngineArgs.create_engine_config on the golden GPU (scripts/vllm_resolve.py)."
         ),
+        golden_gpu=GOLDEN_GPU,
+        golden_env=GOLDEN_ENV,
+        geometry_configs=GEOMETRY_CONFIGS,
         geometries={k: {"spec": v["spec"], "tps": v["tps"], "pps": v.get("pps", [1])} for k, v in GEOMETRIES.items()},
         layouts=layouts,
         configs=configs,
+        defaults=vllm_resolve.defaults_section(),
     )
     rows = [r for c in configs for r in c["results"]]
     text = json.dumps(out, separators=(",", ":"), sort_keys=False)

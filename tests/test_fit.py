@@ -14,6 +14,7 @@ from kvplan.engines.base import token_plan, window_as_blocks
 from kvplan.fit import Engine, FitOptions, plan_fit, stage_layers
 from kvplan.gpus import get_gpu
 from kvplan.loader import load_bundled, load_spec_yaml
+from kvplan.specs import build_spec
 
 from .calibration import CALIBRATION, PRINTED_TOKENS, options
 
@@ -455,18 +456,41 @@ def test_prefix_caching_flag_changes_mamba_pages(cli):
     assert on["block_size"] == off["block_size"] == 80
 
 
-def test_chunked_attention_is_cached_as_full_by_default():
-    # vLLM 0.33 turns the hybrid KV cache manager off for chunked local attention (a latency regression),
-    # so Llama 4's chunked layers are allocated like full ones: one group of 48 layers
+def test_chunked_attention_keeps_its_groups_by_default():
+    # vLLM 0.33 keeps the hybrid KV cache manager on for chunked local attention
+    # (VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE defaults to "1", envs.py:1931-1933; vllm_golden.json
+    # "defaults" records it resolved so): 12 full + 36 chunked layers, 4 groups of 12; the chunked groups
+    # hold cdiv(8192 + 2 × 8192, 16) = 1536 blocks each (H200: 8,192 batched tokens, async scheduling)
     spec = load_bundled("llama4-scout")
     r = plan_fit(spec, get_gpu("h200"), FitOptions(tensor_parallel_size=8, max_model_len=131072))
-    assert not r.hybrid_kv_cache_manager and len(r.kv_cache_groups) == 1
-    assert r.blocks_per_request == 131072 // 16
-    on = plan_fit(
-        spec, get_gpu("h200"), FitOptions(tensor_parallel_size=8, max_model_len=131072, hybrid_kv_cache_manager=True)
+    assert r.hybrid_kv_cache_manager and len(r.kv_cache_groups) == 4
+    assert r.blocks_per_request == 8192 + 3 * 1536
+    # turned off (--disable-hybrid-kv-cache-manager): the chunked layers are allocated like full ones
+    off = plan_fit(
+        spec, get_gpu("h200"), FitOptions(tensor_parallel_size=8, max_model_len=131072, hybrid_kv_cache_manager=False)
     )
-    # 12 full + 36 chunked layers: 4 groups of 12; chunked cdiv(8192 + 16384, 16) = 1536 blocks per group
-    assert len(on.kv_cache_groups) == 4 and on.blocks_per_request == 8192 + 3 * 1536
+    assert not off.hybrid_kv_cache_manager and len(off.kv_cache_groups) == 1
+    assert off.blocks_per_request == 131072 // 16
+
+
+def test_an_eagle_drafter_turns_the_hybrid_manager_off_for_chunked_attention():
+    # config/vllm.py:2235-2244: chunked local attention + an EAGLE-family drafter (use_eagle: eagle, eagle3,
+    # mtp) disables the manager; a drafter vLLM takes as a plain draft model does not (config/speculative.py
+    # names the method from the checkpoint path: "eagle-" / "eagle3")
+    spec = load_bundled("llama4-scout")
+    head = dict(num_layers=1, num_q_heads=40, num_kv_heads=8, head_dim=128, layers=["full"], dtype="bf16")
+    head.update(source="test", max_model_len=1 << 20)
+    gpu = get_gpu("h200")
+    base = dict(tensor_parallel_size=8, max_model_len=131072, num_speculative_tokens=3)
+    for name, eagle in (("nvidia/Llama-4-Scout-EAGLE3", True), ("yuhuili/EAGLE-llama4", True), ("draft-1b", False)):
+        draft = build_spec(dict(head, name=name), name)
+        r = plan_fit(spec, gpu, FitOptions(**base, speculative_model=draft))
+        assert r.hybrid_kv_cache_manager is not eagle, name
+    mtp = FitOptions(**dict(base, num_speculative_tokens=1), num_mtp_layers=1)
+    assert not plan_fit(spec, gpu, mtp).hybrid_kv_cache_manager
+    # a model without chunked layers keeps it whatever the drafter
+    gpt_oss = plan_fit(load_bundled("gpt-oss-20b"), gpu, FitOptions(num_speculative_tokens=1, num_mtp_layers=1))
+    assert gpt_oss.hybrid_kv_cache_manager
 
 
 def test_weights_dtype_fp8_is_suggested_when_it_is_what_fits(cli):

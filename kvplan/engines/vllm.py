@@ -755,11 +755,34 @@ def build_layout(
     )
 
 
-def default_hybrid_kv_cache_manager(spec: ModelSpec) -> bool:
-    """vLLM 0.33 ``VllmConfig.__post_init__``: the hybrid KV cache manager is on, except for models with
-    chunked local attention (Llama 4), where it is off unless
-    ``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1`` (a latency regression)."""
-    return "chunked" not in spec.layer_kinds
+def uses_eagle(num_mtp_layers: int = 0, draft: ModelSpec | None = None) -> bool:
+    """True when the drafter is of vLLM's EAGLE family (``config/speculative.py``
+    ``SpeculativeConfig.use_eagle``: eagle, eagle3, mtp, dflash, dspark).
+
+    kvplan knows the drafter by ``--num-mtp-layers`` (MTP) or ``--speculative-model``; vLLM 0.33 names a
+    draft checkpoint's method from its path when none is given (``config/speculative.py:1445-1448``:
+    ``"eagle-"`` in the name → eagle, ``"eagle3"`` → eagle3, else a draft model), and so does this.
+    """
+    if num_mtp_layers:
+        return True
+    if draft is None:
+        return False
+    name = draft.name.lower()
+    return "eagle-" in name or "eagle3" in name
+
+
+def default_hybrid_kv_cache_manager(spec: ModelSpec, num_mtp_layers: int = 0, draft: ModelSpec | None = None) -> bool:
+    """vLLM 0.33 ``VllmConfig.__post_init__`` (``config/vllm.py:2228-2294``; the chunked-local rule at
+    2235-2256): the hybrid KV cache manager is on (on a CUDA GPU), and off for a model with chunked local
+    attention (Llama 4) only when an EAGLE-family drafter is used (:func:`uses_eagle`) or
+    ``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=0``.
+
+    That variable defaults to ``"1"`` (``envs.py:1931-1933``; ``envs.py:272`` declares it ``True``): the
+    comment above it, "we disable it by default", is stale, and kvplan's rule before issue 16 followed it.
+    Checked against vLLM's own resolution in tests/fixtures/vllm_golden.json ``defaults``."""
+    if "chunked" in spec.layer_kinds:
+        return not uses_eagle(num_mtp_layers, draft)
+    return True
 
 
 def default_prefix_caching(spec: ModelSpec) -> bool:
@@ -944,7 +967,7 @@ class VllmEngine(EngineRules):
         prefix = default_prefix_caching(spec) if opts.enable_prefix_caching is None else opts.enable_prefix_caching
         hma = opts.hybrid_kv_cache_manager
         if hma is None:
-            hma = default_hybrid_kv_cache_manager(spec)
+            hma = default_hybrid_kv_cache_manager(spec, opts.num_mtp_layers, opts.speculative_model)
         budget = vllm_budget.resolve(opts.engine_version)
         extra = dict(async_scheduling=asynch, prefix_caching=prefix, hybrid_kv_cache_manager=hma,
                      family=gpu_family(gpu.name, gpu.is_custom), budget=budget,
