@@ -232,6 +232,7 @@ def fleet(
     kv_dtype: str = "auto",
     weights_dtype: str | None = None,
     gpu_memory_utilization: float | None = None,
+    kv_cache_memory_bytes=None,
     prices: dict[str, float] | None = None,
     sort: str = "gpus",
 ):
@@ -243,6 +244,7 @@ def fleet(
             shared_prefix}]}``, or a :class:`kvplan.fleet.Workload`; or None with ``concurrency`` and ``seq``.
         gpus: candidate GPUs (names or GPU objects); None: the whole catalog.
         tps: candidate TPs; None: every TP ≤ 8 the heads allow.
+        kv_cache_memory_bytes: a KV budget per GPU (int or ``"40GiB"``) that bypasses the budget model (exact).
         prices: USD per GPU-hour by GPU name (``{"h100": 2.49}``).
         sort: ``gpus`` or ``cost``.
 
@@ -272,7 +274,7 @@ def fleet(
         wl = fleetmod.load_workload(Path(workload))
     opts = fit_options(
         engine=engine, pp=pp, kv_dtype=kv_dtype, weights_dtype=weights_dtype,
-        gpu_memory_utilization=gpu_memory_utilization,
+        gpu_memory_utilization=gpu_memory_utilization, kv_cache_memory_bytes=kv_cache_memory_bytes,
     )  # fmt: skip
     candidates = [get_gpu(g) for g in gpus] if gpus else load_catalog()
     price_ids = {get_gpu(name).id: float(usd) for name, usd in (prices or {}).items()}

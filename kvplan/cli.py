@@ -368,6 +368,9 @@ def fleet(
     weights_gib: Optional[str] = typer.Option(
         None, "--weights-gib", help="Weights per GPU (GiB, or a size with unit), instead of param_count; one --tp."
     ),
+    kv_cache_memory: Optional[str] = typer.Option(
+        None, "--kv-cache-memory", help="KV budget per GPU, bypassing the budget model (bytes, or 16GiB ...), exact."
+    ),
     gpu_memory_utilization: Optional[float] = typer.Option(
         None, "--gpu-memory-utilization", help="Memory fraction (engine default)."
     ),
@@ -413,8 +416,11 @@ def fleet(
         raise UsageError("--workload: give --workload FILE, or --concurrency N with --seq S")
     if weights_gib is not None and len(tp) != 1:
         raise UsageError("--weights-gib: weights per GPU depend on TP, so give one --tp with it (each TP its own run)")
+    from kvplan.units import parse_bytes
+
     opts = api.fit_options(
         engine=engine, pp=pp, weights_bytes=_gib(weights_gib, "--weights-gib"), kv_dtype=kv_dtype,
+        kv_cache_memory_bytes=None if kv_cache_memory is None else parse_bytes(kv_cache_memory, "--kv-cache-memory"),
         weights_dtype=weights_dtype, gpu_memory_utilization=gpu_memory_utilization, engine_version=engine_version,
         max_num_seqs=max_num_seqs, pp_layer_partition=pp_layer_partition,
     )  # fmt: skip

@@ -411,16 +411,21 @@ def suggest(spec: ModelSpec, gpu: GPU, opts: FitOptions) -> list[str]:
 def does_not_fit_reason(spec: ModelSpec, r: FitResult) -> str:
     """Why a plan does not fit, one line: what needs how much against what is available."""
     where = f"{spec.name} on {r.gpu} (TP={r.tensor_parallel_size}, PP={r.pipeline_parallel_size}, {r.engine})"
+    modelled = not r.budget_exact
+    about = "≈ " if modelled else ""
+    span = f" (modelled: {fmt_gib(r.kv_budget_low_bytes)} to {fmt_gib(r.kv_budget_high_bytes)})" if modelled else ""
     if r.kv_budget_bytes <= 0:
+        cg = f" + CUDA graphs {fmt_gib(r.cudagraph_bytes)}" if r.cudagraph_bytes else ""
         what = (
-            f"weights {fmt_gib(r.weights_bytes)} + activation {fmt_gib(r.activation_bytes)} + overhead "
-            f"{fmt_gib(r.overhead_bytes)} per GPU leave no KV cache memory out of {fmt_gib(r.usable_bytes)} usable"
+            f"weights {about}{fmt_gib(r.weights_bytes)} + activation {about}{fmt_gib(r.activation_bytes)} + overhead "
+            f"{about}{fmt_gib(r.overhead_bytes)}{cg} per GPU leave no KV cache memory out of {fmt_gib(r.usable_bytes)} "
+            f"usable{span}"
         )
     else:
         null = f" (+ a null block of {fmt_gib(r.kv_bytes_per_block)})" if r.null_block else ""
         what = (
             f"one request of max_model_len {r.max_model_len:,} needs {fmt_gib(r.kv_bytes_per_request)} of KV per "
-            f"GPU{null} but the KV budget is {fmt_gib(r.kv_budget_bytes)}"
+            f"GPU{null} but the KV budget is {about}{fmt_gib(r.kv_budget_bytes)}{span}"
         )
     what += engines.get(r.engine).does_not_fit_note(r)
     return f"{where}: {what}"

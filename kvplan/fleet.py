@@ -172,6 +172,10 @@ class FleetRow:
         output_tokens_per_s_per_gpu: the decode bound's tokens/s over all GPUs of the fleet.
         usd_per_million_output_tokens: cost_usd_per_hour / tokens per hour × 10⁶, with a price.
         requests_per_replica_mean: requests of the workload / replicas (None when it does not fit).
+        kv_budget_low_bytes, kv_budget_high_bytes: the range of the KV budget per GPU (its modelled terms at the
+            extremes measured on engine logs, :attr:`kvplan.fit.FitResult.kv_budget_low_bytes`).
+        replicas_low, replicas_high: the replicas at the high and at the low end of that budget (equal to
+            ``replicas`` for an exact budget); None where a request does not fit at that end.
     """
 
     gpu: str
@@ -196,6 +200,10 @@ class FleetRow:
     output_tokens_per_s_per_gpu: float | None = None
     usd_per_million_output_tokens: float | None = None
     requests_per_replica_mean: float | None = None
+    kv_budget_low_bytes: int = 0
+    kv_budget_high_bytes: int = 0
+    replicas_low: int | None = None
+    replicas_high: int | None = None
 
     @property
     def gpus_per_replica(self) -> int:
@@ -374,6 +382,8 @@ def plan_layout(
         tensor_parallel_size=tp,
         pipeline_parallel_size=pp,
         kv_budget_bytes=fit.kv_budget_bytes,
+        kv_budget_low_bytes=fit.kv_budget_low_bytes,
+        kv_budget_high_bytes=fit.kv_budget_high_bytes,
         price_usd_per_hour=None if price is None else float(price),
     )
 
@@ -417,6 +427,15 @@ def plan_layout(
     by_seqs = pack_limited(pool_caps, classes, seqs) if seqs else memory
     replicas, used_units, most, groups = pack_limited(pool_caps, classes, seqs, costs) if costs else by_seqs
     used = sum(n * u for n, u in zip(used_units, units, strict=True))
+    # the budget is a range (its modelled terms): the replicas at its two ends, packed the same way
+    ends = []
+    for end in (fit.kv_budget_high_bytes, fit.kv_budget_low_bytes):
+        end_caps = cache.pools(end)
+        whole = [tuple(u + p for u, p in zip(size, prefix, strict=True)) for _, size, prefix in classes]
+        if end <= 0 or any(d > cap for w in whole for d, cap in zip(w, end_caps, strict=True)):
+            ends.append(None)  # a request does not fit at that end of the range
+        else:
+            ends.append(pack_limited(end_caps, classes, seqs, costs)[0])
     limit = "memory" if replicas == memory[0] else "max_num_seqs" if replicas == by_seqs[0] else "SLO"
     caps = [c for c in (seqs, max(speed["slo_caps"], default=None)) if c]
     gpus = replicas * tp * pp
@@ -449,6 +468,8 @@ def plan_layout(
         output_tokens_per_s_per_gpu=per_gpu,
         usd_per_million_output_tokens=usd,
         requests_per_replica_mean=sum(c.concurrency for c in workload.classes) / replicas,
+        replicas_low=ends[0],
+        replicas_high=ends[1],
         **base,
     )
 

@@ -709,6 +709,24 @@ def fleet_json(model: str, workload, rows) -> dict[str, Any]:
     }
 
 
+def _fleet_exact(r) -> bool:
+    low, high = getattr(r, "kv_budget_low_bytes", 0), getattr(r, "kv_budget_high_bytes", 0)
+    return low == r.kv_budget_bytes == high or (low == 0 and high == 0)
+
+
+def _replica_range(r) -> str:
+    """``12–14`` (at the budget's high and low end), ``-`` for an exact budget, ``14+`` where a request does not
+    fit at the low end."""
+    if _fleet_exact(r):
+        return "-"
+    lo, hi = r.replicas_low, r.replicas_high
+    if lo is None:
+        return "-"
+    if hi is None:
+        return f"{lo:,}–(none fits)"
+    return f"{lo:,}" if lo == hi else f"{lo:,}–{hi:,}"
+
+
 def fleet_table(
     model: str, workload, rows, con, show_all: bool = False, sort: str = "gpus", speed: bool = False
 ) -> None:
@@ -737,6 +755,7 @@ def fleet_table(
         ("GPUs", "right"),
         ("TP", "right"),
         ("KV GiB/GPU", "right"),
+        ("replicas over\nthe budget range", "right"),
         ("requests/replica\nmax / mean", "right"),
         ("KV used", "right"),
         ("$/hour", "right"),
@@ -760,7 +779,8 @@ def fleet_table(
             f"{r.replicas:,} × {r.gpus_per_replica}",
             f"{r.gpus:,}",
             str(r.tensor_parallel_size),
-            f"{r.kv_budget_bytes / GIB:,.2f}",
+            ("" if _fleet_exact(r) else "≈ ") + f"{r.kv_budget_bytes / GIB:,.2f}",
+            _replica_range(r),
             f"{r.requests_per_replica:,} / {_num_cell(r.requests_per_replica_mean, '{:,.1f}')}",
             f"{r.kv_utilization:.0%}",
             cost,
@@ -786,6 +806,12 @@ def fleet_table(
         if not show_all:
             order = "lowest cost, then fewest GPUs" if sort == "cost" else "fewest GPUs, then cost"
             con.print(f"★ the best layout of each GPU ({order}); --all lists every TP.")
+        if not all(_fleet_exact(r) for r in fits):
+            con.print(
+                "≈: the KV budget is modelled; the replicas are given at both ends of its range (its modelled terms "
+                "at the extremes measured on public engine logs, docs/budget-validation.md). Exact: --kv-cache-memory "
+                "with the engine's printed budget."
+            )
     by_gpu: dict[str, list] = {}
     for r in rows:
         by_gpu.setdefault(r.gpu, []).append(r)

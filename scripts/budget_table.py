@@ -47,8 +47,13 @@ TERMS = ("weights", "activation", "non_torch", "cudagraph")
 # Where a log does not print a term, the rest of the budget's error is attributed to the least known term of its
 # engine (the profile run's activation peak; SGLang subtracts none, so its start-up overhead), with the slope of
 # the engine's budget in that term (TensorRT-LLM gives the KV cache U of what is free, SGLang U of what is left).
-ATTRIBUTED = {"vllm-v0": ("activation", 1.0), "vllm-v1": ("activation", 1.0), "sglang": ("non_torch", 0.88),
-              "trtllm": ("activation", 0.9), "llamacpp": ("activation", 1.0)}
+ATTRIBUTED = {
+    "vllm-v0": ("activation", 1.0),
+    "vllm-v1": ("activation", 1.0),
+    "sglang": ("non_torch", 0.88),
+    "trtllm": ("activation", 0.9),
+    "llamacpp": ("activation", 1.0),
+}
 ROUNDING = 0.005 * GIB  # printed GiB figures have two decimals
 
 
@@ -81,7 +86,10 @@ def rows():
             quantized=bool(c.opts.weights_dtype), terms={},
         )  # fmt: skip
         mine = {t["name"]: t["bytes"] for t in getattr(r, "budget_terms", ())} or {
-            "weights": r.weights_bytes, "activation": r.activation_bytes, "non_torch": r.overhead_bytes}
+            "weights": r.weights_bytes,
+            "activation": r.activation_bytes,
+            "non_torch": r.overhead_bytes,
+        }
         for name in TERMS:
             if name in c.printed and mine.get(name):
                 row["terms"][name] = (c.printed[name], mine[name])
@@ -94,7 +102,10 @@ def rows():
             row["terms"][name] = (mine[name] + rest, mine[name])
             row["attributed"] = name
         row["err"] = (row["kvplan"] - printed) / printed if printed > 0 else None
-        row["inside"] = row["low"] - ROUNDING <= printed <= row["high"] + ROUNDING
+        # a budget the engine printed as negative (its start-up failed) is inside when kvplan's range reaches 0
+        row["inside"] = (
+            (row["low"] == 0) if printed <= 0 else row["low"] - ROUNDING <= printed <= row["high"] + ROUNDING
+        )
         out.append(row)
     return out
 
@@ -125,7 +136,11 @@ def residuals(all_rows) -> dict:
             los, his = [r[0] for r in rec["ratios"]], [r[1] for r in rec["ratios"]]
             mid = statistics.median((a + b) / 2 for a, b in rec["ratios"])
             final.setdefault(key, {})[term] = {
-                "low": round(max(0.0, min(los)), 3), "high": round(max(his), 3), "n": len(los), "median": round(mid, 3)}
+                "low": round(max(0.0, min(los)), 3),
+                "high": round(max(his), 3),
+                "n": len(los),
+                "median": round(mid, 3),
+            }
     return final
 
 
@@ -133,12 +148,16 @@ def write_residuals(res: dict) -> None:
     text = RESIDUALS.read_text()
     head = text[: text.index(MARKER)]
     body = json.dumps(res, indent=4, sort_keys=True)
-    RESIDUALS.write_text(f"{head}{MARKER} ------------------------------------------\nRESIDUALS: dict[str, dict[str, dict]] = {body}\n")
+    RESIDUALS.write_text(
+        f"{head}{MARKER} ------------------------------------------\nRESIDUALS: dict[str, dict[str, dict]] = {body}\n"
+    )
 
 
 def table(all_rows, before: dict) -> list[str]:
-    lines = ["| log | engine | version | model | GPU | TP | printed GiB | before | kvplan | range | error before → now |",
-             "|---|---|---|---|---|---|---:|---:|---:|---|---|"]
+    lines = [
+        "| log | engine | version | model | GPU | TP | printed GiB | before | kvplan | range | error before → now |",
+        "|---|---|---|---|---|---|---:|---:|---:|---|---|",
+    ]
     for r in sorted(all_rows, key=lambda x: (x["key"], x["id"])):
         if "error" in r:
             lines.append(f"| {r['id']} | {r['key']} | {r['version']} | | | | | | | | {r['error'][:60]} |")

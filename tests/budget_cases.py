@@ -147,7 +147,9 @@ def _fingerprints() -> dict[str, set[str]]:
 def inferred_vllm_version(entry: dict) -> str | None:
     """The oldest vLLM release whose logger line numbers (``[gpu_worker.py:298]``) match the entry's lines,
     evidence or notes; None when they name none."""
-    text = " ".join(entry.get("lines") or []) + f" {entry.get('engine_version_evidence') or ''} {entry.get('notes') or ''}"
+    text = (
+        " ".join(entry.get("lines") or []) + f" {entry.get('engine_version_evidence') or ''} {entry.get('notes') or ''}"
+    )
     table = _fingerprints()
     found = None
     for where in re.findall(r"([a-z_]+\.py:\d+)", text):
@@ -172,7 +174,9 @@ def _options(entry: dict) -> FitOptions:
     version = entry.get("engine_version")
     if engine.value == "vllm" and version is None:
         version = inferred_vllm_version(entry) or ("0.6" if entry.get("engine_generation") == "v0" else None)
-    extra = {"enforce_eager": True} if s.get("enforce_eager") and "enforce_eager" in FitOptions.__dataclass_fields__ else {}
+    extra = (
+        {"enforce_eager": True} if s.get("enforce_eager") and "enforce_eager" in FitOptions.__dataclass_fields__ else {}
+    )
     return FitOptions(
         **extra,
         engine=engine,

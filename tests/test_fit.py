@@ -66,21 +66,21 @@ def test_exactly_fits_and_one_token_over_vllm_0_11():
 
 
 def test_vllm_budget_formula_by_hand():
-    # llama3-8b on an H100 (CUDA total 85,061,533,696 B observed), U = 0.9, vLLM 0.33's rules:
-    # requested = ceil(0.9 × 85,061,533,696) = 76,555,380,327 (v1/worker/utils.py request_memory)
+    # llama3-8b on an H100 (CUDA total 85,061,533,696 B observed), vLLM 0.33's rules, U = 0.92 (its default,
+    # config/cache.py:215): requested = ceil(0.92 × 85,061,533,696) = 78,256,611,001 (v1/worker/utils.py)
     # weights = 8,030,000,000 × 2 B = 16,060,000,000
     # activation (kvplan.engines.vllm_budget): the sampler's 1,024 rows (max_num_seqs, ≥ 70 GiB) × 128,256 vocab
     #   × 14 B = 1,838,678,016, + the hidden states left 8,192 × 4,096 × 2 B = 67,108,864, beats the MLP's
     #   8,192 × (2 × 4,096 + 3 × 14,336) × 2 B = 838,860,800; + 128 MiB of workspaces = 2,040,004,608
     # non-torch 200 MiB = 209,715,200; CUDA graphs (subtracted from 0.20): 128 MiB + 32 layers × 51 captures
     #   × 96 KiB = 294,649,856
-    # budget = 76,555,380,327 − 16,060,000,000 − 2,040,004,608 − 209,715,200 − 294,649,856 = 57,951,010,663
+    # budget = 78,256,611,001 − 16,060,000,000 − 2,040,004,608 − 209,715,200 − 294,649,856 = 59,652,241,337
     r = plan_fit(load_bundled("llama3-8b"), get_gpu("h100"), FitOptions(max_model_len=8192))
-    assert r.usable_bytes == 76_555_380_327
+    assert r.usable_bytes == 78_256_611_001 and r.gpu_memory_utilization == 0.92
     assert (r.weights_bytes, r.activation_bytes, r.overhead_bytes) == (16_060_000_000, 2_040_004_608, 209_715_200)
     assert r.cudagraph_bytes == 294_649_856
-    assert r.kv_budget_bytes == 57_951_010_663
-    assert r.num_blocks == 57_951_010_663 // (2 * MIB) == 27_633
+    assert r.kv_budget_bytes == 59_652_241_337
+    assert r.num_blocks == 59_652_241_337 // (2 * MIB) == 28_444
     # the modelled terms carry ranges, so the budget is a range too; a given budget is exact
     assert r.kv_budget_low_bytes < r.kv_budget_bytes < r.kv_budget_high_bytes and not r.budget_exact
     given = plan_fit(load_bundled("llama3-8b"), get_gpu("h100"), FitOptions(max_model_len=8192,
@@ -391,14 +391,16 @@ def test_short_requests_on_h200_are_capped_by_max_num_seqs(cli):
     )
     assert code == 0, err
     assert "Max concurrent requests of 512 tokens: 1,024" in out
-    assert "bounded by max_num_seqs 1,024, not memory: the KV pool holds 30,951" in out
-    assert "Maximum concurrency for 512 tokens per request: 30951.47x" in out  # as vLLM prints it
+    assert "bounded by max_num_seqs 1,024, not memory: the KV pool holds 31,779" in out
+    assert "Maximum concurrency for 512 tokens per request: 31779.44x" in out  # as vLLM prints it
     code, out, _ = cli(
         "fit", "llama3-8b", "--gpu", "h200", "--max-model-len", "512", "--kv-dtype", "fp8", "--tp", "8",
         "--max-num-seqs", "50000", "--json",
     )  # fmt: skip
     d = json.loads(out)
-    assert d["max_concurrent_requests"] == d["max_requests_by_memory"] == 30_951 and d["max_num_seqs"] == 50_000
+    # 50,000 sequences also widen vLLM's profile: the sampler samples min(8,192 batched tokens, 50,000) rows of the
+    # vocabulary (gpu_model_runner.py _dummy_sampler_run), so the budget, and the pool, shrink
+    assert d["max_concurrent_requests"] == d["max_requests_by_memory"] == 28_710 and d["max_num_seqs"] == 50_000
 
 
 @pytest.mark.parametrize(
@@ -537,15 +539,16 @@ def test_bad_pp_layer_partition(cli):
 
 # --- new-user trial -----------------------------------------------------------------------------------------
 def test_fp8_kv_cache_is_advised_with_the_same_hardware_fixes(cli):
-    # llama3.1-8b on an L4 at 32k: a request needs 4 GiB of bf16 KV against a 3.32 GiB budget; in fp8, 2 GiB
-    fp8 = plan_fit(LLAMA31_8B, get_gpu("l4"), FitOptions(max_model_len=32768, kv_dtype="fp8"))
-    assert fp8.fits and fp8.kv_bytes_per_request == 2 * GIB
-    code, out, err = cli("fit", "llama3.1-8b", "--gpu", "l4", "--max-model-len", "32k")
+    # llama3.1-8b on an L4 at 48k: a request needs 6 GiB of bf16 KV against a ~4.13 GiB budget; in fp8, 3 GiB
+    fp8 = plan_fit(LLAMA31_8B, get_gpu("l4"), FitOptions(max_model_len=49152, kv_dtype="fp8"))
+    assert fp8.fits and fp8.kv_bytes_per_request == 3 * GIB
+    code, out, err = cli("fit", "llama3.1-8b", "--gpu", "l4", "--max-model-len", "48k")
     assert (code, out) == (1, "")
     assert err.endswith(
-        "but the KV budget is 3.3237 GiB; would fit: --max-model-len 27200 (the longest that fits), or --kv-dtype fp8 "
+        "but the KV budget is ≈ 4.1322 GiB (modelled: 3.3669 GiB to 4.8634 GiB); would fit: --max-model-len 33824 "
+        "(the longest that fits), or --kv-dtype fp8 "
         "(an FP8 KV cache, 1 byte per value), or --weights-dtype fp8 (an FP8 checkpoint: half the weights), or --tp 2 "
-        "(the smallest TP that fits), or --gpu rtx4090 (23.3721 GiB)\n"
+        "(the smallest TP that fits), or --gpu rtx5090 (31.3701 GiB)\n"
     )
     # llama.cpp has no fp8 cache: its 8-bit cache type instead
     code, _, err = cli("fit", "llama3.1-8b", "--gpu", "l4", "--max-model-len", "64k", "--engine", "llamacpp")
@@ -570,16 +573,16 @@ def test_no_fp8_advice_on_gpus_without_fp8(cli):
 
 
 def test_fit_json_of_a_plan_that_does_not_fit_carries_reason_and_suggestions(cli):
-    code, out, err = cli("fit", "llama3.1-8b", "--gpu", "l4", "--max-model-len", "32k", "--json")
+    code, out, err = cli("fit", "llama3.1-8b", "--gpu", "l4", "--max-model-len", "48k", "--json")
     assert code == 1
     d = json.loads(out)
     assert d["fits"] is False
     assert d["reason"] == (
-        "llama3.1-8b on l4-24gb (TP=1, PP=1, vllm): one request of max_model_len 32,768 needs 4 GiB of KV per GPU "
-        "(+ a null block of 0.001953 GiB) but the KV budget is 3.3237 GiB"
+        "llama3.1-8b on l4-24gb (TP=1, PP=1, vllm): one request of max_model_len 49,152 needs 6 GiB of KV per GPU "
+        "(+ a null block of 0.001953 GiB) but the KV budget is ≈ 4.1322 GiB (modelled: 3.3669 GiB to 4.8634 GiB)"
     )
     assert d["suggestions"][:2] == [
-        "--max-model-len 27200 (the longest that fits)",
+        "--max-model-len 33824 (the longest that fits)",
         "--kv-dtype fp8 (an FP8 KV cache, 1 byte per value)",
     ]
     assert err == f"kvplan: error: {d['reason']}; would fit: {', or '.join(d['suggestions'])}\n"
@@ -589,9 +592,11 @@ def test_fit_json_of_a_plan_that_does_not_fit_carries_reason_and_suggestions(cli
 
 def test_concurrency_is_cut_beside_the_engine_log(cli):
     # vLLM's log rounds 14,329 / 2,048 = 6.9966 to "7.00x"; 6 whole requests fit (14,328 blocks beside the null one)
+    # 14,329 blocks of 16 tokens × 2,621,440 B (80 layers × 2 × 4 KV heads per GPU × 128 × 2 B × 16)
     code, out, _ = cli(
-        "fit", "llama3.1-70b", "--gpu", "h100", "--tp", "2", "--max-model-len", "32k", "--weights-dtype", "fp8"
-    )
+        "fit", "llama3.1-70b", "--gpu", "h100", "--tp", "2", "--max-model-len", "32k", "--weights-dtype", "fp8",
+        "--kv-cache-memory", str(14_329 * 2_621_440),
+    )  # fmt: skip
     assert code == 0
     assert "Maximum concurrency for 32,768 tokens per request: 7.00x\n" in out  # the log line, verbatim
     assert "Max concurrent requests of 32,768 tokens: 6\n" in out
@@ -600,9 +605,9 @@ def test_concurrency_is_cut_beside_the_engine_log(cli):
     code, out, _ = cli("fit", "llama3-8b", "--gpu", "h100", "--max-model-len", "32k", "--kv-cache-memory", "28GiB")
     assert "per request: 7.00x\n" in out
     assert "Maximum concurrency: 6.99x (vLLM's log shows 7.00x, counting the null block; 6 whole requests fit)\n" in out
-    # other engines: the ratio cut, never rounded up (SGLang gpt-oss: 140,008 / 131,072 = 1.068)
-    code, out, _ = cli("fit", "gpt-oss-120b", "--gpu", "h100", "--max-model-len", "128k", "--engine", "sglang")
-    assert "Maximum concurrency (vLLM-style ratio): 1.06x (cut to 2 decimals; 1 whole request fits)\n" in out
+    # other engines: the ratio cut, never rounded up (SGLang gpt-oss: 1,002,803 / 131,072 = 7.651)
+    code, out, _ = cli("fit", "gpt-oss-120b", "--gpu", "h200", "--max-model-len", "128k", "--engine", "sglang")
+    assert "Maximum concurrency (vLLM-style ratio): 7.65x (cut to 2 decimals; 7 whole requests fit)\n" in out
 
 
 def test_max_requests_ratio_floors_to_the_whole_requests():
@@ -618,17 +623,17 @@ def test_max_requests_ratio_floors_to_the_whole_requests():
 
 
 def test_capacity_labels_per_engine(cli):
-    base = ["fit", "gpt-oss-120b", "--gpu", "h100", "--max-model-len", "128k"]
+    base = ["fit", "gpt-oss-120b", "--gpu", "h200", "--max-model-len", "128k"]
     code, out, _ = cli(*base)
-    assert "Engine log: GPU KV cache size: 230,018 tokens," in out
+    assert "Engine log: GPU KV cache size: 1,536,050 tokens," in out
     assert (
         '  "GPU KV cache size" is int(max concurrency × max_model_len) (vLLM kv_cache_utils.py get_kv_cache_capacity): '
         "requests' worth of max_model_len, not the tokens of context that fit (see the longest single request)\n"
     ) in out
-    assert "Longest single request that fits: 242,480 tokens\n" in out
+    assert "Longest single request that fits: 1,713,200 tokens\n" in out
     code, out, _ = cli(*base, "--engine", "sglang")
     assert "vLLM's log" not in out and "GPU KV cache size" not in out
-    assert "KV capacity: 140,008 tokens in the full-layer pool (140,008 blocks of 1 token)\n" in out
+    assert "KV capacity: 1,002,803 tokens in the full-layer pool (1,002,803 blocks of 1 token)\n" in out
     assert "SGLang keeps sliding-window layers in a pool of their own (swa_layer_tokens)" in out
     code, out, _ = cli(*base, "--engine", "llamacpp")
     assert "vLLM's log" not in out and "llama.cpp's sliding-window cache holds" in out
@@ -636,7 +641,7 @@ def test_capacity_labels_per_engine(cli):
     assert "vLLM's log" not in out and "counts a token in every layer" not in out
     code, out, _ = cli(*base, "--engine-version", "0.11")
     assert (
-        '  the log\'s "GPU KV cache size", num_blocks × block_size = 129,504 tokens, counts a token in every layer; '
+        '  the log\'s "GPU KV cache size", num_blocks × block_size = 792,112 tokens, counts a token in every layer; '
         "sliding-window, chunked and state layers hold less per request, so a request can be longer\n"
     ) in out
 
@@ -706,13 +711,14 @@ def test_fleet_warns_on_old_engine_versions_too(cli):
 def test_fit_output_singulars(cli):
     from kvplan.render import fit_lines
 
-    code, out, _ = cli("fit", "llama3-8b", "--gpu", "h100", "--pp", "32", "--block-size", "1", "--max-model-len", "1")
+    code, out, _ = cli("fit", "llama3-8b", "--gpu", "h100", "--pp", "32", "--block-size", "1", "--max-model-len", "1",
+                       "--kv-cache-memory", str(1000 * 4096))  # fmt: skip
     assert code == 0
     assert "PP=32 (worst stage: 1 layer)," in out
     assert "│ 1 token " in out  # KV per block
-    assert "KV pool: 17,666,630 blocks of 1 token, 4,096 B each\n" in out
+    assert "KV pool: 1,000 blocks of 1 token, 4,096 B each\n" in out
     assert "One request of 1 token takes 1 block (+ 1 null block held back)\n" in out
-    assert "Max concurrent requests of 1 token: 1,024\n" in out
+    assert "Max concurrent requests of 1 token: 999\n" in out
     assert "tokens: 1" not in out and " 1 tokens" not in out.replace("for 1 tokens per request", "")  # log verbatim
     r = plan_fit(load_bundled("gemma3-27b"), get_gpu("h200"), given_budget(20 * GIB, max_model_len=32768))
     assert r.padding_layers == 8 and "; 8 padding layers" in fit_lines(r)[1]

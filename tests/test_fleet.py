@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 
 import pytest
 
 from kvplan.errors import UsageError
 from kvplan.fit import FitOptions, plan_fit
+from kvplan.fleet import exact_usd as fleet_exact_usd
 from kvplan.fleet import load_workload, pack_replicas, plan_fleet, plan_layout, workload_from_data
 from kvplan.gpus import get_gpu
 from kvplan.loader import load_bundled
@@ -41,11 +43,12 @@ def test_single_class_equals_fit():
 
 def test_class_too_big_for_any_replica_is_said_plainly():
     spec = load_bundled("llama3.1-8b")
-    wl = workload_from_data({"classes": [{"name": "book", "concurrency": 1, "tokens": "1m"}]}, "w.yaml")
+    wl = workload_from_data({"classes": [{"name": "book", "concurrency": 1, "tokens": "2m"}]}, "w.yaml")
     rows = plan_fleet(spec, wl, [get_gpu("l4")], FitOptions())
     assert not any(r.fits for r in rows)
+    # 2,097,152 tokens × 131,072 B = 256 GiB at TP 1 (32 GiB per GPU at TP 8, more than an L4 holds)
     assert rows[0].reason.startswith(
-        "one request of class book (1,048,576 tokens) needs 128 GiB of KV per GPU, more than the "
+        "one request of class book (2,097,152 tokens) needs 256 GiB of KV per GPU, more than the "
     )
 
 
@@ -120,23 +123,23 @@ def test_fleet_cli_example(cli):
 
 
 def test_fleet_nothing_fits_is_exit_1(cli):
-    code, out, err = cli("fleet", "llama3.1-8b", "--concurrency", "4", "--seq", "1m", "--gpu", "l4")
+    code, out, err = cli("fleet", "llama3.1-8b", "--concurrency", "4", "--seq", "2m", "--gpu", "l4")
     assert code == 1
     assert "l4-24gb: cannot serve this workload at any TP tried (1, 2, 4, 8): one request of class requests" in out
     assert err.splitlines() == [
-        "kvplan: warning: requests of 1,048,576 tokens are beyond llama3.1-8b's max context of 131,072 tokens "
+        "kvplan: warning: requests of 2,097,152 tokens are beyond llama3.1-8b's max context of 131,072 tokens "
         "(computed anyway)",
         "kvplan: error: no GPU and TP tried can serve this workload on llama3.1-8b (reasons above)",
     ]
     # --json: the reasons are in the JSON on stdout, not "above"
-    code, out, err = cli("fleet", "llama3.1-8b", "--concurrency", "4", "--seq", "1m", "--gpu", "l4", "--json")
+    code, out, err = cli("fleet", "llama3.1-8b", "--concurrency", "4", "--seq", "2m", "--gpu", "l4", "--json")
     assert code == 1
     reasons = [r["reason"] for r in json.loads(out)["layouts"]]
-    assert len(reasons) == 4 and all(r.startswith("one request of class requests (1,048,576 tokens)") for r in reasons)
+    assert len(reasons) == 4 and all(r.startswith("one request of class requests (2,097,152 tokens)") for r in reasons)
     assert err.splitlines()[-1] == (
         "kvplan: error: no GPU and TP tried can serve this workload on llama3.1-8b (reasons in the JSON's layouts)"
     )
-    code, out, err = cli("fleet", "llama3.1-8b", "--concurrency", "4", "--seq", "1m", "--gpu", "l4", "--csv")
+    code, out, err = cli("fleet", "llama3.1-8b", "--concurrency", "4", "--seq", "2m", "--gpu", "l4", "--csv")
     assert code == 1 and "above" not in err and err.splitlines()[-1].endswith("(reasons in the CSV's reason column)")
 
 
@@ -197,26 +200,26 @@ def test_requests_per_replica_max_and_mean_by_hand():
 
 
 def test_cost_is_exact_decimal_and_reason_null(cli):
-    # h100 at TP=4: 39 replicas × 4 = 156 GPUs × $2.49 = $388.44 (a float product gives 388.44000000000005);
-    # TP=8: 14 × 8 = 112 GPUs × $2.49 = $278.88 (README)
+    # h100 at TP=4: 38 replicas × 4 = 152 GPUs × $2.49 = $378.48 (a float product gives 378.47999999999996);
+    # TP=8: 13 × 8 = 104 GPUs × $2.49 = $258.96
     code, out, err = cli(
         "fleet", "llama3.1-70b", "--workload", ROOT / "examples/chat-and-rag.yaml", "--gpu", "h100", "--price",
         "h100=2.49", "--json",
     )  # fmt: skip
     assert code == 0, err
     rows = {r["tensor_parallel_size"]: r for r in json.loads(out)["layouts"]}
-    assert rows[4]["gpus"] == 156 and rows[4]["cost_usd_per_hour"] == 388.44 and '"cost_usd_per_hour": 388.44,' in out
-    assert rows[8]["gpus"] == 112 and rows[8]["cost_usd_per_hour"] == 278.88
-    assert 156 * 2.49 != 388.44  # the float noise the exact product avoids
+    assert rows[4]["gpus"] == 152 and rows[4]["cost_usd_per_hour"] == 378.48 and '"cost_usd_per_hour": 378.48,' in out
+    assert rows[8]["gpus"] == 104 and rows[8]["cost_usd_per_hour"] == 258.96
+    assert 156 * 2.49 != 388.44 and fleet_exact_usd(2.49) * 156 == Decimal("388.44")  # the float noise avoided
     assert all(r["reason"] is None for r in rows.values() if r["fits"])  # null, not ""
     assert '"reason": ""' not in out
-    # the mean beside the max: 2,200 requests over 14 replicas = 157.14
-    assert rows[8]["requests_per_replica"] == 240 and rows[8]["requests_per_replica_mean"] == 2200 / 14
+    # the mean beside the max: 2,200 requests over 13 replicas = 169.23
+    assert rows[8]["requests_per_replica"] == 248 and rows[8]["requests_per_replica_mean"] == 2200 / 13
     code, out, _ = cli(
         "fleet", "llama3.1-70b", "--workload", ROOT / "examples/chat-and-rag.yaml", "--gpu", "h100", "--price",
         "h100=2.49", "--tp", "8",
     )  # fmt: skip
-    assert "240 / 157.1" in out and "278.88" in out
+    assert "248 / 169.2" in out and "258.96" in out
 
 
 def test_exact_usd_and_parse_prices():

@@ -422,7 +422,7 @@ def hf_model(name: str):
     """A fixture config.json read by kvplan, with the keys the defaults section says were added for vLLM."""
     import tempfile
 
-    from kvplan.specs import load_hf_config
+    from kvplan.loader import load_hf_config
 
     data = json.loads((HF_CONFIGS / f"{name}.json").read_text())
     data.update(DEFAULTS["config_overrides"].get(name, {}))
@@ -453,7 +453,7 @@ def default_options(entry: dict) -> FitOptions | None:
         elif k == "kv_cache_dtype":
             kw["kv_dtype"] = v
         elif k == "enforce_eager":
-            pass  # CUDA graphs only: no default kvplan resolves changes
+            kw["enforce_eager"] = bool(v)  # CUDA graphs only: no default kvplan resolves changes
         elif k == "speculative_config":
             kw["num_speculative_tokens"] = v["num_speculative_tokens"]
             if v["method"] == "mtp":
@@ -470,15 +470,10 @@ def default_options(entry: dict) -> FitOptions | None:
 # Defaults kvplan does not resolve as vLLM 0.33 does, each outside kvplan/engines/vllm.py (the lead's
 # kvplan/fit.py); test_known_default_gaps_are_still_open fails once one is fixed, so it is struck from here.
 KNOWN_GAPS = {
-    # EngineArgs._set_default_max_num_seqs_and_batched_tokens_args (engine/arg_utils.py:3233-3235):
-    # max_num_seqs = min(its default, max_num_batched_tokens); kvplan's vllm_settings takes the GPU's default
-    "max_num_seqs": lambda e: "max_num_batched_tokens" in e["args"] and "max_num_seqs" not in e["args"],
     # engine/arg_utils.py:3204-3216: a multimodal prefix-LM (Gemma 4) raises the default batched tokens to
     # its largest multimodal item (2,496 where the GPU default is 2,048)
     "max_num_batched_tokens": lambda e: e["model"].startswith("gemma4") and "max_num_batched_tokens" not in e["args"],
     "max_in_flight_tokens": lambda e: e["model"].startswith("gemma4") and "max_num_batched_tokens" not in e["args"],
-    # config/cache.py:215: CacheConfig.gpu_memory_utilization = 0.92 (kvplan's EngineConvention: 0.90)
-    "gpu_memory_utilization": lambda e: True,
 }
 
 

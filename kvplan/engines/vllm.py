@@ -958,17 +958,24 @@ class VllmEngine(EngineRules):
         the GPU family for backend block sizes (:func:`gpu_family`). ``block_size`` stays None unless given
         (the backend picks: :func:`mla_block_size`, 16)."""
         rules = resolve_rules(opts.engine_version)
+        budget = vllm_budget.resolve(opts.engine_version)
         util, _, mnbt, max_batch = self.common_settings(opts)
+        if opts.gpu_memory_utilization is None:
+            util = vllm_budget.default_utilization(budget)
         max_len = spec.max_model_len if opts.max_model_len is None else opts.max_model_len
         gpu_mnbt, gpu_seqs = version_batch_defaults(opts.engine_version, gpu.cuda_total_bytes, gpu.name, max_len)
         mnbt = gpu_mnbt if opts.max_num_batched_tokens is None else mnbt
-        seqs = gpu_seqs if opts.max_num_seqs is None else opts.max_num_seqs
+        if opts.max_num_seqs is not None:
+            seqs = opts.max_num_seqs
+        elif rules.batch_defaults_per_gpu:  # 0.33 engine/arg_utils.py:3233-3235: at most the batched tokens
+            seqs = min(gpu_seqs, mnbt)
+        else:
+            seqs = gpu_seqs
         asynch = rules.async_scheduling if opts.async_scheduling is None else opts.async_scheduling
         prefix = default_prefix_caching(spec) if opts.enable_prefix_caching is None else opts.enable_prefix_caching
         hma = opts.hybrid_kv_cache_manager
         if hma is None:
             hma = default_hybrid_kv_cache_manager(spec, opts.num_mtp_layers, opts.speculative_model)
-        budget = vllm_budget.resolve(opts.engine_version)
         extra = dict(async_scheduling=asynch, prefix_caching=prefix, hybrid_kv_cache_manager=hma,
                      family=gpu_family(gpu.name, gpu.is_custom), budget=budget,
                      max_num_batched_tokens_given=opts.max_num_batched_tokens is not None)  # fmt: skip

@@ -69,36 +69,107 @@ class BudgetRules:
 
 
 BUDGET_RULES = (
-    BudgetRules("0.33", "v1", True, False, True, 14,
-                "0.33: total consumed + transient peak + CUDA-graph estimate (v1/worker/gpu_worker.py:641-757); "
-                "the sampler profiled twice, the second on the Triton path (gpu_model_runner.py:5866)"),
-    BudgetRules("0.27", "v1", True, False, True, 10,
-                "0.27-0.32: requested - (free drop + transient peak) - CUDA-graph estimate (utils/mem_utils.py "
-                "MemoryProfilingResult.total_consumed); FlashInfer sampler"),
-    BudgetRules("0.22", "v1", True, False, True, 10,
-                "0.22-0.26: CUDA-graph estimate subtracted (envs.py VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1); "
-                "FlashInfer sampler by default (flashinfer-python a dependency)"),
-    BudgetRules("0.20", "v1", True, False, True, 14,
-                "0.20-0.21: CUDA-graph estimate subtracted by default (0.20.0 envs.py:1725); Triton top-k/top-p"),
-    BudgetRules("0.17", "v1", True, False, False, 14,
-                "0.17-0.19: the CUDA-graph estimate opt-in (0.18.0 envs.py:1636 default 0); Triton top-k/top-p "
-                "sampler (topk_topp_triton.py)"),
-    BudgetRules("0.14", "v1", True, False, False, 27,
-                "0.14-0.16: requested = ceil(total x U) (0.14.1 v1/worker/utils.py:258)"),
-    BudgetRules("0.12", "v1", False, False, False, 27,
-                "0.12-0.13: the FlashInfer sampler opt-in (VLLM_USE_FLASHINFER_SAMPLER): PyTorch sort path"),
-    BudgetRules("0.11", "v1", False, False, False, 27,
-                "0.11: snapshot after NCCL init (0.11.0 v1/worker/gpu_worker.py:169 vs 182): its buffers outside "
-                "the budget; the PyTorch sort sampler of a pip install (FlashInfer's, ~10 B, where installed)"),
-    BudgetRules("0.9", "v1", False, True, False, 27,
-                "0.9-0.10: requested - (weights + peak increase + non-torch increase), snapshot before NCCL init "
-                "(0.9.2 v1/worker/gpu_worker.py:140-158, utils/__init__.py:2477); the PyTorch sort sampler of a "
-                "pip install (the official images ship FlashInfer's, ~10 B)"),
-    BudgetRules("0.8", "v1", False, True, False, 27,
-                "0.8: total x U - absolute torch peak - (used - allocated) (0.8.5 v1/worker/gpu_worker.py:165-212)"),
-    BudgetRules("0.5", "v0", False, True, False, 40,
-                "V0 0.5-0.10: profile of max(max_model_len, 2048) tokens (no chunked prefill) over max_num_seqs "
-                "prompts; sampler on the driver rank (worker/model_runner.py profile_run, worker/worker.py)"),
+    BudgetRules(
+        "0.33",
+        "v1",
+        True,
+        False,
+        True,
+        14,
+        "0.33: total consumed + transient peak + CUDA-graph estimate (v1/worker/gpu_worker.py:641-757); "
+        "the sampler profiled twice, the second on the Triton path (gpu_model_runner.py:5866)",
+    ),
+    BudgetRules(
+        "0.27",
+        "v1",
+        True,
+        False,
+        True,
+        10,
+        "0.27-0.32: requested - (free drop + transient peak) - CUDA-graph estimate (utils/mem_utils.py "
+        "MemoryProfilingResult.total_consumed); FlashInfer sampler",
+    ),
+    BudgetRules(
+        "0.22",
+        "v1",
+        True,
+        False,
+        True,
+        10,
+        "0.22-0.26: CUDA-graph estimate subtracted (envs.py VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1); "
+        "FlashInfer sampler by default (flashinfer-python a dependency)",
+    ),
+    BudgetRules(
+        "0.20",
+        "v1",
+        True,
+        False,
+        True,
+        14,
+        "0.20-0.21: CUDA-graph estimate subtracted by default (0.20.0 envs.py:1725); Triton top-k/top-p",
+    ),
+    BudgetRules(
+        "0.17",
+        "v1",
+        True,
+        False,
+        False,
+        14,
+        "0.17-0.19: the CUDA-graph estimate opt-in (0.18.0 envs.py:1636 default 0); Triton top-k/top-p "
+        "sampler (topk_topp_triton.py)",
+    ),
+    BudgetRules(
+        "0.14", "v1", True, False, False, 27, "0.14-0.16: requested = ceil(total x U) (0.14.1 v1/worker/utils.py:258)"
+    ),
+    BudgetRules(
+        "0.12",
+        "v1",
+        False,
+        False,
+        False,
+        27,
+        "0.12-0.13: the FlashInfer sampler opt-in (VLLM_USE_FLASHINFER_SAMPLER): PyTorch sort path",
+    ),
+    BudgetRules(
+        "0.11",
+        "v1",
+        False,
+        False,
+        False,
+        27,
+        "0.11: snapshot after NCCL init (0.11.0 v1/worker/gpu_worker.py:169 vs 182): its buffers outside "
+        "the budget; the PyTorch sort sampler of a pip install (FlashInfer's, ~10 B, where installed)",
+    ),
+    BudgetRules(
+        "0.9",
+        "v1",
+        False,
+        True,
+        False,
+        27,
+        "0.9-0.10: requested - (weights + peak increase + non-torch increase), snapshot before NCCL init "
+        "(0.9.2 v1/worker/gpu_worker.py:140-158, utils/__init__.py:2477); the PyTorch sort sampler of a "
+        "pip install (the official images ship FlashInfer's, ~10 B)",
+    ),
+    BudgetRules(
+        "0.8",
+        "v1",
+        False,
+        True,
+        False,
+        27,
+        "0.8: total x U - absolute torch peak - (used - allocated) (0.8.5 v1/worker/gpu_worker.py:165-212)",
+    ),
+    BudgetRules(
+        "0.5",
+        "v0",
+        False,
+        True,
+        False,
+        40,
+        "V0 0.5-0.10: profile of max(max_model_len, 2048) tokens (no chunked prefill) over max_num_seqs "
+        "prompts; sampler on the driver rank (worker/model_runner.py profile_run, worker/worker.py)",
+    ),
 )
 
 
@@ -115,6 +186,14 @@ def is_v0(version: str | None) -> bool:
     """True for a version whose default engine is V0 (through 0.7; ``--engine-version 0.6``)."""
     v = parse_version(version) if version is not None else None
     return v is not None and v < (0, 8, 0)
+
+
+def default_utilization(rules: BudgetRules) -> float:
+    """``gpu_memory_utilization``'s default: 0.92 from 0.20 (``0.20.0 config/cache.py:66``,
+    ``0.33.0 config/cache.py:215``), 0.9 before (``0.19.1 config/cache.py:41``)."""
+    from kvplan.engines import parse_version
+
+    return 0.92 if parse_version(rules.version) >= (0, 20, 0) else 0.9
 
 
 def requested_bytes(total: int, utilization: float, rules: BudgetRules) -> int:
