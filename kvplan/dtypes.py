@@ -168,10 +168,15 @@ _WEIGHT_DTYPES: dict[str, WeightDtype] = {
         WeightDtype("fp32", 32, description="float32"),
         WeightDtype("bf16", 16, description="bfloat16 / float16"),
         WeightDtype("fp16", 16, description="float16"),
-        WeightDtype("fp8", 8, description="FP8 (per-tensor or block scales, negligible)"),
+        # block-scaled FP8 (DeepSeek-V3, Qwen3-FP8: weight_block_size [128, 128]): one fp32 scale per 128 × 128
+        WeightDtype("fp8", 8, 16384, 4, description="FP8, one fp32 scale per 128 x 128 block"),
         WeightDtype("int8", 8, description="int8 (per-channel scales, negligible)"),
-        # AWQ/GPTQ: 4-bit weights, an fp16 scale and a 4-bit zero point per group of 128.
-        WeightDtype("int4", 4, 128, 3, description="int4 AWQ/GPTQ, group 128: fp16 scale + packed zero"),
+        # AWQ/GPTQ: 4-bit weights, an fp16 scale and a 4-bit zero point per group of 128 (2.5 B per 128 = 5 per
+        # 256: AutoAWQ qzeros / scales, GPTQ qzeros / scales; GPTQ's g_idx adds 4 B per input row, left out)
+        WeightDtype("int4", 4, 256, 5, description="int4 AWQ/GPTQ, group 128: fp16 scale + packed 4-bit zero"),
+        # bitsandbytes 4-bit (nf4 / fp4): one fp32 absmax per 64 weights (bnb_4bit_use_double_quant off, the
+        # default of transformers' BitsAndBytesConfig)
+        WeightDtype("nf4", 4, 64, 4, description="bitsandbytes nf4/fp4: 4 bit + fp32 absmax per 64"),
         # OCP MXFP4: 4-bit E2M1 and one E8M0 scale per 32.
         WeightDtype("mxfp4", 4, 32, 1, description="MXFP4: 4 bit + 1 B scale per 32"),
         WeightDtype("nvfp4", 4, 16, 1, description="NVFP4: 4 bit + 1 B scale per 16"),
@@ -186,7 +191,18 @@ _WEIGHT_ALIASES = {
     "fp8_e4m3": "fp8",
     "awq": "int4",
     "gptq": "int4",
+    "awq_marlin": "int4",
+    "gptq_marlin": "int4",
     "w4a16": "int4",
+    "bitsandbytes": "nf4",
+    "bnb": "nf4",
+    "bnb-nf4": "nf4",
+    "fp4": "nf4",
+    "w8a8": "int8",
+    "w8a16": "int8",
+    "fbgemm_fp8": "fp8",
+    "modelopt": "fp8",
+    "modelopt_fp4": "nvfp4",
 }
 
 

@@ -99,15 +99,17 @@ def test_tp_beyond_kv_heads_replicates():
 
 def test_mla_latent_on_every_rank():
     # deepseek-v3 at TP = 8: the 576-element latent is not split: 61 × 576 × 2 B = 70,272 B per token per GPU;
-    # weights: FP8 for all but the embedding and lm_head (2 × 129,280 × 7,168 = 1,853,358,080 kept in bf16):
-    # (671e9 − 1,853,358,080) × 1 B + 1,853,358,080 × 2 B = 672,853,358,080 B; / 8 = 84,106,669,760 per GPU
+    # weights: FP8 for all but the embedding and lm_head (2 × 129,280 × 7,168 = 1,853,358,080 kept in bf16), with
+    # one fp32 scale per 128 × 128 block (config.json weight_block_size; weight_scale_inv tensors):
+    # 669,146,641,920 × 1 B + ceil(669,146,641,920 / 16,384) × 4 B = 163,365,880 + 1,853,358,080 × 2 B
+    # = 673,016,723,960 B; / 8 = 84,127,090,495 per GPU
     r = plan_fit(
         load_bundled("deepseek-v3"),
         get_gpu("h200"),
         FitOptions(tensor_parallel_size=8, weights_dtype="fp8", max_model_len=32768),
     )
     assert r.kv_bytes_per_token == 70_272
-    assert r.weights_bytes == 84_106_669_760
+    assert r.weights_bytes == 84_127_090_495
     assert r.fits
 
 
@@ -653,7 +655,7 @@ def test_engine_version_that_does_not_parse_is_refused(cli, engine):
     sets = {
         "vllm": "rule sets: 0.33, 0.11, 0.6",
         "sglang": "SGLang rule sets: 0.5.23",
-        "trtllm": "rule sets: 1.0",
+        "trtllm": "rule sets: 1.2, 1.0",
         "llamacpp": "llama.cpp rule sets: one (llama-kv-cache)",
     }[engine]
     assert err.startswith("kvplan: error: --engine-version: 'abc' is not a ") and err.endswith(sets + "\n")

@@ -31,6 +31,8 @@ GPT_OSS_KV_SIZE = 36 * 2 * 8 * 64 * 2  # every one of the 36 layers, sliding one
 
 
 def trt(max_model_len: int, budget: int, **kw) -> FitOptions:
+    """The 1.1.0rc3 run the tests reproduce (its log: gpt-oss-120b on a DGX Spark); 1.2's floor is tested below."""
+    kw.setdefault("engine_version", "1.1.0rc3")
     return FitOptions(engine=Engine.trtllm, max_model_len=max_model_len, kv_cache_memory_bytes=budget, **kw)
 
 
@@ -39,7 +41,7 @@ def test_gpt_oss_sliding_layers_sized_like_full_ones():
     r = plan_fit(load_bundled("gpt-oss-120b"), get_gpu("h100"), trt(4096, 8 * (1 << 30)))
     assert r.kv_bytes_per_token == GPT_OSS_KV_SIZE == 73_728
     assert r.kv_bytes_per_request == 4096 * 73_728  # the 128-token window does not shrink a request
-    assert r.engine_version == "1.0"
+    assert r.engine_version == "1.0"  # the 1.1.0rc3 run: 1.0-1.1's rules
 
 
 def test_issue_example_max_seq_len_cut_to_86720():
@@ -68,7 +70,7 @@ def test_issue_example_max_seq_len_cut_to_86720():
 
 def test_block_count_rounds_up():
     # ceil: 86,711 tokens take 2,710 blocks of 32 (later main floors: 2,709); a whole number of blocks is exact
-    rules = trt_rules.resolve_rules(None)
+    rules = trt_rules.resolve_rules("1.1.0rc3")
     assert trt_rules.pool_blocks(86_711 * 73_728 + 5, 73_728, 32, rules) == 2_710
     assert trt_rules.pool_blocks(86_720 * 73_728, 73_728, 32, rules) == 2_710
     assert trt_rules.pool_blocks(73_727, 73_728, 32, rules) == 0
@@ -92,8 +94,20 @@ def test_engine_versions():
 def test_sweep_applies_the_same_rules():
     spec, gpu = load_bundled("gpt-oss-120b"), get_gpu("h100")
     budget = 86_711 * GPT_OSS_KV_SIZE + 12_345
-    opts = FitOptions(engine=Engine.trtllm, kv_cache_memory_bytes=budget)
+    opts = FitOptions(engine=Engine.trtllm, kv_cache_memory_bytes=budget, engine_version="1.1.0rc3")
     cols = sweep([spec], [131_072], [gpu], opts=opts).columns
     r = plan_fit(spec, gpu, trt(131_072, budget))
     got = (int(cols["num_blocks"][0]), int(cols["max_model_len_fit"][0]), bool(cols["fits"][0]))
     assert got == (r.num_blocks, r.max_model_len_fit, False) == (2_710, 86_720, False)
+
+
+def test_block_rounding_by_release():
+    # TensorRT-LLM 1.1.0rc3's start-up log (gpt-oss-120b, tests/fixtures/trtllm_rules.yaml): max_tokens 86,711 →
+    # "Allocated 5.95 GiB for max tokens in paged KV cache (86720)": ceil(86,711 / 32) = 2,710 blocks. From
+    # 1.2.0rc4 the pool floors (resource_manager.py, PR #9093): 2,709 blocks = 86,688 tokens.
+    spec = load_bundled("gpt-oss-120b")
+    budget = 86_711 * 73_728 + 1_000  # 36 layers × 2 × 8 KV heads × 64 × 2 B per token, every layer full
+    for version, blocks in (("1.1.0rc3", 2_710), ("1.2.0rc2", 2_710), ("1.2.0rc4", 2_709), ("1.2.1", 2_709), (None, 2_709)):
+        r = plan_fit(spec, get_gpu("h100"), FitOptions(engine=Engine.trtllm, engine_version=version,
+                                                       kv_cache_memory_bytes=budget, max_model_len=8192))  # fmt: skip
+        assert (r.num_blocks, r.kv_capacity_tokens) == (blocks, blocks * 32), version

@@ -5,7 +5,9 @@ Rule sets (``--engine-version`` picks the newest set not newer than the version 
 the oldest set with a warning, and the output names the set applied):
 
 ==========  ==============================================================================================
-``1.0``     (default) the PyTorch backend of TensorRT-LLM 1.0 and 1.1, ``tensorrt_llm/_torch/pyexecutor/
+``1.2``     (default) 1.2.0rc4 onward: as 1.0, but the pool holds ``int(max_tokens // tokens_per_block)``
+            blocks (the floor, ``resource_manager.py calculate_max_num_blocks``; PR #9093)
+``1.0``     the PyTorch backend of TensorRT-LLM 1.0 and 1.1 (and 1.2.0rc0-rc2), ``tensorrt_llm/_torch/pyexecutor/
             resource_manager.py KVCacheManager`` (read at NVIDIA/TensorRT-LLM commit b35ac1b6, and checked
             on a TensorRT-LLM 1.1.0rc3 start-up log of gpt-oss-120b):
 
@@ -19,9 +21,9 @@ the oldest set with a warning, and the output names the set applied):
               logging "Attention window size S exceeds upper bound B for available blocks. Reducing to B."
 ==========  ==============================================================================================
 
-Later main (commit 001541ba, after November 2025) floors the block count instead
-(``int(max_tokens // tokens_per_block)``): one block less when the tokens do not fill the last block.
-The release it shipped in is not confirmed from a log, so kvplan has no rule set for it yet.
+The floor (``1.2``) costs one block when the tokens do not fill the last block. Its first release is bracketed
+from TensorRT-LLM's stored sources and PyPI's dates, not read at a tag (the repository is too large to fetch
+here): see ``tests/fixtures/trtllm_rules.yaml``.
 
 Not modelled: variable sliding windows (``max_attention_window`` given: ``calculate_max_num_blocks_from_cpp``
 splits the memory per window size), beam search, sink tokens, the host (secondary) pool.
@@ -61,19 +63,33 @@ class TrtllmRules:
 
 
 RULE_SETS = (
+    TrtllmRules("1.2", True, False, True,
+                "TensorRT-LLM 1.2+ PyTorch backend: blocks = int(max_tokens // tokens_per_block) (resource_manager.py "
+                "calculate_max_num_blocks, with PR #9093's dry-run branch)"),
     TrtllmRules("1.0", True, True, True, "TensorRT-LLM 1.0-1.1 PyTorch backend (resource_manager.py KVCacheManager)"),
 )
+# The floor shipped inside 1.2.0's release candidates: 1.2.0rc2 (2025-11-07) predates PR #9093 (opened 2025-11-12)
+# and rounds up; rc4 (2025-11-25) is the first candidate that floors (tests/fixtures/trtllm_rules.yaml: inferred from
+# the stored versions of resource_manager.py and PyPI's upload dates; 1.1.0rc3's log confirms the ceil).
+FIRST_FLOOR_RC = 4
 LATEST = RULE_SETS[0]
 
 
 def resolve_rules(version: str | None) -> TrtllmRules:
     """The rule set for a TensorRT-LLM version (None, ``latest``: the newest): the newest set not newer than it,
-    else the oldest (:func:`kvplan.engines.pick_rules`).
+    else the oldest (:func:`kvplan.engines.pick_rules`); 1.2.0's release candidates before rc4 round up
+    (:data:`FIRST_FLOOR_RC`).
 
     Raises:
         UsageError: not a version number.
     """
-    return pick_rules(RULE_SETS, version, "1.1")
+    import re
+
+    rules = pick_rules(RULE_SETS, version, "1.2")
+    m = re.fullmatch(r"v?1\.2\.0rc(\d+)(?:\.post\d+)?", str(version or "").strip().lower())
+    if rules.version == "1.2" and m and int(m.group(1)) < FIRST_FLOOR_RC:
+        return RULE_SETS[1]
+    return rules
 
 
 def older_than_oldest(version: str | None) -> bool:
