@@ -595,6 +595,9 @@ def sweep(
         None, "--max-num-batched-tokens", help="Tokens per forward step (engine default)."
     ),
     weights_dtype: Optional[str] = typer.Option(None, "--weights-dtype", help="Weights dtype (default: model dtype)."),
+    kv_cache_memory: Optional[str] = typer.Option(
+        None, "--kv-cache-memory", help="KV budget per GPU, bypassing the budget model (bytes, or 16GiB ...), exact."
+    ),
     weights_gib: Optional[str] = typer.Option(
         None,
         "--weights-gib",
@@ -621,10 +624,13 @@ def sweep(
             "--weights-gib: one model's weights per GPU at one TP, so give one MODEL and one --tp with it "
             f"(got {plural(len(model), 'model')}, {plural(len(tp), 'TP')})"
         )
+    from kvplan.units import parse_bytes
+
     opts = api.fit_options(
         engine=engine, gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
         max_num_batched_tokens=max_num_batched_tokens, weights_dtype=weights_dtype,
         weights_bytes=_gib(weights_gib, "--weights-gib"),
+        kv_cache_memory_bytes=None if kv_cache_memory is None else parse_bytes(kv_cache_memory, "--kv-cache-memory"),
     )  # fmt: skip
     specs = [_load_model(m) for m in model]
     seqs = [parse_tokens(s) for s in seq]

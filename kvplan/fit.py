@@ -311,8 +311,9 @@ def _result(spec, gpu, opts, settings, budget, cache, kv_dtype_name: str, max_le
         kv_budget_high_bytes=budget.kv_budget_high_bytes,
         max_requests_low=lows[0],
         max_requests_high=lows[1],
-        budget_terms=tuple(dict(name=t.name, bytes=t.bytes, low=t.low, high=t.high, source=t.source)
-                           for t in budget.terms),  # fmt: skip
+        budget_terms=tuple(
+            dict(name=t.name, bytes=t.bytes, low=t.low, high=t.high, source=t.source) for t in budget.terms
+        ),  # fmt: skip
         **fields,
     )
 

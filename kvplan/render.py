@@ -601,7 +601,7 @@ def budget_note(r) -> str:
         f"The KV budget is modelled ({fmt_gib_range(r.kv_budget_low_bytes, r.kv_budget_high_bytes)}: each modelled "
         f"term at the extremes measured on public {r.engine} logs, docs/budget-validation.md): {reqs} requests of "
         f"{fmt_tokens(r.max_model_len)} over that range. Exact: give the engine's printed budget with "
-        "--kv-cache-memory, or its start-up log with --from-log."
+        "--kv-cache-memory."
     )
 
 

@@ -46,8 +46,12 @@ def imports(path: Path) -> tuple[set[str], set[str]]:
         out = []
         for a in node.names:
             full = f"{mod}.{a.name}"
-            out.append(full if (ROOT.parent / Path(*full.split("."))).with_suffix(".py").exists()
-                       or (ROOT.parent / Path(*full.split("."))).is_dir() else mod)
+            out.append(
+                full
+                if (ROOT.parent / Path(*full.split("."))).with_suffix(".py").exists()
+                or (ROOT.parent / Path(*full.split("."))).is_dir()
+                else mod
+            )
         return out
 
     def visit(node, in_function: bool) -> None:

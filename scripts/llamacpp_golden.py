@@ -456,7 +456,7 @@ def tidy(case: tuple, r: dict) -> dict:
     """One fixture row: the case's settings, then what llama.cpp did."""
     keys = ("id", "n_ctx", "n_seq_max", "type_k", "type_v", "flash_attn", "n_batch", "n_ubatch", "kv_unified",
             "swa_full")
-    asked = dict(zip(keys, case))
+    asked = dict(zip(keys, case, strict=False))
     asked["kv_unified"] = bool(asked["kv_unified"])
     asked["swa_full"] = bool(asked["swa_full"])
     row: dict = {"id": asked.pop("id"), "model": case[0].split("/")[0], "asked": asked}

@@ -1,5 +1,5 @@
-"""Re-run every ```console block of README.md and write its current output back (tests/test_readme.py
-checks they agree). Usage: python scripts/update_readme.py"""
+"""Re-run every ```console block of README.md and docs/*.md and write its current output back
+(tests/test_readme.py checks they agree). Usage: python scripts/update_readme.py"""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from pathlib import Path
 
 from kvplan.cli import run
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
 def refresh(match: re.Match) -> str:
@@ -24,4 +25,9 @@ def refresh(match: re.Match) -> str:
 
 
 if __name__ == "__main__":
-    README.write_text(re.sub(r"```console\n(.*?)```", refresh, README.read_text(), flags=re.S))
+    for page in PAGES:
+        text = page.read_text()
+        new = re.sub(r"```console\n(.*?)```", refresh, text, flags=re.S)
+        if new != text:
+            page.write_text(new)
+            print(f"updated {page.relative_to(ROOT)}")

@@ -28,8 +28,22 @@ FILES = sorted(LOGS.glob("*.yaml"))
 ENTRIES = {p.stem: yaml.safe_load(p.read_text(encoding="utf-8")) for p in FILES}
 
 KEYS = {
-    "id", "source", "engine", "engine_version", "engine_version_evidence", "engine_generation", "model",
-    "model_ref", "checkpoint", "gpu", "gpu_count", "settings", "lines", "printed", "trimmed", "notes",
+    "id",
+    "source",
+    "engine",
+    "engine_version",
+    "engine_version_evidence",
+    "engine_generation",
+    "model",
+    "model_ref",
+    "checkpoint",
+    "gpu",
+    "gpu_count",
+    "settings",
+    "lines",
+    "printed",
+    "trimmed",
+    "notes",
 }
 SOURCE_KEYS = {"repo", "number", "kind", "url", "where"}
 ENGINES = {"vllm", "sglang", "trtllm", "llamacpp"}
@@ -96,7 +110,9 @@ def test_entry_source(path: Path):
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
 def test_printed_figures_occur_in_lines(path: Path):
     e = ENTRIES[path.stem]
-    assert isinstance(e["printed"], dict), f"{path.name}: printed must be a mapping (empty when the lines carry no figure)"
+    assert isinstance(e["printed"], dict), (
+        f"{path.name}: printed must be a mapping (empty when the lines carry no figure)"
+    )
     seen = _numbers(e["lines"])
     for key, value in e["printed"].items():
         for x in _printed_numbers(value):
@@ -110,9 +126,7 @@ def test_ids_unique():
     assert len(ids) == len(set(ids))
 
 
-@pytest.mark.parametrize(
-    "ref", sorted({e["model_ref"] for e in ENTRIES.values() if e["model_ref"]}), ids=str
-)
+@pytest.mark.parametrize("ref", sorted({e["model_ref"] for e in ENTRIES.values() if e["model_ref"]}), ids=str)
 def test_model_ref_loads(ref: str):
     target = ROOT / ref if ref.startswith("tests/") else ref
     spec = load_model(str(target))

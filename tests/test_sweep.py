@@ -151,8 +151,10 @@ def test_row_order_is_model_seq_gpu_dtype_tp():
 
 
 def test_hand_checked_row_llama3_8b_h100():
-    # budget = ceil(0.9 × 85,061,533,696) − 16,060,000,000 − 1,543,503,872 − 322,122,547 = 58,629,753,908
-    # (tests/test_fit.py); a request of 8192 tokens: 8192 × 131,072 B = 1 GiB; blocks of 16 × 131,072 = 2 MiB
+    # vLLM 0.33's budget: ceil(0.92 × 85,061,533,696) = 78,256,611,001 (gpu_memory_utilization 0.92 from
+    # vLLM 0.20) − 16,060,000,000 weights − 2,040,004,608 profile-run activation at 8,192 tokens − 209,715,200
+    # non-torch − 294,649,856 CUDA graphs = 59,652,241,337 (the fit table in README.md); a request of 8192
+    # tokens: 8192 × 131,072 B = 1 GiB; blocks of 16 × 131,072 = 2 MiB
     r = sweep([load_bundled("llama3-8b")], [8192], [get_gpu("h100")]).rows()[0]
     assert r == {
         "model": "llama3-8b",
@@ -160,12 +162,12 @@ def test_hand_checked_row_llama3_8b_h100():
         "gpu": "h100-sxm-80gb",
         "kv_dtype": "bf16",
         "tp": 1,
-        "kv_budget_bytes": 58_629_753_908,
+        "kv_budget_bytes": 59_652_241_337,
         "kv_bytes_per_request": 1_073_741_824,
-        "max_concurrent_requests": 54,  # 58,629,753,908 // 1,073,741,824
-        "limit": "memory",  # 54 < max_num_seqs 1,024
-        "max_concurrency": 54.6015625,  # 27,956 blocks × 2 MiB / 1 GiB = 27,956 / 512
-        "kv_capacity_tokens": 447_296,  # 27,956 × 16
+        "max_concurrent_requests": 55,  # 59,652,241,337 // 1,073,741,824
+        "limit": "memory",  # 55 < max_num_seqs 1,024
+        "max_concurrency": 55.5546875,  # 28,444 blocks × 2 MiB / 1 GiB = 28,444 / 512
+        "kv_capacity_tokens": 455_104,  # 28,444 × 16
         "fits": True,
     }
     assert all(type(v) in (int, float, bool, str) for v in r.values())
@@ -221,7 +223,10 @@ def test_bad_input_is_a_usage_error():
     with pytest.raises(UsageError, match=r"^--kv-dtype: unknown dtype 'fp7'"):
         sweep([spec], [4096], [gpu], ["fp7"])
     # 2^40 tokens × 131,072 B = 2^57 B: beyond the exact float range, refused rather than rounded
-    with pytest.raises(UsageError, match=r"^--seq: 1,099,511,627,776 tokens of llama3-8b: one request: 144,115,188,075,855,872 B is beyond the exact range"):
+    with pytest.raises(
+        UsageError,
+        match=r"^--seq: 1,099,511,627,776 tokens of llama3-8b: one request: 144,115,188,075,855,872 B is beyond the exact range",
+    ):
         sweep([spec], [1 << 40], [gpu])
     with pytest.raises(UsageError, match=r"^--tp: no row left"):
         sweep([load_bundled("falcon-7b")], [4096], [gpu], tps=[2])
@@ -323,7 +328,8 @@ def test_cli_csv_all_rows_and_skip_note(cli):
     rows = list(csv.DictReader(io.StringIO(out)))
     assert list(rows[0]) == list(OUTPUT_COLUMNS)
     assert len(rows) == 6  # 2 models × 2 seqs × 2 TPs, less falcon-7b's two TP=2 rows
-    assert rows[0]["kv_budget_bytes"] == "58629753908" and rows[0]["max_concurrency"] == "54.6015625"
+    # the budget of tests/test_sweep.py::test_hand_checked_row_llama3_8b_h100
+    assert rows[0]["kv_budget_bytes"] == "59652241337" and rows[0]["max_concurrency"] == "55.5546875"
     assert err == (
         "kvplan: warning: skipped 2 rows: --tp does not divide the heads of falcon-7b (TP 2)\n"
         # beyond: llama3-8b (8,192 max) at 128k × 2 TPs, falcon-7b (2,048 max) at 8192 and 128k, TP 1
@@ -388,11 +394,11 @@ def test_cli_table_singulars_and_cut_concurrency(cli):
 
 
 def test_cli_table_vllm_columns_are_the_logs_figures(cli):
-    # llama3.1-70b fp8 weights at TP 2 on H100, 32k: vLLM logs 7.00x (6.9966 rounded) but 6 requests fit;
-    # the table names the column as the log's figure and says what it counts; capacity = int(7.0 × 32,768)
-    code, out, _ = cli(
-        "sweep", "llama3.1-70b", "--seq", "32k", "--gpu", "h100", "--tp", "2", "--weights-dtype", "fp8"
-    )
+    # llama3.1-70b at TP 2, 32k: 163,840 B per token per GPU, blocks of 16 = 2,621,440 B, 2,048 per request.
+    # A budget of 14,329 blocks (37,562,613,760 B): vLLM logs 14,329 / 2,048 = 6.9966 → "7.00x" and
+    # int(6.9966 × 32,768) = 229,264 tokens, but beside the null block 14,328 blocks hold 6 requests
+    budget = str(14_329 * 2_621_440)
+    code, out, _ = cli("sweep", "llama3.1-70b", "--seq", "32k", "--gpu", "h100", "--tp", "2", "--kv-cache-memory", budget)
     assert code == 0
     assert "vLLM log" in out and "concurrency" in out and "cache tokens" in out
     row = next(line for line in out.splitlines() if line.lstrip().startswith("llama3.1-70b"))

@@ -107,7 +107,13 @@ def test_block_rounding_by_release():
     # 1.2.0rc4 the pool floors (resource_manager.py, PR #9093): 2,709 blocks = 86,688 tokens.
     spec = load_bundled("gpt-oss-120b")
     budget = 86_711 * 73_728 + 1_000  # 36 layers × 2 × 8 KV heads × 64 × 2 B per token, every layer full
-    for version, blocks in (("1.1.0rc3", 2_710), ("1.2.0rc2", 2_710), ("1.2.0rc4", 2_709), ("1.2.1", 2_709), (None, 2_709)):
+    for version, blocks in (
+        ("1.1.0rc3", 2_710),
+        ("1.2.0rc2", 2_710),
+        ("1.2.0rc4", 2_709),
+        ("1.2.1", 2_709),
+        (None, 2_709),
+    ):
         r = plan_fit(spec, get_gpu("h100"), FitOptions(engine=Engine.trtllm, engine_version=version,
                                                        kv_cache_memory_bytes=budget, max_model_len=8192))  # fmt: skip
         assert (r.num_blocks, r.kv_capacity_tokens) == (blocks, blocks * 32), version

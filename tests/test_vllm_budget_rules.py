@@ -99,9 +99,11 @@ def _version_key(v: str) -> tuple[int, ...]:
 
 def test_ranges_are_ordered_and_disjoint_per_engine():
     for engine in ("V0", "V1"):
-        spans = [(_version_key(r["read"][0]), _version_key(r["read"][-1])) for r in RULES["ranges"] if r["engine"] == engine]
+        spans = [
+            (_version_key(r["read"][0]), _version_key(r["read"][-1])) for r in RULES["ranges"] if r["engine"] == engine
+        ]
         assert spans, engine
-        for (_, last), (first, _) in zip(spans, spans[1:]):
+        for (_, last), (first, _) in zip(spans, spans[1:], strict=False):
             assert last < first, f"{engine} ranges overlap or are out of order"
 
 
@@ -141,11 +143,15 @@ def test_v0_memory_profiling_results_line():
         "peak_torch_memory=17.06GiB memory_usage_post_profile=15.35GiB non_torch_memory=0.35GiB "
         "kv_cache_size=3.81GiB gpu_memory_utilization=0.90"
     )
-    total, _, peak, _, non_torch, kv, util = map(float, parse("v0-peak-plus-nontorch", "memory_profiling_results", line))
+    total, _, peak, _, non_torch, kv, util = map(
+        float, parse("v0-peak-plus-nontorch", "memory_profiling_results", line)
+    )
     # available = total x U - torch peak (weights included) - non-torch, each printed to 0.01
     assert total * util - peak - non_torch == pytest.approx(kv, abs=0.015)
     assert parse("v0-free-drop", "weights", "Loading model weights took 14.9888 GB") == ("14.9888",)
-    assert parse("v0-peak-plus-nontorch", "max_concurrency", "Maximum concurrency for 20000 tokens per request: 1.56x") == (
+    assert parse(
+        "v0-peak-plus-nontorch", "max_concurrency", "Maximum concurrency for 20000 tokens per request: 1.56x"
+    ) == (
         "20000",
         "1.56",
     )

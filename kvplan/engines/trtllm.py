@@ -63,9 +63,14 @@ class TrtllmRules:
 
 
 RULE_SETS = (
-    TrtllmRules("1.2", True, False, True,
-                "TensorRT-LLM 1.2+ PyTorch backend: blocks = int(max_tokens // tokens_per_block) (resource_manager.py "
-                "calculate_max_num_blocks, with PR #9093's dry-run branch)"),
+    TrtllmRules(
+        "1.2",
+        True,
+        False,
+        True,
+        "TensorRT-LLM 1.2+ PyTorch backend: blocks = int(max_tokens // tokens_per_block) (resource_manager.py "
+        "calculate_max_num_blocks, with PR #9093's dry-run branch)",
+    ),
     TrtllmRules("1.0", True, True, True, "TensorRT-LLM 1.0-1.1 PyTorch backend (resource_manager.py KVCacheManager)"),
 )
 # The floor shipped inside 1.2.0's release candidates: 1.2.0rc2 (2025-11-07) predates PR #9093 (opened 2025-11-12)

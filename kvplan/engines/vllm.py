@@ -121,7 +121,9 @@ def batch_defaults(cuda_total_bytes: int, gpu_name: str) -> tuple[int, int]:
     return 2048, 256
 
 
-def version_batch_defaults(version: str | None, cuda_total_bytes: int, gpu_name: str, max_model_len: int) -> tuple[int, int]:
+def version_batch_defaults(
+    version: str | None, cuda_total_bytes: int, gpu_name: str, max_model_len: int
+) -> tuple[int, int]:
     """(max_num_batched_tokens, max_num_seqs) a version of vLLM's OpenAI server defaults to on this GPU.
 
     0.30+ (and no version): :func:`batch_defaults`. V1 0.8–0.29 (``engine/arg_utils.py`` default table): a GPU
@@ -481,8 +483,9 @@ def _layer_caches(
         h = kv_heads_per_rank(layer.num_kv_heads, tp)
         per_token = kv_dtype.row_bytes(h * layer.head_dim, h) + kv_dtype.row_bytes(h * layer.v_head_dim, h)
         key = (CROSS_KIND, h, layer.head_dim, layer.v_head_dim, layer.encoder_tokens)
-        out.append(_Layer(index, CROSS_KIND, key, block, per_token * block, owner=owner,
-                          encoder_tokens=layer.encoder_tokens))
+        out.append(
+            _Layer(index, CROSS_KIND, key, block, per_token * block, owner=owner, encoder_tokens=layer.encoder_tokens)
+        )
     elif layer.kind == "mla":
         if layer.mla.index_head_dim:
             idx = indexer_token_bytes(layer.mla.index_head_dim)
@@ -800,7 +803,6 @@ def log_line(kv_cache_tokens: int, max_model_len: int, max_concurrency: float) -
 
 
 # --- the engine: settings, budget, pools ------------------------------------------------------------------
-
 
 
 @dataclass(frozen=True, eq=False)

@@ -254,7 +254,8 @@ def forward_peak_bytes(spec: ModelSpec, tokens: int, tp: int) -> int:
 
 
 def padded_vocab(spec: ModelSpec) -> int:
-    """The LM head's rows: the vocabulary padded to a multiple of 64 (``ParallelLMHead``, ``DEFAULT_VOCAB_PADDING_SIZE``).
+    """The LM head's rows: the vocabulary padded to a multiple of 64
+    (``ParallelLMHead``, ``DEFAULT_VOCAB_PADDING_SIZE``).
     A spec without ``vocab_size`` counts 32,000 (the smallest common vocabulary): its activation is then low."""
     v = spec.vocab_size or 32000
     return cdiv(v, 64) * 64
