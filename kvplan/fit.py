@@ -24,10 +24,10 @@ and how windowed layers are counted: see its module (``../shared/reference/ENGIN
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from kvplan import engines
-from kvplan.calc import check_tp, resolve_kv_dtype, valid_tp_sizes
+from kvplan.calc import check_tp, valid_tp_sizes
 from kvplan.dtypes import get_weight_dtype
 from kvplan.engines import ENGINE_NAMES, Engine, engine_rules, engine_version_warning, get_engine  # noqa: F401
 from kvplan.engines.base import count_requests, longest_request
@@ -90,6 +90,11 @@ class FitResult:
             (vLLM ≥ 0.33: blocks less the null block; SGLang's hybrid-SWA pools: token slots; otherwise bytes).
         num_speculative_tokens, drafter_layers: speculative decoding (vLLM ≥ 0.33): draft tokens per step and
             the drafter's layers in the pool (MTP modules, or a draft model's / EAGLE head's layers).
+        budget_ranges: budget terms the engine states as modelled, with bounds: term → ``(low, high)`` bytes
+            (:attr:`kvplan.engines.base.Budget.ranges`; llama.cpp's compute buffer and the KV budget).
+        engine_settings: the engine's own settings and figures under its own names, where kvplan's fields do
+            not say them (llama.cpp: ``n_ctx``, ``n_parallel``, ``kv_unified``, each cache's cells and bytes,
+            the largest ``-c`` that fits ...); empty for the other engines.
     """
 
     model: str
@@ -140,6 +145,8 @@ class FitResult:
     engine_version_asked: str = ""
     engine_rules: str = ""
     pools: tuple = ()
+    budget_ranges: dict = field(default_factory=dict)
+    engine_settings: dict = field(default_factory=dict)
 
     @property
     def fits(self) -> bool:
@@ -213,14 +220,14 @@ def fit_plan(spec: ModelSpec, gpu: GPU, opts: FitOptions):
         raise UsageError(f"--pp: {pp} is more stages than {spec.name}'s {spec.num_layers} layers")
     check_pp_partition(spec, pp, opts.pp_layer_partition)
     settings = eng.settings(spec, gpu, opts)
-    max_len = spec.max_model_len if opts.max_model_len is None else opts.max_model_len
+    max_len = eng.request_length(spec, opts, settings)
     check_int("--shared-prefix", opts.shared_prefix_tokens, 0)
     if opts.shared_prefix_tokens >= max_len:
         raise UsageError(
             f"--shared-prefix: {opts.shared_prefix_tokens:,} tokens must be shorter than max_model_len {max_len:,} "
             "(each request has tokens of its own)"
         )
-    kv_dtype = resolve_kv_dtype(spec, opts.kv_dtype)
+    kv_dtype = eng.kv_dtype(spec, opts.kv_dtype)
     eng.check(spec, opts, settings)
     budget = eng.budget(spec, gpu, opts, settings)
     cache = eng.plan(spec, kv_dtype, opts, settings, max_len)
@@ -241,10 +248,9 @@ def _result(spec, gpu, opts, settings, budget, cache, kv_dtype_name: str, max_le
         max_num_seqs=seqs,
         max_in_flight_tokens=settings.max_num_batched_tokens,
     )
-    fields.update(cache.fit_fields())
     if "blocks_per_request" in m:
         fields["blocks_per_request"] = m["blocks_per_request"]
-    return FitResult(
+    base = dict(
         model=spec.name,
         gpu=gpu.id,
         gpu_name=gpu.name,
@@ -281,8 +287,11 @@ def _result(spec, gpu, opts, settings, budget, cache, kv_dtype_name: str, max_le
         engine_log=cache.log_line(m, max_len, caps),
         max_requests_ratio=ratio,
         pools=tuple(zip(cache.pool_names, caps, cache.unit_bytes, strict=True)),
+        budget_ranges=dict(budget.ranges),
         **fields,
     )
+    base.update(cache.fit_fields())  # the engine's own fields (and its names for shared ones: llama.cpp's K/V types)
+    return FitResult(**base)
 
 
 def request_sizer(spec: ModelSpec, gpu: GPU, opts: FitOptions, fit: FitResult):
@@ -321,7 +330,7 @@ def suggest(spec: ModelSpec, gpu: GPU, opts: FitOptions) -> list[str]:
     if base.max_model_len_fit >= 1 and base.kv_budget_bytes > 0:
         out.append(f"--max-model-len {base.max_model_len_fit} (the longest that fits)")
     eng = engines.get(opts.engine)
-    kv = resolve_kv_dtype(spec, opts.kv_dtype)
+    kv = eng.kv_dtype(spec, opts.kv_dtype)
     if kv.bytes_for(1 << 20) > 1 << 20:  # wider than 8 bits per element
         quant = eng.quantized_kv if eng.quantized_kv != "fp8" or has_fp8(gpu) else None
         try:
@@ -379,7 +388,10 @@ def suggest(spec: ModelSpec, gpu: GPU, opts: FitOptions) -> list[str]:
 def does_not_fit_reason(spec: ModelSpec, r: FitResult) -> str:
     """Why a plan does not fit, one line: what needs how much against what is available."""
     where = f"{spec.name} on {r.gpu} (TP={r.tensor_parallel_size}, PP={r.pipeline_parallel_size}, {r.engine})"
-    if r.kv_budget_bytes <= 0:
+    own = engines.get(r.engine).does_not_fit_what(r)
+    if own is not None:
+        what = own
+    elif r.kv_budget_bytes <= 0:
         what = (
             f"weights {fmt_gib(r.weights_bytes)} + activation {fmt_gib(r.activation_bytes)} + overhead "
             f"{fmt_gib(r.overhead_bytes)} per GPU leave no KV cache memory out of {fmt_gib(r.usable_bytes)} usable"

@@ -36,6 +36,7 @@ Spec YAML format (unknown keys are errors)::
     num_kv_heads: 8          # the default geometry of attention layers ...
     head_dim: 256            # v_head_dim: optional, defaults to head_dim
     hidden_size: 2816        # optional; sizes the activation estimate in `fit`
+    vocab_size: 151936       # optional; sizes llama.cpp's compute buffer in `fit --engine llamacpp`
     dtype: bf16
     param_count: 25800000000 # optional; needed by `fit` for weights
     weights_dtype: bf16      # optional: how the checkpoint ships (fp8, mxfp4 ...); default: dtype
@@ -320,6 +321,8 @@ class ModelSpec:
         head_dim: default K head dim (d_head).
         v_head_dim: default V head dim (defaults to head_dim).
         hidden_size: model width, or None (only the activation estimate of ``fit`` uses it).
+        vocab_size: tokens of the vocabulary (the logits' width), or None when unknown (llama.cpp's compute
+            buffer is sized by it: :mod:`kvplan.engines.llamacpp`).
         dtype: model activation dtype, the default KV dtype (canonical name, e.g. ``bf16``).
         param_count: total parameters (MoE: all experts), or None when unknown.
         weights_dtype: the dtype the checkpoint's weights ship in (``fp8``, ``mxfp4``), or None: ``dtype``.
@@ -336,6 +339,10 @@ class ModelSpec:
         weights_bytes: exact bytes of the checkpoint's weights (all of them, before TP/PP), read from a
             GGUF's tensor infos or safetensors headers; None when only param_count is known. ``kvplan fit``
             uses it unless --weights-dtype is given.
+        host_weights_bytes: bytes of ``weights_bytes`` a GGUF runtime keeps in host memory, not on the GPU:
+            llama.cpp's input layer (``token_embd``, ``per_layer_token_embd``, ``pos_embd``, ``token_types``;
+            src/llama-model.cpp: "always keep it on the CPU"), except a ``token_embd`` that is also the output
+            (no ``output.weight``: a copy then sits on the GPU). 0 when unknown or not a GGUF.
         moe: mixture-of-experts facts (:class:`MoEConfig`), or None (dense, or not given).
         notes: assumptions made in building the spec.
         reader: which reader built the spec from a config.json (``kvplan qwen3 reader (text model of
@@ -359,6 +366,7 @@ class ModelSpec:
     layers: tuple[LayerSpec, ...]
     v_head_dim: int | None = None
     hidden_size: int | None = None
+    vocab_size: int | None = None
     param_count: int | None = None
     weights_dtype: str | None = None
     param_count_unquantized: int = 0
@@ -370,6 +378,7 @@ class ModelSpec:
     architecture: str | None = None
     notes: str = ""
     weights_bytes: int | None = None
+    host_weights_bytes: int = 0
     moe: MoEConfig | None = None
     reader: str = ""
     multimodal: dict = field(default_factory=dict, compare=False)
@@ -469,6 +478,7 @@ _TOP_KEYS = {
     "head_dim",
     "v_head_dim",
     "hidden_size",
+    "vocab_size",
     "dtype",
     "param_count",
     "weights_dtype",
@@ -766,6 +776,7 @@ def build_spec(data: Any, where: str) -> ModelSpec:
     v_head_dim = _pos_int(where, "v_head_dim", data.get("v_head_dim"), allow_none=True)
     max_model_len = _pos_int(where, "max_model_len", data["max_model_len"])
     hidden_size = _pos_int(where, "hidden_size", data.get("hidden_size"), allow_none=True)
+    vocab_size = _pos_int(where, "vocab_size", data.get("vocab_size"), allow_none=True, maximum=1 << 31)
     param_count = _pos_int(where, "param_count", data.get("param_count"), allow_none=True, maximum=1 << 50)
     kept = _pos_int(
         where, "param_count_unquantized", data.get("param_count_unquantized", 0), minimum=0, maximum=1 << 50
@@ -901,6 +912,7 @@ def build_spec(data: Any, where: str) -> ModelSpec:
         head_dim=head_dim,
         v_head_dim=v_head_dim,
         hidden_size=hidden_size,
+        vocab_size=vocab_size,
         dtype=dtype,
         param_count=param_count,
         weights_dtype=weights_dtype,

@@ -70,9 +70,10 @@ def test_estimate_json_total_gib(cli):
 def test_a_budget_of_exactly_one_request_fits_one(cli, engine):
     # No null block in these engines: a budget of exactly 536,870,912 B holds one request of 4,096 tokens
     # (sglang pages of 1 token and llama.cpp cells of 256 divide 4,096); one byte less holds none.
-    code, d, err = _fit_json(cli, "--engine", engine, "--kv-cache-memory", str(REQUEST_4K))
+    one = ("--parallel", "1") if engine == "llamacpp" else ()  # llama-server's default is 4 slots
+    code, d, err = _fit_json(cli, "--engine", engine, *one, "--kv-cache-memory", str(REQUEST_4K))
     assert (code, d["kv_bytes_per_request"], d["max_concurrent_requests"], d["fits"]) == (0, REQUEST_4K, 1, True), err
-    code, d, _ = _fit_json(cli, "--engine", engine, "--kv-cache-memory", str(REQUEST_4K - 1))
+    code, d, _ = _fit_json(cli, "--engine", engine, *one, "--kv-cache-memory", str(REQUEST_4K - 1))
     assert (code, d["max_concurrent_requests"], d["fits"]) == (1, 0, False)
 
 
