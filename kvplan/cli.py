@@ -80,17 +80,13 @@ def _llama_options():
     return dict(
         ctx_size=typer.Option(None, "--ctx-size", help=LLAMA_HELP["ctx_size"]),
         n_parallel=typer.Option(None, "--parallel", help=LLAMA_HELP["parallel"]),
-        kv_unified=typer.Option(
-            None, "--kv-unified/--no-kv-unified", help=LLAMA_HELP["kv_unified"]
-        ),
+        kv_unified=typer.Option(None, "--kv-unified/--no-kv-unified", help=LLAMA_HELP["kv_unified"]),
         cache_type_k=typer.Option(None, "--cache-type-k", help=LLAMA_HELP["cache_type_k"]),
         cache_type_v=typer.Option(None, "--cache-type-v", help=LLAMA_HELP["cache_type_v"]),
         flash_attn=typer.Option(None, "--flash-attn", help=LLAMA_HELP["flash_attn"]),
         n_batch=typer.Option(None, "--batch-size", help=LLAMA_HELP["batch_size"]),
         llama_tool=typer.Option(None, "--llama-tool", help=LLAMA_HELP["llama_tool"]),
-        swa_full=typer.Option(
-            False, "--swa-full", help="llama.cpp: size sliding-window layers at n_ctx too."
-        ),
+        swa_full=typer.Option(False, "--swa-full", help="llama.cpp: size sliding-window layers at n_ctx too."),
     )
 
 
@@ -347,7 +343,9 @@ def fit(
         pp_layer_partition=pp_layer_partition, num_speculative_tokens=num_speculative_tokens,
         speculative_model=None if speculative_model is None else _load_model(speculative_model),
         num_mtp_layers=num_mtp_layers,
-        **_llama_settings(ctx_size, n_parallel, kv_unified, cache_type_k, cache_type_v, flash_attn, n_batch, llama_tool),
+        **_llama_settings(
+            ctx_size, n_parallel, kv_unified, cache_type_k, cache_type_v, flash_attn, n_batch, llama_tool
+        ),
     )  # fmt: skip
     g = get_gpu(gpu)
     old = fitmod.engine_version_warning(opts.engine, engine_version)
@@ -480,7 +478,9 @@ def fleet(
         weights_dtype=weights_dtype, gpu_memory_utilization=gpu_memory_utilization, engine_version=engine_version,
         max_num_seqs=max_num_seqs, pp_layer_partition=pp_layer_partition,
         max_num_batched_tokens=max_num_batched_tokens, swa_full=swa_full,
-        **_llama_settings(ctx_size, n_parallel, kv_unified, cache_type_k, cache_type_v, flash_attn, n_batch, llama_tool),
+        **_llama_settings(
+            ctx_size, n_parallel, kv_unified, cache_type_k, cache_type_v, flash_attn, n_batch, llama_tool
+        ),
     )  # fmt: skip
     gpus = [get_gpu(g) for g in gpu] if gpu else load_catalog()
     prices = fleetmod.parse_prices(price, get_gpu, gpus if gpu else None)
@@ -692,7 +692,9 @@ def sweep(
         engine=engine, gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
         max_num_batched_tokens=max_num_batched_tokens, weights_dtype=weights_dtype,
         weights_bytes=_gib(weights_gib, "--weights-gib"), swa_full=swa_full,
-        **_llama_settings(ctx_size, n_parallel, kv_unified, cache_type_k, cache_type_v, flash_attn, n_batch, llama_tool),
+        **_llama_settings(
+            ctx_size, n_parallel, kv_unified, cache_type_k, cache_type_v, flash_attn, n_batch, llama_tool
+        ),
     )  # fmt: skip
     specs = [_load_model(m) for m in model]
     seqs = [parse_tokens(s) for s in seq]

@@ -492,8 +492,8 @@ def llamacpp_lines(r) -> list[str]:
     fa = s["flash_attn"] + ("" if s["flash_attn"] != "auto" else f" ({'on' if s['flash_attn_on'] else 'off'})")
     out = [
         f"llama.cpp {s['llama_cpp']} rules{_asked(r)}, {s['tool']} defaults: -c {s['n_ctx']:,} -np {s['n_parallel']}"
-        f"{' (auto)' if s['parallel_auto'] else ''} {'-kvu' if s['kv_unified'] else '-no-kvu'} -ctk {s['cache_type_k']} "
-        f"-ctv {s['cache_type_v']} -fa {fa} -b {s['n_batch']:,} -ub {s['n_ubatch']:,}"
+        f"{' (auto)' if s['parallel_auto'] else ''} {'-kvu' if s['kv_unified'] else '-no-kvu'} "
+        f"-ctk {s['cache_type_k']} -ctv {s['cache_type_v']} -fa {fa} -b {s['n_batch']:,} -ub {s['n_ubatch']:,}"
         + (" --swa-full" if s["swa_full"] else "")
     ]
     source = {"-c": "as given", "-fit": "lowered by llama.cpp's -fit (on by default) to leave 1 GiB free"}.get(
@@ -508,8 +508,8 @@ def llamacpp_lines(r) -> list[str]:
         )
     else:
         out.append(
-            f"  {plural(n, 'slot')} of {s['n_ctx_seq']:,} cells each (one stream per slot, not unified): a request of up "
-            f"to {s['slot_ctx']:,} tokens per slot"
+            f"  {plural(n, 'slot')} of {s['n_ctx_seq']:,} cells each (one stream per slot, not unified): a request "
+            f"of up to {s['slot_ctx']:,} tokens per slot"
         )
     for line in s.get("notes", []):
         out.append(f"  note: {line}")

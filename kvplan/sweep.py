@@ -378,7 +378,7 @@ def sweep(
             # an engine whose settings follow the request length (llama.cpp sizes -c from it) plans each length
             # on its own; the others plan once for all lengths
             per_length = eng.plan_depends_on_length(base)
-            for lo, hi in ([(j, j + 1) for j in range(S)] if per_length else [(0, S)]):
+            for lo, hi in [(j, j + 1) for j in range(S)] if per_length else [(0, S)]:
                 o = replace(base, max_model_len=int(seqs[lo])) if per_length else base
                 top = int(seqs[lo]) if per_length else max_seq
                 _plan_lengths(np, xp, eng, spec, gpus, o, m, t, (lo, hi), seq[:, lo:hi], top, kvs, columns,

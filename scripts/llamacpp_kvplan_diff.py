@@ -74,7 +74,7 @@ def main() -> None:
         for name, m in fx["models"].items():
             arch = m["architecture"]
             path = Path(tmp) / f"{name}.gguf"
-            write_gguf(path, arch, {k[len(arch) + 1:]: v for k, v in m["metadata"].items()})
+            write_gguf(path, arch, {k[len(arch) + 1 :]: v for k, v in m["metadata"].items()})
             try:
                 specs[name] = load_gguf(path)
             except SpecError as e:
@@ -98,9 +98,11 @@ def main() -> None:
                 continue
             a, b = ours(r), theirs(row)
             groups["equal" if a == b else "differs"].append((row["id"], a, b))
-            kind = ("real" if fx["models"][row["model"]]["dry_run"] else "tiny (vocab 32)") + (
-                ", fa on" if row["got"]["flash_attn"] else ", fa off"
-            ) + ("" if row["asked"]["type_k"] == row["asked"]["type_v"] == "f16" else ", quantized/other cache")
+            kind = (
+                ("real" if fx["models"][row["model"]]["dry_run"] else "tiny (vocab 32)")
+                + (", fa on" if row["got"]["flash_attn"] else ", fa off")
+                + ("" if row["asked"]["type_k"] == row["asked"]["type_v"] == "f16" else ", quantized/other cache")
+            )
             compute[kind].append((row["compute_bytes"] / r.activation_bytes - 1, row["id"]))
     for key, rows in sorted(groups.items()):
         print(f"{len(rows):5d}  {key}")
@@ -110,7 +112,8 @@ def main() -> None:
     print("\ncompute buffer, measured / kvplan's model - 1:")
     for kind, errs in sorted(compute.items()):
         errs.sort()
-        print(f"  {kind:40s} {len(errs):5d} rows  {errs[0][0]:+.4f} ({errs[0][1]}) .. {errs[-1][0]:+.4f} ({errs[-1][1]})")
+        lo, hi = errs[0], errs[-1]
+        print(f"  {kind:40s} {len(errs):5d} rows  {lo[0]:+.4f} ({lo[1]}) .. {hi[0]:+.4f} ({hi[1]})")
 
 
 if __name__ == "__main__":

@@ -510,7 +510,9 @@ def test_fp8_kv_cache_is_advised_with_the_same_hardware_fixes(cli):
         "(the smallest TP that fits), or --gpu rtx4090 (23.3721 GiB)\n"
     )
     # llama.cpp has no fp8 cache: its 8-bit cache type instead (one slot of 64k: 8 GiB of f16 KV, 4.25 GiB q8_0)
-    code, _, err = cli("fit", "llama3.1-8b", "--gpu", "l4", "--max-model-len", "64k", "--engine", "llamacpp", "-np", "1")
+    code, _, err = cli(
+        "fit", "llama3.1-8b", "--gpu", "l4", "--max-model-len", "64k", "--engine", "llamacpp", "-np", "1"
+    )
     assert code == 1 and "would fit: --kv-dtype q8_0 (8-bit blocks), or --tp 2" in err and "fp8" not in err
 
 

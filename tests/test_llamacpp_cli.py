@@ -49,7 +49,9 @@ def test_the_issues_example_plain_llama_server_on_gemma3(cli, tmp_path):
     s = d["engine_settings"]
     assert (s["kv_total_bytes"], s["n_parallel"], s["kv_unified"], s["parallel_auto"]) == (9_175_040, 4, True, True)
     assert [c["cells"] for c in s["caches"]] == [8192, 4608]
-    one = fit_json(cli, g, "--gpu", "h100", "--engine", "llamacpp", "-c", "8192", "-np", "1", "--kv-cache-memory", "1GiB")
+    one = fit_json(
+        cli, g, "--gpu", "h100", "--engine", "llamacpp", "-c", "8192", "-np", "1", "--kv-cache-memory", "1GiB"
+    )
     assert one["engine_settings"]["kv_total_bytes"] == 4_456_448
     code, out, _ = cli("fit", g, "--gpu", "h100", "--engine", "llamacpp", "-c", "8192", "--kv-cache-memory", "1GiB")
     assert code == 0
@@ -83,7 +85,10 @@ def test_ctx_size_keeps_its_meaning_for_other_engines(cli):
     b = fit_json(cli, "llama3.1-8b", "--gpu", "h100", "--max-model-len", "32768")
     assert a == b and a["max_model_len"] == 32768
     code, out, err = cli("fit", "llama3.1-8b", "--gpu", "h100", "--parallel", "4")
-    assert (code, out) == (2, "") and err == "kvplan: error: --parallel: a llama.cpp setting; give it with --engine llamacpp\n"
+    assert (code, out) == (
+        2,
+        "",
+    ) and err == "kvplan: error: --parallel: a llama.cpp setting; give it with --engine llamacpp\n"
 
 
 def test_llama_cpp_spellings_equal_kvplans_names(cli):

@@ -83,8 +83,9 @@ def kvplan_row(spec, row: dict) -> dict:
     return {
         "got": dict(n_ctx=s["n_ctx"], n_ctx_seq=s["n_ctx_seq"], n_ubatch=s["n_ubatch"], flash_attn=s["flash_attn_on"]),
         "caches": [(c["name"], c["cells"], c["n_stream"], c["k_bytes"], c["v_bytes"]) for c in s["caches"]],
-        "recurrent": None if s["recurrent"] is None else (s["recurrent"]["cells"], s["recurrent"]["r_bytes"],
-                                                         s["recurrent"]["s_bytes"]),  # fmt: skip
+        "recurrent": None
+        if s["recurrent"] is None
+        else (s["recurrent"]["cells"], s["recurrent"]["r_bytes"], s["recurrent"]["s_bytes"]),  # fmt: skip
         "memory_bytes": s["kv_total_bytes"],
     }
 
@@ -218,13 +219,22 @@ CORPUS = [
     ("llamacpp-file-14162148190", _spec("qwen3-1.7b", 28, 16, 8, 128, 2048, 151_936, 40_960), dict(ctx_size=1024)),
     # Phi-3-mini-4k: 32 layers MHA of 96, hidden 3072, vocab 32,064 (llama.cpp runs phi3 without SWA); CUDA,
     # n_ctx 4096, -b 256 -ub 256, flash attention off
-    ("llamacpp-file-68635202314", _spec("phi3-mini", 32, 32, 32, 96, 3072, 32_064, 4096),
-     dict(ctx_size=4096, n_batch=256, max_num_batched_tokens=256, flash_attn="off")),
+    (
+        "llamacpp-file-68635202314",
+        _spec("phi3-mini", 32, 32, 32, 96, 3072, 32_064, 4096),
+        dict(ctx_size=4096, n_batch=256, max_num_batched_tokens=256, flash_attn="off"),
+    ),
     # gpt-oss-20b: 24 layers alternating sliding (128) / full, 64 heads, 8 KV of 64, hidden 2880, vocab 201,088
-    ("llamacpp-file-44321302313", _spec("gpt-oss-20b", 24, 64, 8, 64, 2880, 201_088, 131_072, 128, every=2),
-     dict(ctx_size=131_072, flash_attn="on")),  # CANN, first device
-    ("llamacpp-llama.cpp-16188", _spec("gpt-oss-20b", 24, 64, 8, 64, 2880, 201_088, 131_072, 128, every=2),
-     dict(ctx_size=4096, flash_attn="off")),  # Vulkan, 24 of 25 layers
+    (
+        "llamacpp-file-44321302313",
+        _spec("gpt-oss-20b", 24, 64, 8, 64, 2880, 201_088, 131_072, 128, every=2),
+        dict(ctx_size=131_072, flash_attn="on"),
+    ),  # CANN, first device
+    (
+        "llamacpp-llama.cpp-16188",
+        _spec("gpt-oss-20b", 24, 64, 8, 64, 2880, 201_088, 131_072, 128, every=2),
+        dict(ctx_size=4096, flash_attn="off"),
+    ),  # Vulkan, 24 of 25 layers
 ]
 
 
@@ -249,7 +259,10 @@ def test_kv_buffer_of_the_engine_logs():
                                                             **kw))  # fmt: skip
         caches = r.engine_settings["caches"]
         p = case["printed"]
-        assert caches[0]["cells"] == p["kv_cells"] and caches[0]["k_bytes"] + caches[0]["v_bytes"] == p["kv_size_mib"] * MIB
+        assert (
+            caches[0]["cells"] == p["kv_cells"]
+            and caches[0]["k_bytes"] + caches[0]["v_bytes"] == p["kv_size_mib"] * MIB
+        )
         if "swa_kv_cells" in p:
             assert caches[1]["cells"] == p["swa_kv_cells"] and caches[1]["k_bytes"] * 2 == p["swa_kv_size_mib"] * MIB
 

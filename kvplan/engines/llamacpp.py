@@ -427,7 +427,8 @@ def memory(spec: ModelSpec, cfg: Config, tp: int = 1, layers: range | None = Non
     if has_swa:
         swa_cells = base_cells
         if not cfg.swa_full:
-            swa_cells = cdiv(min(base_cells, n_swa * (cfg.n_parallel if cfg.kv_unified else 1) + cfg.n_ubatch), PAD) * PAD
+            windows = n_swa * (cfg.n_parallel if cfg.kv_unified else 1)
+            swa_cells = cdiv(min(base_cells, windows + cfg.n_ubatch), PAD) * PAD
         caches = (cache("base", base_cells, [r for r in mine if not r.swa]),
                   cache("swa", swa_cells, [r for r in mine if r.swa]))  # fmt: skip
     else:
@@ -452,8 +453,8 @@ def refusal(spec: ModelSpec, cfg: Config) -> str | None:
         return (f"-ctk {tk} -ctv {tv}: llama.cpp refuses different K and V cache types for an MLA model "
                 "(src/llama-context.cpp:3835); give the same type to both")  # fmt: skip
     if _is_quantized(cfg.type_v) and cfg.flash_attn_asked == "off":
-        return (f"-ctv {tv}: llama.cpp refuses a quantized V cache without flash attention "
-                "(src/llama-context.cpp:3845-3847: 'quantized V cache requires flash_attn'); use -fa on or auto")  # fmt: skip
+        return (f"-ctv {tv}: llama.cpp refuses a quantized V cache without flash attention (src/llama-context.cpp"
+                ":3845-3847: 'quantized V cache requires flash_attn'); use -fa on or auto")  # fmt: skip
     if not rows:
         return None
     if cfg.flash_attn:
@@ -464,7 +465,8 @@ def refusal(spec: ModelSpec, cfg: Config) -> str | None:
                 if bad:
                     what = "n_embd_head_k" if flag == "-ctk" else "n_embd_head_v"
                     return (f"{flag} {GGML_NAME[t.name]}: llama.cpp refuses it for {spec.name}: block size "
-                            f"{t.block_elems} does not divide {what}={bad[0]} (src/llama-context.cpp:3851-3871)")  # fmt: skip
+                            f"{t.block_elems} does not divide {what}={bad[0]} "
+                            "(src/llama-context.cpp:3851-3871)")  # fmt: skip
     elif _is_quantized(cfg.type_k):
         bad = [r.k for r in rows if r.k % cfg.type_k.block_elems]
         if bad:
@@ -802,8 +804,8 @@ class LlamacppEngine(EngineRules):
         budget = usable - weights - compute - overhead
         ranges = {}
         if opts.activation_bytes is None:
-            ranges = {"activation_bytes": (low, high), "kv_budget_bytes": (max(0, budget - (high - central)),
-                                                                          max(0, budget + (central - low)))}  # fmt: skip
+            kv_range = (max(0, budget - (high - central)), max(0, budget + (central - low)))
+            ranges = {"activation_bytes": (low, high), "kv_budget_bytes": kv_range}
         given = opts.kv_cache_memory_bytes is not None
         if given:
             budget, ranges = opts.kv_cache_memory_bytes, {}
@@ -818,15 +820,18 @@ class LlamacppEngine(EngineRules):
         """
         cfg = settings.extra["config"]
         if kv_dtype.name != settings.extra["kv"].name:  # the sweep's KV dtype axis
-            cfg = replace(cfg, type_k=cfg.type_k if opts.cache_type_k else cache_type(kv_dtype.name, "--kv-dtype"),
-                          type_v=cfg.type_v if opts.cache_type_v else cache_type(kv_dtype.name, "--kv-dtype"))  # fmt: skip
+            axis = cache_type(kv_dtype.name, "--kv-dtype")
+            cfg = replace(cfg, type_k=cfg.type_k if opts.cache_type_k else axis,
+                          type_v=cfg.type_v if opts.cache_type_v else axis)  # fmt: skip
         else:
             cache_type(kv_dtype.name, "--kv-dtype")
         for la in spec.layers:
             if la.kind == "cross":
                 raise UsageError(f"{spec.name}: llama.cpp runs no cross-attention layers (its mllama support is gone)")
             if la.kind == "mla" and la.mla is not None and la.mla.index_head_dim:
-                raise UsageError(f"{spec.name}: kvplan does not know llama.cpp's cache for DeepSeek-V3.2's indexer keys")
+                raise UsageError(
+                    f"{spec.name}: kvplan does not know llama.cpp's cache for DeepSeek-V3.2's indexer keys"
+                )
             if la.kind == "linear_attention":
                 raise UsageError(f"{spec.name}: kvplan does not know llama.cpp's state for lightning-attention layers")
         why = refusal(spec, cfg)
@@ -924,11 +929,18 @@ def _fit_fields(spec: ModelSpec, cfg: Config, mem: Memory) -> dict:
         "cache_type_v": tv,
         "swa_full": cfg.swa_full,
         "v_trans": mem.v_trans,
-        "caches": [dict(name=c.name, cells=c.cells, n_stream=c.n_stream, layers=c.layers, k_bytes=c.k_bytes,
-                        v_bytes=c.v_bytes) for c in mem.caches],  # fmt: skip
-        "recurrent": None if mem.recurrent is None else dict(
-            cells=mem.recurrent.cells, layers=mem.recurrent.layers, r_bytes=mem.recurrent.r_bytes,
-            s_bytes=mem.recurrent.s_bytes),  # fmt: skip
+        "caches": [
+            dict(name=c.name, cells=c.cells, n_stream=c.n_stream, layers=c.layers, k_bytes=c.k_bytes, v_bytes=c.v_bytes)
+            for c in mem.caches
+        ],  # fmt: skip
+        "recurrent": None
+        if mem.recurrent is None
+        else dict(
+            cells=mem.recurrent.cells,
+            layers=mem.recurrent.layers,
+            r_bytes=mem.recurrent.r_bytes,
+            s_bytes=mem.recurrent.s_bytes,
+        ),  # fmt: skip
         "kv_total_bytes": mem.bytes,
         "host_weights_bytes": spec.host_weights_bytes,
         "compute_buffer_model_bytes": central,
