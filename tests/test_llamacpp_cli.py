@@ -147,6 +147,10 @@ def test_fleet_packs_requests_into_the_slots(cli):
     wl = workload_from_data({"name": "w", "classes": [{"name": "c", "concurrency": 10, "tokens": 8192}]}, "w")
     row = plan_layout(spec, gpu, wl, api.fit_options(engine="llamacpp"))
     assert (row.replicas, row.requests_per_replica) == (3, 4)
+    # the same pools as fit: -c 4 × 8,192 shared by 4 slots; a request holds its 8,192 cells (1 GiB)
+    fit = plan_fit(spec, gpu, api.fit_options(engine="llamacpp", max_model_len=8192))
+    assert fit.pools == (("slots", 4, 0), ("cells", 32768, 131_072))
+    assert row.kv_bytes_needed == 10 * fit.kv_bytes_per_request == 10 * GIB
     row = plan_layout(spec, gpu, wl, api.fit_options(engine="llamacpp", n_parallel=8))
     assert (row.replicas, row.requests_per_replica) == (2, 8)
     code, out, err = cli("fleet", "llama3.1-8b", "--concurrency", "10", "--seq", "8k", "--gpu", "h100", "--tp", "1",

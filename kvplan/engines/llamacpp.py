@@ -555,7 +555,8 @@ def fit_context(spec: ModelSpec, opts: FitOptions, kv: KVDtype, free: int, model
     def used(n: int) -> int:
         c = resolve_config(spec, opts, kv, n)
         mem = _worst_memory(spec, c, tp, pp, opts)
-        return model + mem.bytes + compute_buffer(spec, c, mem)
+        compute = compute_buffer(spec, c, mem) if opts.activation_bytes is None else opts.activation_bytes
+        return model + mem.bytes + compute
 
     used_max = used(n_max)
     if free - used_max >= FIT_MARGIN or n_max <= n_min:
