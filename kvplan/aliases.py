@@ -15,8 +15,9 @@ typed (engine)                            kvplan flag                  where the
 ``--kv-cache-dtype``                      ``--kv-dtype``               vLLM, SGLang
 ``--max-num-seqs``,                       ``--max-num-seqs``           vLLM, SGLang (where the command has it)
 ``--max-running-requests``
-``--max-model-len``, ``--seq``,           ``--seq`` or                 vLLM, SGLang, llama.cpp: the context
-``--context-length``, ``--ctx-size``      ``--max-model-len``          flag of the command, either name
+``--max-model-len``, ``--seq``,           ``--seq`` or                 vLLM, SGLang: the context flag of the
+``--context-length``, ``--ctx-size``      ``--max-model-len``          command, either name (``--ctx-size``:
+                                                                       not with ``--engine llamacpp``)
 ``--mem-fraction-static``                 ``--gpu-memory-utilization`` SGLang, with ``--engine sglang`` only
 ``--dtype``                               ``--weights-dtype`` and      vLLM: the model dtype, so the weights
                                           ``--kv-dtype``               and (unless a KV dtype is given) the
@@ -25,6 +26,13 @@ typed (engine)                            kvplan flag                  where the
 ``--kv-cache-memory-bytes``               ``--kv-cache-memory``        vLLM
 ``--page-size``                           ``--block-size``             SGLang
 ========================================  ===========================  ==========================================
+
+With ``--engine llamacpp`` (or ``ollama``, ``llama-server``) llama.cpp's own spellings mean what they mean to
+llama.cpp (:data:`LLAMACPP_ALIASES`): ``-c`` / ``--ctx-size`` is the context of all slots together (kvplan's
+``--ctx-size``, not ``--max-model-len``), ``-np`` ``--parallel``, ``-ctk`` ``--cache-type-k``, ``-ctv``
+``--cache-type-v``, ``-fa`` ``--flash-attn``, ``-ub`` / ``--ubatch-size`` ``--max-num-batched-tokens``
+(n_ubatch), ``-b`` ``--batch-size``, ``-kvu`` / ``-no-kvu`` ``--kv-unified`` / ``--no-kv-unified``
+(common/arg.cpp at llama.cpp 0c1e57098). With any other engine ``--ctx-size`` stays ``--max-model-len``.
 
 vLLM's ``--dtype`` sets the model dtype (``ModelConfig.dtype``; vLLM 0.33 ``config/model.py``
 ``_get_and_verify_dtype``: an explicit ``float``/``float32`` is served in float32, only ``auto`` downcasts a
@@ -59,7 +67,6 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "-s": ("-s", "--max-model-len"),
     "--max-model-len": ("--max-model-len", "--seq"),
     "--context-length": ("--max-model-len", "--seq"),
-    "--ctx-size": ("--max-model-len", "--seq"),
     "--mem-fraction-static": ("--gpu-memory-utilization",),
     "--dtype": ("--weights-dtype", "--kv-dtype"),
     "--quantization": ("--weights-dtype",),
@@ -67,6 +74,22 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "--kv-cache-memory-bytes": ("--kv-cache-memory",),
     "--page-size": ("--block-size",),
 }
+
+# llama.cpp's spellings, with --engine llamacpp (common/arg.cpp: -c, -np, -ctk, -ctv, -fa, -ub, -b, -kvu, -no-kvu)
+LLAMACPP_ALIASES: dict[str, tuple[str, ...]] = {
+    "-c": ("--ctx-size",),
+    "-np": ("--parallel",),
+    "-ctk": ("--cache-type-k",),
+    "-ctv": ("--cache-type-v",),
+    "-fa": ("--flash-attn",),
+    "-ub": ("--max-num-batched-tokens",),
+    "--ubatch-size": ("--max-num-batched-tokens",),
+    "-b": ("--batch-size",),
+    "-kvu": ("--kv-unified",),
+    "-no-kvu": ("--no-kv-unified",),
+}
+# with any other engine (or a command without --engine): --ctx-size is the request length, as before
+OTHER_ENGINE_ALIASES: dict[str, tuple[str, ...]] = {"--ctx-size": ("--max-model-len", "--seq")}
 
 COMMA_LISTS = ("--seq", "-s", "--tp", "--gpu", "-g", "--kv-dtype")
 KV_FLAGS = ("--kv-dtype", "--kv-cache-dtype")
@@ -130,6 +153,19 @@ def _engine(argv: list[str]) -> str | None:
     return None
 
 
+def _is_llamacpp(argv: list[str]) -> bool:
+    """Whether argv's --engine names llama.cpp (``llamacpp``, ``ollama``, ``llama-server`` ...)."""
+    name = _engine(argv)
+    if name is None:
+        return False
+    from kvplan.options import Engine, get_engine
+
+    try:
+        return get_engine(name) is Engine.llamacpp
+    except UsageError:
+        return False
+
+
 def _value(flag: str, typed: str, value: str, argv: list[str]) -> str | None:
     """The value to pass on for an alias (None: drop the flag), checking what needs checking."""
     key = value.strip().lower()
@@ -190,6 +226,9 @@ def rewrite(argv: list[str], command) -> list[str]:
     quantized = any(t in ("--quantization", "-q") or t.startswith("--quantization=") for t in argv)
     kv_given = any(t in KV_FLAGS or t.startswith(tuple(f + "=" for f in KV_FLAGS)) for t in argv)
     model_dtype = _model_dtype(argv)  # vLLM's --dtype: the KV cache's dtype when none (or auto) is given
+    llama = _is_llamacpp(argv)
+    aliases = {**ALIASES, **(LLAMACPP_ALIASES if llama else OTHER_ENGINE_ALIASES)}
+    forced = () if llama else tuple(OTHER_ENGINE_ALIASES)  # rewritten even where the command has the name
     out = list(argv[:start])
     i = start
     while i < len(argv):
@@ -199,10 +238,10 @@ def rewrite(argv: list[str], command) -> list[str]:
             break
         flag, eq, inline = tok.partition("=") if tok.startswith("-") else (tok, "", "")
         target = flag
-        if flag not in names and flag in ALIASES:
-            target = next((t for t in ALIASES[flag] if t in names), flag)
+        if (flag not in names or flag in forced) and flag in aliases:
+            target = next((t for t in aliases[flag] if t in names), flag)
         if target not in valued:  # a positional, a boolean flag, or an unknown flag: click decides
-            out.append(tok)
+            out.append(target if target != flag and target in names else tok)
             i += 1
             continue
         if eq:

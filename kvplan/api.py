@@ -118,6 +118,14 @@ def fit_options(
     speculative_model=None,
     num_mtp_layers: int = 0,
     enforce_eager: bool = False,
+    ctx_size=None,
+    n_parallel: int | None = None,
+    kv_unified: bool | None = None,
+    cache_type_k: str | None = None,
+    cache_type_v: str | None = None,
+    flash_attn: str | None = None,
+    n_batch: int | None = None,
+    llama_tool: str | None = None,
 ):
     """The :class:`kvplan.options.FitOptions` of a plan: the one place they are built, for the API and every
     CLI command (``fit``, ``fleet``, ``sweep``, ``plot``, ``verify --fit``).
@@ -141,15 +149,21 @@ def fit_options(
         num_speculative_tokens, speculative_model, num_mtp_layers: speculative decoding (vLLM); the draft
             model as a ModelSpec or a MODEL string.
         enforce_eager: vLLM's ``--enforce-eager`` (no CUDA graphs in the budget).
+        ctx_size, n_parallel, kv_unified, cache_type_k, cache_type_v, flash_attn, n_batch, llama_tool: llama.cpp's
+            ``-c`` (the context of all slots together, int or ``"32k"``; 0: the model's), ``-np``,
+            ``--kv-unified``, ``-ctk``, ``-ctv``, ``-fa`` (on/off/auto), ``-b``, and whose defaults apply
+            (``server``: llama-server, ``cli``: llama-cli); None: the tool's defaults. llama.cpp's ``-ub`` is
+            ``max_num_batched_tokens``.
 
     Raises:
-        UsageError: an unknown engine, a malformed count or size; SpecError for the draft model.
+        UsageError: an unknown engine, a malformed count or size, a llama.cpp setting under another engine;
+            SpecError for the draft model.
     """
-    from kvplan.options import FitOptions, get_engine, parse_partition
+    from kvplan.options import FitOptions, check_engine_fields, get_engine, parse_partition
 
     if isinstance(pp_layer_partition, str):
         pp_layer_partition = parse_partition(pp_layer_partition)
-    return FitOptions(
+    opts = FitOptions(
         engine=get_engine(engine),
         tensor_parallel_size=tp,
         pipeline_parallel_size=pp,
@@ -176,7 +190,17 @@ def fit_options(
         speculative_model=None if speculative_model is None else _spec(speculative_model),
         num_mtp_layers=num_mtp_layers,
         enforce_eager=bool(enforce_eager),
+        ctx_size=None if ctx_size is None else _tokens(ctx_size, "--ctx-size", allow_zero=True),
+        n_parallel=n_parallel,
+        kv_unified=kv_unified,
+        cache_type_k=cache_type_k,
+        cache_type_v=cache_type_v,
+        flash_attn=flash_attn,
+        n_batch=n_batch,
+        llama_tool=llama_tool,
     )
+    check_engine_fields(opts)
+    return opts
 
 
 def fit(model, gpu, **settings):

@@ -53,6 +53,46 @@ def _load_model(ref: str):
     return spec
 
 
+LLAMA_HELP = {
+    "ctx_size": "llama.cpp -c: the context of all slots together (0 = the model's; default: the model's, lowered "
+    "by llama.cpp's -fit to what fits). Other engines: tokens per request.",
+    "parallel": "llama.cpp -np: slots (default: llama-server 4, unified; llama-cli 1).",
+    "kv_unified": "llama.cpp -kvu / -no-kvu: one cache shared by all slots (default: on only without --parallel).",
+    "cache_type_k": "llama.cpp -ctk: K cache type (f16, bf16, f32, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl; "
+    "default --kv-dtype, auto = f16).",
+    "cache_type_v": "llama.cpp -ctv: V cache type (as -ctk; a quantized V needs flash attention).",
+    "flash_attn": "llama.cpp -fa: on, off or auto (default auto = on).",
+    "batch_size": "llama.cpp -b (default 2048); -ub / --ubatch-size is --max-num-batched-tokens (default 512).",
+    "llama_tool": "Whose llama.cpp defaults apply: server (llama-server, default) or cli (llama-cli).",
+}
+
+
+def _llama_settings(ctx_size, n_parallel, kv_unified, cache_type_k, cache_type_v, flash_attn, n_batch, llama_tool):
+    """The llama.cpp keywords of :func:`kvplan.api.fit_options` (None: the tool's defaults)."""
+    return dict(
+        ctx_size=ctx_size, n_parallel=n_parallel, kv_unified=kv_unified, cache_type_k=cache_type_k,
+        cache_type_v=cache_type_v, flash_attn=flash_attn, n_batch=n_batch, llama_tool=llama_tool,
+    )  # fmt: skip
+
+
+def _llama_options():
+    """Fresh typer options of llama.cpp's settings (one set per command)."""
+    return dict(
+        ctx_size=typer.Option(None, "--ctx-size", help=LLAMA_HELP["ctx_size"]),
+        n_parallel=typer.Option(None, "--parallel", help=LLAMA_HELP["parallel"]),
+        kv_unified=typer.Option(None, "--kv-unified/--no-kv-unified", help=LLAMA_HELP["kv_unified"]),
+        cache_type_k=typer.Option(None, "--cache-type-k", help=LLAMA_HELP["cache_type_k"]),
+        cache_type_v=typer.Option(None, "--cache-type-v", help=LLAMA_HELP["cache_type_v"]),
+        flash_attn=typer.Option(None, "--flash-attn", help=LLAMA_HELP["flash_attn"]),
+        n_batch=typer.Option(None, "--batch-size", help=LLAMA_HELP["batch_size"]),
+        llama_tool=typer.Option(None, "--llama-tool", help=LLAMA_HELP["llama_tool"]),
+        swa_full=typer.Option(False, "--swa-full", help="llama.cpp: size sliding-window layers at n_ctx too."),
+    )
+
+
+_LO = _llama_options
+
+
 @app.callback()
 def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
@@ -217,7 +257,15 @@ def fit(
         "--shared-prefix",
         help="Prompt tokens shared by every request, cached once per replica (full/MLA layers); 2k = 2048.",
     ),
-    swa_full: bool = typer.Option(False, "--swa-full", help="llama.cpp: size sliding-window layers at n_ctx too."),
+    swa_full: bool = _LO()["swa_full"],
+    ctx_size: Optional[str] = _LO()["ctx_size"],
+    n_parallel: Optional[int] = _LO()["n_parallel"],
+    kv_unified: Optional[bool] = _LO()["kv_unified"],
+    cache_type_k: Optional[str] = _LO()["cache_type_k"],
+    cache_type_v: Optional[str] = _LO()["cache_type_v"],
+    flash_attn: Optional[str] = _LO()["flash_attn"],
+    n_batch: Optional[int] = _LO()["n_batch"],
+    llama_tool: Optional[str] = _LO()["llama_tool"],
     engine_version: Optional[str] = typer.Option(
         None,
         "--engine-version",
@@ -298,6 +346,9 @@ def fit(
         pp_layer_partition=pp_layer_partition, num_speculative_tokens=num_speculative_tokens,
         speculative_model=None if speculative_model is None else _load_model(speculative_model),
         num_mtp_layers=num_mtp_layers,
+        **_llama_settings(
+            ctx_size, n_parallel, kv_unified, cache_type_k, cache_type_v, flash_attn, n_batch, llama_tool
+        ),
     )  # fmt: skip
     g = get_gpu(gpu)
     old = fitmod.engine_version_warning(opts.engine, engine_version)
@@ -374,6 +425,18 @@ def fleet(
     gpu_memory_utilization: Optional[float] = typer.Option(
         None, "--gpu-memory-utilization", help="Memory fraction (engine default)."
     ),
+    max_num_batched_tokens: Optional[int] = typer.Option(
+        None, "--max-num-batched-tokens", help="Tokens per forward step (engine default; llama.cpp n_ubatch 512)."
+    ),
+    swa_full: bool = _LO()["swa_full"],
+    ctx_size: Optional[str] = _LO()["ctx_size"],
+    n_parallel: Optional[int] = _LO()["n_parallel"],
+    kv_unified: Optional[bool] = _LO()["kv_unified"],
+    cache_type_k: Optional[str] = _LO()["cache_type_k"],
+    cache_type_v: Optional[str] = _LO()["cache_type_v"],
+    flash_attn: Optional[str] = _LO()["flash_attn"],
+    n_batch: Optional[int] = _LO()["n_batch"],
+    llama_tool: Optional[str] = _LO()["llama_tool"],
     price: List[str] = typer.Option(
         [], "--price", help="GPU=USD_PER_HOUR per GPU (repeat, or a comma list), e.g. h100=2.49,h200=3.5."
     ),
@@ -423,6 +486,10 @@ def fleet(
         kv_cache_memory_bytes=None if kv_cache_memory is None else parse_bytes(kv_cache_memory, "--kv-cache-memory"),
         weights_dtype=weights_dtype, gpu_memory_utilization=gpu_memory_utilization, engine_version=engine_version,
         max_num_seqs=max_num_seqs, pp_layer_partition=pp_layer_partition,
+        max_num_batched_tokens=max_num_batched_tokens, swa_full=swa_full,
+        **_llama_settings(
+            ctx_size, n_parallel, kv_unified, cache_type_k, cache_type_v, flash_attn, n_batch, llama_tool
+        ),
     )  # fmt: skip
     gpus = [get_gpu(g) for g in gpu] if gpu else load_catalog()
     prices = fleetmod.parse_prices(price, get_gpu, gpus if gpu else None)
@@ -603,6 +670,15 @@ def sweep(
         "--weights-gib",
         help="Weights per GPU (GiB, or a size with unit), instead of param_count; one MODEL and one --tp.",
     ),
+    swa_full: bool = _LO()["swa_full"],
+    ctx_size: Optional[str] = _LO()["ctx_size"],
+    n_parallel: Optional[int] = _LO()["n_parallel"],
+    kv_unified: Optional[bool] = _LO()["kv_unified"],
+    cache_type_k: Optional[str] = _LO()["cache_type_k"],
+    cache_type_v: Optional[str] = _LO()["cache_type_v"],
+    flash_attn: Optional[str] = _LO()["flash_attn"],
+    n_batch: Optional[int] = _LO()["n_batch"],
+    llama_tool: Optional[str] = _LO()["llama_tool"],
     all_rows: bool = typer.Option(False, "--all", help="Table: print every row (default: the first 200)."),
     csv_out: bool = typer.Option(False, "--csv", help="Print every row as CSV."),
     json_out: bool = typer.Option(False, "--json", help="Print every row as a JSON list of objects."),
@@ -629,8 +705,11 @@ def sweep(
     opts = api.fit_options(
         engine=engine, gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
         max_num_batched_tokens=max_num_batched_tokens, weights_dtype=weights_dtype,
-        weights_bytes=_gib(weights_gib, "--weights-gib"),
+        weights_bytes=_gib(weights_gib, "--weights-gib"), swa_full=swa_full,
         kv_cache_memory_bytes=None if kv_cache_memory is None else parse_bytes(kv_cache_memory, "--kv-cache-memory"),
+        **_llama_settings(
+            ctx_size, n_parallel, kv_unified, cache_type_k, cache_type_v, flash_attn, n_batch, llama_tool
+        ),
     )  # fmt: skip
     specs = [_load_model(m) for m in model]
     seqs = [parse_tokens(s) for s in seq]

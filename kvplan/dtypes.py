@@ -95,6 +95,11 @@ _DTYPES: dict[str, KVDtype] = {
     )
 }
 
+# ggml's iq4_nl (18 B per 32: an fp16 scale and 16 B of 4-bit indices into a non-linear table; ggml-common.h
+# block_iq4_nl, QK4_NL = 32, :447) is a llama.cpp KV cache type (common/arg.cpp kv_cache_types) that kvplan sizes
+# for --engine llamacpp only: it is not in the table above, because ``kvplan verify`` has no packer for it.
+IQ4_NL = KVDtype("iq4_nl", 32, 18, description="ggml iq4_nl: 18 B per 32 elements (llama.cpp cache type)")
+
 _ALIASES: dict[str, str] = {
     "float32": "fp32",
     "f32": "fp32",

@@ -24,10 +24,10 @@ and how windowed layers are counted: see its module (``../shared/reference/ENGIN
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from kvplan import engines
-from kvplan.calc import check_tp, resolve_kv_dtype, valid_tp_sizes
+from kvplan.calc import check_tp, valid_tp_sizes
 from kvplan.dtypes import get_weight_dtype
 from kvplan.engines import ENGINE_NAMES, Engine, engine_rules, engine_version_warning, get_engine  # noqa: F401
 from kvplan.engines.base import count_requests, longest_request
@@ -97,6 +97,9 @@ class FitResult:
         budget_terms: each term as a dict: name, bytes, low, high, source.
         num_speculative_tokens, drafter_layers: speculative decoding (vLLM ≥ 0.33): draft tokens per step and
             the drafter's layers in the pool (MTP modules, or a draft model's / EAGLE head's layers).
+        engine_settings: the engine's own settings and figures under its own names, where kvplan's fields do
+            not say them (llama.cpp: ``n_ctx``, ``n_parallel``, ``kv_unified``, each cache's cells and bytes,
+            the largest ``-c`` that fits ...); empty for the other engines.
     """
 
     model: str
@@ -153,6 +156,7 @@ class FitResult:
     max_requests_low: int = 0
     max_requests_high: int = 0
     budget_terms: tuple = ()
+    engine_settings: dict = field(default_factory=dict)
 
     @property
     def fits(self) -> bool:
@@ -231,14 +235,14 @@ def fit_plan(spec: ModelSpec, gpu: GPU, opts: FitOptions):
         raise UsageError(f"--pp: {pp} is more stages than {spec.name}'s {spec.num_layers} layers")
     check_pp_partition(spec, pp, opts.pp_layer_partition)
     settings = eng.settings(spec, gpu, opts)
-    max_len = spec.max_model_len if opts.max_model_len is None else opts.max_model_len
+    max_len = eng.request_length(spec, opts, settings)
     check_int("--shared-prefix", opts.shared_prefix_tokens, 0)
     if opts.shared_prefix_tokens >= max_len:
         raise UsageError(
             f"--shared-prefix: {opts.shared_prefix_tokens:,} tokens must be shorter than max_model_len {max_len:,} "
             "(each request has tokens of its own)"
         )
-    kv_dtype = resolve_kv_dtype(spec, opts.kv_dtype)
+    kv_dtype = eng.kv_dtype(spec, opts.kv_dtype)
     eng.check(spec, opts, settings)
     budget = eng.budget(spec, gpu, opts, settings)
     cache = eng.plan(spec, kv_dtype, opts, settings, max_len)
@@ -266,10 +270,9 @@ def _result(spec, gpu, opts, settings, budget, cache, kv_dtype_name: str, max_le
         max_num_seqs=seqs,
         max_in_flight_tokens=settings.max_num_batched_tokens,
     )
-    fields.update(cache.fit_fields())
     if "blocks_per_request" in m:
         fields["blocks_per_request"] = m["blocks_per_request"]
-    return FitResult(
+    base = dict(
         model=spec.name,
         gpu=gpu.id,
         gpu_name=gpu.name,
@@ -316,6 +319,8 @@ def _result(spec, gpu, opts, settings, budget, cache, kv_dtype_name: str, max_le
         ),  # fmt: skip
         **fields,
     )
+    base.update(cache.fit_fields())  # the engine's own fields (and its names for shared ones: llama.cpp's K/V types)
+    return FitResult(**base)
 
 
 def request_sizer(spec: ModelSpec, gpu: GPU, opts: FitOptions, fit: FitResult):
@@ -354,7 +359,7 @@ def suggest(spec: ModelSpec, gpu: GPU, opts: FitOptions) -> list[str]:
     if base.max_model_len_fit >= 1 and base.kv_budget_bytes > 0:
         out.append(f"--max-model-len {base.max_model_len_fit} (the longest that fits)")
     eng = engines.get(opts.engine)
-    kv = resolve_kv_dtype(spec, opts.kv_dtype)
+    kv = eng.kv_dtype(spec, opts.kv_dtype)
     if kv.bytes_for(1 << 20) > 1 << 20:  # wider than 8 bits per element
         quant = eng.quantized_kv if eng.quantized_kv != "fp8" or has_fp8(gpu) else None
         try:
@@ -415,8 +420,11 @@ def does_not_fit_reason(spec: ModelSpec, r: FitResult) -> str:
     modelled = not r.budget_exact
     about = "≈ " if modelled else ""
     span = f" (modelled: {fmt_gib(r.kv_budget_low_bytes)} to {fmt_gib(r.kv_budget_high_bytes)})" if modelled else ""
-    if r.kv_budget_bytes <= 0:
-        cg = f" + CUDA graphs {fmt_gib(r.cudagraph_bytes)}" if r.cudagraph_bytes else ""
+    cg = f" + CUDA graphs {fmt_gib(r.cudagraph_bytes)}" if r.cudagraph_bytes else ""
+    own = engines.get(r.engine).does_not_fit_what(r)
+    if own is not None:
+        what = own
+    elif r.kv_budget_bytes <= 0:
         what = (
             f"weights {about}{fmt_gib(r.weights_bytes)} + activation {about}{fmt_gib(r.activation_bytes)} + overhead "
             f"{about}{fmt_gib(r.overhead_bytes)}{cg} per GPU leave no KV cache memory out of {fmt_gib(r.usable_bytes)} "

@@ -82,6 +82,17 @@ class FitOptions:
         pp_layer_partition: layers per PP stage (vLLM ``VLLM_PP_LAYER_PARTITION``).
         num_speculative_tokens, speculative_model, num_mtp_layers: speculative decoding (vLLM).
         enforce_eager: no CUDA graphs (vLLM ``--enforce-eager``): none are estimated or subtracted.
+        ctx_size: llama.cpp ``-c/--ctx-size``: the context of all slots together (0: the model's context);
+            None: the tool's default (the model's context, lowered by llama.cpp's ``-fit`` to what fits).
+        n_parallel: llama.cpp ``-np/--parallel``: slots (parallel sequences); None: the tool's default
+            (llama-server 4, llama-cli 1).
+        kv_unified: llama.cpp ``--kv-unified`` / ``--no-kv-unified``: one cache shared by all slots; None: the
+            tool's default (llama-server: on when ``-np`` is not given, else off).
+        cache_type_k, cache_type_v: llama.cpp ``-ctk`` / ``-ctv`` (f16, q8_0, ...); None: ``kv_dtype``.
+        flash_attn: llama.cpp ``-fa``: ``on``, ``off`` or ``auto`` (None: auto).
+        n_batch: llama.cpp ``-b/--batch-size`` (None: 2048); its ``-ub`` is ``max_num_batched_tokens``.
+        llama_tool: whose defaults apply under llama.cpp: ``server`` (llama-server, None) or ``cli``
+            (llama-cli).
     """
 
     engine: Engine = Engine.vllm
@@ -110,6 +121,40 @@ class FitOptions:
     speculative_model: ModelSpec | None = None
     num_mtp_layers: int = 0
     enforce_eager: bool = False
+    ctx_size: int | None = None
+    n_parallel: int | None = None
+    kv_unified: bool | None = None
+    cache_type_k: str | None = None
+    cache_type_v: str | None = None
+    flash_attn: str | None = None
+    n_batch: int | None = None
+    llama_tool: str | None = None
+
+
+# llama.cpp's own settings: FitOptions field -> its kvplan flag (what an engine other than llama.cpp refuses)
+LLAMACPP_FIELDS = {
+    "ctx_size": "--ctx-size",
+    "n_parallel": "--parallel",
+    "kv_unified": "--kv-unified",
+    "cache_type_k": "--cache-type-k",
+    "cache_type_v": "--cache-type-v",
+    "flash_attn": "--flash-attn",
+    "n_batch": "--batch-size",
+    "llama_tool": "--llama-tool",
+}
+
+
+def check_engine_fields(opts: FitOptions) -> None:
+    """Refuse llama.cpp's settings under another engine (they would be silently ignored).
+
+    Raises:
+        UsageError: naming the first such flag.
+    """
+    if opts.engine is Engine.llamacpp:
+        return
+    for name, flag in LLAMACPP_FIELDS.items():
+        if getattr(opts, name) is not None:
+            raise UsageError(f"{flag}: a llama.cpp setting; give it with --engine llamacpp")
 
 
 FLAG_LIMITS = {  # upper bounds that keep every count far inside exact int64 / float64 arithmetic
@@ -124,6 +169,9 @@ FLAG_LIMITS = {  # upper bounds that keep every count far inside exact int64 / f
     "--max-num-seqs": 1 << 24,
     "--num-speculative-tokens": 1 << 10,
     "--num-mtp-layers": 1 << 10,
+    "--ctx-size": (1 << 32) - 1,  # llama.cpp n_ctx is a uint32_t
+    "--parallel": 256,  # llama.cpp LLAMA_MAX_SEQ (src/llama-cparams.h:8)
+    "--batch-size": 1 << 31,
 }
 
 

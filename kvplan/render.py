@@ -482,12 +482,68 @@ def _windowed_note(r) -> bool:
     return r.kv_bytes_per_request < r.max_model_len * r.kv_bytes_per_token
 
 
+def _range_gib(pair) -> str:
+    lo, hi = pair
+    return f"{fmt_gib(lo)} – {fmt_gib(hi)}"
+
+
+def llamacpp_lines(r) -> list[str]:
+    """What ``kvplan fit --engine llamacpp`` says about llama.cpp's own settings: the command line it plans,
+    the slots, where ``-c`` came from, the caches llama.cpp would print, and the largest ``-c`` that fits."""
+    s = r.engine_settings
+    fa = s["flash_attn"] + ("" if s["flash_attn"] != "auto" else f" ({'on' if s['flash_attn_on'] else 'off'})")
+    out = [
+        f"llama.cpp {s['llama_cpp']} rules{_asked(r)}, {s['tool']} defaults: -c {s['n_ctx']:,} -np {s['n_parallel']}"
+        f"{' (auto)' if s['parallel_auto'] else ''} {'-kvu' if s['kv_unified'] else '-no-kvu'} "
+        f"-ctk {s['cache_type_k']} -ctv {s['cache_type_v']} -fa {fa} -b {s['n_batch']:,} -ub {s['n_ubatch']:,}"
+        + (" --swa-full" if s["swa_full"] else "")
+    ]
+    source = {"-c": "as given", "-fit": "lowered by llama.cpp's -fit (on by default) to leave 1 GiB free"}.get(
+        s["ctx_from"], f"from {s['ctx_from']}"
+    )
+    out.append(f"  n_ctx {s['n_ctx']:,} ({source}; the model's context: {s['n_ctx_train']:,})")
+    n = s["n_parallel"]
+    if s["kv_unified"]:
+        out.append(
+            f"  {plural(n, 'slot')} sharing one cache of {s['n_ctx']:,} cells (unified): a request of up to "
+            f"{s['slot_ctx']:,} tokens per slot, all slots' tokens together at most {s['n_ctx']:,}"
+        )
+    else:
+        out.append(
+            f"  {plural(n, 'slot')} of {s['n_ctx_seq']:,} cells each (one stream per slot, not unified): a request "
+            f"of up to {s['slot_ctx']:,} tokens per slot"
+        )
+    for line in s.get("notes", []):
+        out.append(f"  note: {line}")
+    out.append("Engine log (llama.cpp's lines for these caches):")
+    out.extend(f"  {line}" for line in r.engine_log.splitlines())
+    fits = r.kv_budget_bytes >= s["kv_total_bytes"]
+    kv = (r.kv_budget_low_bytes, r.kv_budget_high_bytes)
+    sure = ""
+    if not r.budget_exact:
+        lo, hi = kv
+        if lo <= s["kv_total_bytes"] <= hi:
+            sure = f" (within the compute buffer's modelled range: KV budget {_range_gib(kv)})"
+    out.append(
+        f"KV caches, all slots: {s['kv_total_bytes']:,} B ({fmt_gib(s['kv_total_bytes'])}): "
+        + ("fits" if fits else "does NOT fit")
+        + f" the KV budget of {fmt_gib(r.kv_budget_bytes)}{sure}"
+    )
+    if s.get("max_ctx_size_fit") is not None:
+        big = s["max_ctx_size_fit"] > s["n_ctx_train"] * s["n_stream"]
+        cap = f" (beyond the model's context: a slot still takes at most {s['n_ctx_train']:,})" if big else ""
+        out.append(f"Largest -c that fits with -np {n}: {s['max_ctx_size_fit']:,}{cap}")
+    return out
+
+
 def fit_lines(r) -> list[str]:
     """The lines ``kvplan fit`` prints after its memory table: the engine's rules and pool, its log, what
     fits, and notes saying what the engine's figures count (per engine)."""
     out = []
     tokens_note = None
-    if r.engine == "vllm":
+    if r.engine == "llamacpp" and r.engine_settings:
+        out.extend(llamacpp_lines(r))
+    elif r.engine == "vllm":
         settings = [f"max_num_batched_tokens {r.max_num_batched_tokens:,}", f"max_num_seqs {r.max_num_seqs:,}"]
         if r.engine_version != "0.11" and r.engine_version != "0.6":
             settings += [
@@ -656,6 +712,34 @@ def fit_table(r, con, speed=None) -> None:
             r.usable_bytes,
             f"KV gets free_gpu_memory_fraction {r.gpu_memory_utilization}",
         )
+    elif r.engine == "llamacpp" and r.engine_settings:
+        s = r.engine_settings
+        row("model buffer", r.weights_bytes, f"{r.weights_dtype}, / (TP × PP)")
+        comp = next((x for x in r.budget_terms if x["name"] == "activation"), None)
+        ranged = comp is not None and comp["low"] != comp["high"]
+        note = (
+            f"modelled, {_range_gib((comp['low'], comp['high']))} (measured error)"
+            if ranged
+            else "given (--activation-gib)"
+        )
+        row("compute buffer", r.activation_bytes, f"{note}; -ub {s['n_ubatch']:,}, -fa {s['flash_attn']}")
+        row("overhead", r.overhead_bytes, "CUDA context")
+        t.add_section()
+        kvn = (r.kv_budget_low_bytes, r.kv_budget_high_bytes)
+        row("KV budget", r.kv_budget_bytes, "given (--kv-cache-memory)" if r.kv_budget_given else
+            f"total − the above; {_range_gib(kvn)} with the compute buffer's range" if not r.budget_exact
+            else "total − the above")  # fmt: skip
+        row("KV caches (all slots)", s["kv_total_bytes"], f"-c {s['n_ctx']:,}, {plural(s['n_parallel'], 'slot')}")
+        row("KV per cell", r.kv_bytes_per_token, "all attention layers, as full ones")
+        row("KV per request", r.kv_bytes_per_request,
+            f"{fmt_tokens(r.max_model_len)} in {'the shared cache' if s['kv_unified'] else 'its slot'}")  # fmt: skip
+        con.print(t)
+        for line in fit_lines(r):
+            con.print(line)
+        if speed is not None:
+            for line in fit_speed_lines(speed):
+                con.print(line)
+        return
     else:
         row("usable", r.usable_bytes, f"× {r.gpu_memory_utilization}")
     term_row("weights", "weights", r.weights_bytes, f"{r.weights_dtype}, / (TP × PP)")

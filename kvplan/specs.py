@@ -323,7 +323,7 @@ class ModelSpec:
         v_head_dim: default V head dim (defaults to head_dim).
         hidden_size: model width, or None (only the activation estimate of ``fit`` uses it).
         vocab_size: vocabulary size (config.json ``vocab_size``), or None: the engine's profile run samples
-            logits over it (the activation estimate of ``fit``).
+            logits over it (the activation estimate of ``fit``; llama.cpp's compute buffer).
         intermediate_size: the dense MLP's width (config.json ``intermediate_size``), or None (the activation
             estimate then derives it from the parameter count).
         dtype: model activation dtype, the default KV dtype (canonical name, e.g. ``bf16``).
@@ -342,6 +342,10 @@ class ModelSpec:
         weights_bytes: exact bytes of the checkpoint's weights (all of them, before TP/PP), read from a
             GGUF's tensor infos or safetensors headers; None when only param_count is known. ``kvplan fit``
             uses it unless --weights-dtype is given.
+        host_weights_bytes: bytes of ``weights_bytes`` a GGUF runtime keeps in host memory, not on the GPU:
+            llama.cpp's input layer (``token_embd``, ``per_layer_token_embd``, ``pos_embd``, ``token_types``;
+            src/llama-model.cpp: "always keep it on the CPU"), except a ``token_embd`` that is also the output
+            (no ``output.weight``: a copy then sits on the GPU). 0 when unknown or not a GGUF.
         moe: mixture-of-experts facts (:class:`MoEConfig`), or None (dense, or not given).
         notes: assumptions made in building the spec.
         reader: which reader built the spec from a config.json (``kvplan qwen3 reader (text model of
@@ -378,6 +382,7 @@ class ModelSpec:
     architecture: str | None = None
     notes: str = ""
     weights_bytes: int | None = None
+    host_weights_bytes: int = 0
     moe: MoEConfig | None = None
     reader: str = ""
     multimodal: dict = field(default_factory=dict, compare=False)
@@ -776,7 +781,7 @@ def build_spec(data: Any, where: str) -> ModelSpec:
     v_head_dim = _pos_int(where, "v_head_dim", data.get("v_head_dim"), allow_none=True)
     max_model_len = _pos_int(where, "max_model_len", data["max_model_len"])
     hidden_size = _pos_int(where, "hidden_size", data.get("hidden_size"), allow_none=True)
-    vocab_size = _pos_int(where, "vocab_size", data.get("vocab_size"), allow_none=True)
+    vocab_size = _pos_int(where, "vocab_size", data.get("vocab_size"), allow_none=True, maximum=1 << 31)
     intermediate_size = _pos_int(where, "intermediate_size", data.get("intermediate_size"), allow_none=True)
     param_count = _pos_int(where, "param_count", data.get("param_count"), allow_none=True, maximum=1 << 50)
     kept = _pos_int(

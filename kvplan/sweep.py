@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterator, Sequence
 
 from kvplan import engines
-from kvplan.calc import resolve_kv_dtype, valid_tp_sizes
+from kvplan.calc import valid_tp_sizes
 from kvplan.engines.base import count_requests, longest_request, numpy_ops
 from kvplan.errors import UsageError
 from kvplan.gpus import GPU
@@ -268,6 +268,47 @@ def _configuration(np, xp, eng, spec, cache, budgets, seq) -> dict:
     )
 
 
+def _plan_lengths(np, xp, eng, spec, gpus, o, m, t, span, seq, max_seq, kvs, columns, max_num_seqs, valid, refused):
+    """One model and TP over every GPU and KV dtype, for the sequence lengths ``seq`` (columns ``span`` of the
+    seq axis): the engine's settings and budget per GPU tier, its plan per KV dtype, the figures into
+    ``columns``; a KV dtype the engine refuses goes into ``refused``."""
+    lo, hi = span
+    width = hi - lo
+    tiers: dict[tuple, list[int]] = {}
+    for i, g in enumerate(gpus):  # GPUs sharing the engine's GPU-dependent settings
+        tiers.setdefault(eng.settings_key(spec, g, o), []).append(i)
+    for index in tiers.values():
+        settings = eng.settings(spec, gpus[index[0]], o)
+        eng.check(spec, o, settings)
+        budgets = [eng.budget(spec, gpus[i], o, settings) for i in index]
+        for b in budgets:
+            _exact(f"{spec.name}: weights per GPU", b.weights_bytes)
+        budget = np.asarray([b.kv_budget_bytes for b in budgets], dtype=np.int64)
+        at = (m, slice(lo, hi), index)
+        for col, attr in (("usable_bytes", "usable_bytes"), ("weights_bytes", "weights_bytes"),
+                          ("activation_bytes", "activation_bytes"), ("overhead_bytes", "overhead_bytes"),
+                          ("kv_budget_bytes", "kv_budget_bytes")):  # fmt: skip
+            values = np.asarray([getattr(b, attr) for b in budgets], dtype=np.int64)
+            for d in range(len(kvs)):
+                columns[col][(*at, d, t)] = values[:, None]  # (GPUs, S): numpy puts the list index first
+        for d, kv in enumerate(kvs):
+            try:
+                cache = eng.plan(spec, kv, o, settings, max_seq)
+            except UsageError as e:  # a KV dtype the engine's backends do not take for this model
+                refused.setdefault((spec.name, kv.name, o.tensor_parallel_size), str(e))
+                continue
+            _exact(f"--seq: {max_seq:,} tokens of {spec.name}: one request",
+                   cache.measures(max(budget.tolist()), max_seq)["kv_bytes_per_request"])  # fmt: skip
+            valid[m, 0, 0, d, t] = True
+            cols = _configuration(np, xp, eng, spec, cache, budget, seq)
+            for k, v in cols.items():
+                columns[k][(*at, d, t)] = np.broadcast_to(v, (len(index), width))
+            columns["kv_bytes_per_token"][(*at, d, t)] = cache.kv_bytes_per_token
+            columns["kv_bytes_per_block"][(*at, d, t)] = cache.kv_bytes_per_block
+            cap = settings.max_num_seqs
+            max_num_seqs[(*at, d, t)] = -1 if cap is None else cap
+
+
 def sweep(
     specs: Sequence[ModelSpec],
     seqs: Sequence[int],
@@ -324,7 +365,7 @@ def sweep(
             allowed &= set(valid_tp_sizes(draft, limit=min(max(64, *tps), draft.num_q_heads)))
         kvs = []
         for d, name in enumerate(kv_dtypes):
-            kv = resolve_kv_dtype(spec, name)
+            kv = eng.kv_dtype(spec, name)
             if kv.name not in dtype_names:
                 dtype_names.append(kv.name)
             dtype_code[m, d] = dtype_names.index(kv.name)
@@ -333,40 +374,15 @@ def sweep(
             if tp not in allowed:
                 skipped_tp.append((spec.name, tp))
                 continue
-            o = replace(opts, tensor_parallel_size=tp)
-            tiers: dict[tuple, list[int]] = {}
-            for i, g in enumerate(gpus):  # GPUs sharing the engine's GPU-dependent settings
-                tiers.setdefault(eng.settings_key(spec, g, o), []).append(i)
-            for index in tiers.values():
-                settings = eng.settings(spec, gpus[index[0]], o)
-                eng.check(spec, o, settings)
-                budgets = [eng.budget(spec, gpus[i], o, settings) for i in index]
-                for b in budgets:
-                    _exact(f"{spec.name}: weights per GPU", b.weights_bytes)
-                budget = np.asarray([b.kv_budget_bytes for b in budgets], dtype=np.int64)
-                at = (m, slice(None), index)
-                for col, attr in (("usable_bytes", "usable_bytes"), ("weights_bytes", "weights_bytes"),
-                                  ("activation_bytes", "activation_bytes"), ("overhead_bytes", "overhead_bytes"),
-                                  ("kv_budget_bytes", "kv_budget_bytes")):  # fmt: skip
-                    values = np.asarray([getattr(b, attr) for b in budgets], dtype=np.int64)
-                    for d in range(D):
-                        columns[col][(*at, d, t)] = values[:, None]  # (GPUs, S): numpy puts the list index first
-                for d, kv in enumerate(kvs):
-                    try:
-                        cache = eng.plan(spec, kv, o, settings, max_seq)
-                    except UsageError as e:  # a KV dtype the engine's backends do not take for this model
-                        refused.setdefault((spec.name, kv.name, tp), str(e))
-                        continue
-                    _exact(f"--seq: {max_seq:,} tokens of {spec.name}: one request",
-                           cache.measures(max(budget.tolist()), max_seq)["kv_bytes_per_request"])  # fmt: skip
-                    valid[m, 0, 0, d, t] = True
-                    cols = _configuration(np, xp, eng, spec, cache, budget, seq)
-                    for k, v in cols.items():
-                        columns[k][(*at, d, t)] = np.broadcast_to(v, (len(index), S))
-                    columns["kv_bytes_per_token"][(*at, d, t)] = cache.kv_bytes_per_token
-                    columns["kv_bytes_per_block"][(*at, d, t)] = cache.kv_bytes_per_block
-                    cap = settings.max_num_seqs
-                    max_num_seqs[(*at, d, t)] = -1 if cap is None else cap
+            base = replace(opts, tensor_parallel_size=tp)
+            # an engine whose settings follow the request length (llama.cpp sizes -c from it) plans each length
+            # on its own; the others plan once for all lengths
+            per_length = eng.plan_depends_on_length(base)
+            for lo, hi in [(j, j + 1) for j in range(S)] if per_length else [(0, S)]:
+                o = replace(base, max_model_len=int(seqs[lo])) if per_length else base
+                top = int(seqs[lo]) if per_length else max_seq
+                _plan_lengths(np, xp, eng, spec, gpus, o, m, t, (lo, hi), seq[:, lo:hi], top, kvs, columns,
+                              max_num_seqs, valid, refused)  # fmt: skip
     valid_rows = np.broadcast_to(valid, full)
     if not valid_rows.any():
         if refused:

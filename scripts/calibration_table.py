@@ -51,7 +51,9 @@ def main() -> None:
         )
     spec = load_bundled("llama3.1-70b")
     r = plan_fit(
-        spec, get_gpu("h200"), FitOptions(engine=Engine.llamacpp, max_model_len=4096, kv_cache_memory_bytes=GIB)
+        spec,
+        get_gpu("h200"),
+        FitOptions(engine=Engine.llamacpp, ctx_size=4096, n_parallel=1, kv_cache_memory_bytes=GIB),
     )
     print(
         "| llamacpp-05 | llamacpp | (RPC CPU) | 1280.00 MiB for 4096 cells "
@@ -61,7 +63,7 @@ def main() -> None:
     r = plan_fit(
         spec,
         get_gpu("h200"),
-        FitOptions(engine=Engine.llamacpp, max_model_len=4096, kv_cache_memory_bytes=GIB, swa_full=True),
+        FitOptions(engine=Engine.llamacpp, ctx_size=4096, n_parallel=1, kv_cache_memory_bytes=GIB, swa_full=True),
     )
     print(
         "| llamacpp-08 | llamacpp | (Apple M4 Max) | 288.00 MiB (2 × 144, --swa-full) "

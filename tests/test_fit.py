@@ -208,7 +208,8 @@ def test_calibration_exact_block_counts():
 def test_calibration_llamacpp_exact():
     case = CALIBRATION["llamacpp-05"]
     spec = load_bundled("llama3.1-70b")
-    r = plan_fit(spec, get_gpu("h200"), given_budget(GIB, engine=Engine.llamacpp, max_model_len=4096))
+    one_slot = dict(engine=Engine.llamacpp, n_parallel=1)  # the log: "1/1 seqs"
+    r = plan_fit(spec, get_gpu("h200"), given_budget(GIB, max_model_len=4096, **one_slot))
     assert r.kv_bytes_per_request == case["printed"]["kv_mib"] * MIB  # 4096 cells × 80 × 1024 × 2 × 2 B
     f16 = get_kv_dtype("fp16")
     split = case["settings"]["devices_layers"]  # 41 + 39 layers on the two RPC devices
@@ -220,11 +221,11 @@ def test_calibration_llamacpp_exact():
 
     case = CALIBRATION["llamacpp-08"]
     spec = load_bundled("gpt-oss-120b")
-    full = plan_fit(spec, get_gpu("h200"), given_budget(GIB, engine=Engine.llamacpp, max_model_len=4096, swa_full=True))
+    full = plan_fit(spec, get_gpu("h200"), given_budget(GIB, max_model_len=4096, swa_full=True, **one_slot))
     printed = case["printed"]["full_cache_mib"] + case["printed"]["swa_cache_mib"]
     assert full.kv_bytes_per_request == printed * MIB  # both caches at 4096 cells
     # without --swa-full the SWA cache holds min(n_ctx, pad(128 + 512, 256)) = 768 cells (ENGINES.md)
-    swa = plan_fit(spec, get_gpu("h200"), given_budget(GIB, engine=Engine.llamacpp, max_model_len=4096))
+    swa = plan_fit(spec, get_gpu("h200"), given_budget(GIB, max_model_len=4096, **one_slot))
     assert swa.kv_bytes_per_request == 144 * MIB + 18 * 2048 * 768
 
 
@@ -552,9 +553,11 @@ def test_fp8_kv_cache_is_advised_with_the_same_hardware_fixes(cli):
         "(an FP8 KV cache, 1 byte per value), or --weights-dtype fp8 (an FP8 checkpoint: half the weights), or --tp 2 "
         "(the smallest TP that fits), or --gpu rtx5090 (31.3701 GiB)\n"
     )
-    # llama.cpp has no fp8 cache: its 8-bit cache type instead
-    code, _, err = cli("fit", "llama3.1-8b", "--gpu", "l4", "--max-model-len", "64k", "--engine", "llamacpp")
-    assert code == 1 and "or --kv-dtype q8_0 (8-bit blocks), or --tp 2" in err and "fp8" not in err
+    # llama.cpp has no fp8 cache: its 8-bit cache type instead (one slot of 64k: 8 GiB of f16 KV, 4.25 GiB q8_0)
+    code, _, err = cli(
+        "fit", "llama3.1-8b", "--gpu", "l4", "--max-model-len", "64k", "--engine", "llamacpp", "-np", "1"
+    )
+    assert code == 1 and "would fit: --kv-dtype q8_0 (8-bit blocks), or --tp 2" in err and "fp8" not in err
 
 
 def test_no_fp8_advice_on_gpus_without_fp8(cli):
@@ -637,8 +640,11 @@ def test_capacity_labels_per_engine(cli):
     assert "vLLM's log" not in out and "GPU KV cache size" not in out
     assert "KV capacity: 1,002,803 tokens in the full-layer pool (1,002,803 blocks of 1 token)\n" in out
     assert "SGLang keeps sliding-window layers in a pool of their own (swa_layer_tokens)" in out
-    code, out, _ = cli(*base, "--engine", "llamacpp")
-    assert "vLLM's log" not in out and "llama.cpp's sliding-window cache holds" in out
+    code, out, _ = cli(*base, "--engine", "llamacpp", "-c", "128k")  # llama-server: 4 slots sharing 128k cells
+    assert "vLLM's log" not in out and "GPU KV cache size" not in out
+    assert "  4 slots sharing one cache of 131,072 cells (unified): a request of up to 131,072 tokens per slot" in out
+    assert "llama_kv_cache: size = 4608.00 MiB (131072 cells,  18 layers,  4/1 seqs)" in out  # full layers
+    assert "llama_kv_cache: size =   36.00 MiB (  1024 cells,  18 layers,  4/1 seqs)" in out  # pad(4 × 128 + 512)
     code, out, _ = cli(*base, "--engine", "trtllm")  # every layer sized for max_seq_len: nothing to explain
     assert "vLLM's log" not in out and "counts a token in every layer" not in out
     code, out, _ = cli(*base, "--engine-version", "0.11")
@@ -688,12 +694,7 @@ def test_engine_version_names_the_rule_set_used(cli):
         in out
     )
     code, out, err = cli(*base, "--engine", "llamacpp", "--engine-version", "b5000")
-    assert (
-        code == 0
-        and err == ""
-        and "Engine rules: llama.cpp llama-kv-cache" in out
-        and "(for --engine-version b5000)" in out
-    )
+    assert code == 0 and err == "" and "llama.cpp 0c1e57098 rules (for --engine-version b5000), llama-server" in out
     code, _, err = cli(*base, "--engine", "trtllm", "--engine-version", "0.21")
     assert code == 0 and "older than the oldest TensorRT-LLM rule set kvplan has; applying 1.0" in err
 

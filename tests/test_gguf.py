@@ -148,10 +148,15 @@ def test_gemma3_five_of_six_layers_slide(tmp_path):
     assert calc.estimate(spec, 131072).total_bytes == 11_173_625_856
 
 
-def test_gemma3_without_sliding_window_is_refused(tmp_path):
+@pytest.mark.parametrize("window", [None, 0])
+def test_gemma3_without_a_sliding_window_is_all_full_attention(tmp_path, window):
+    # llama.cpp src/models/gemma3.cpp:4-12: SWA only when sliding_window > 0; else swa_type NONE, every layer
+    # full (tests/fixtures/llamacpp_golden.json: gemma3_swa0/server-c8192 allocates one cache of 7 full layers)
     keys = {k: v for k, v in GEMMA3_27B.items() if k != "attention.sliding_window"}
-    with pytest.raises(SpecError, match=r"gemma3\.attention\.sliding_window is missing"):
-        load_gguf(write_gguf(tmp_path / "g.gguf", "gemma3", keys))
+    if window is not None:
+        keys["attention.sliding_window"] = window
+    spec = load_gguf(write_gguf(tmp_path / "g.gguf", "gemma3", keys))
+    assert spec.layer_kinds == ("full",) * 62 and spec.sliding_window is None
 
 
 def test_sliding_window_pattern_array_wins(tmp_path):
@@ -312,7 +317,7 @@ def test_per_layer_kv_heads(tmp_path):
     "arch, message",
     [
         ("falcon-h1", r"'falcon-h1' runs attention and Mamba-2 in parallel"),
-        ("mamba", r"'mamba' is a pure state-space model"),
+        ("mamba", r"m\.gguf: mamba\.ssm\.conv_kernel is missing"),  # read now, but it needs its ssm keys
         ("rwkv7", r"GGUF architecture 'rwkv7'.*will not guess; known: .*write a spec YAML instead"),
     ],
 )
@@ -427,3 +432,30 @@ def test_a_hybrid_without_an_attention_layer_is_refused(tmp_path, arch, keys, ke
     path = write_gguf(tmp_path / "m.gguf", arch, {**base, **keys})
     with pytest.raises(SpecError, match=rf"{key} leaves no attention layer among block_count=4 layers$"):
         load_gguf(path)
+
+
+# llama.cpp keeps its input layer on the host (src/llama-model.cpp:1603-1605: "always keep it on the CPU"):
+# token_embd is not in the GPU's model buffer, unless it also serves as the output (no output.weight).
+TINY_LLAMA = {"block_count": 1, "context_length": 4096, "embedding_length": 8, "attention.head_count": 1}
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_vocab_and_host_weights_from_the_tensor_infos(cli, tmp_path, tied):
+    tensors = [("token_embd.weight", Q.F16, (5, 8)), ("blk.0.attn_q.weight", Q.F16, (8, 8))]
+    if not tied:
+        tensors.append(("output.weight", Q.F16, (5, 8)))
+    spec = load_gguf(write_gguf(tmp_path / "t.gguf", "llama", TINY_LLAMA, tensors=tensors))
+    embd = 5 * 8 * 2
+    assert spec.vocab_size == 5  # token_embd {n_embd, n_vocab}: 40 elements / 8
+    assert spec.weights_bytes == embd + 128 + (0 if tied else embd)
+    assert spec.host_weights_bytes == (0 if tied else embd)
+    code, out, err = cli("fit", str(tmp_path / "t.gguf"), "--gpu", "h100", "--engine", "llamacpp", "-c", "256", "--json")
+    assert code == 0, err
+    assert json.loads(out)["weights_bytes"] == spec.weights_bytes - spec.host_weights_bytes
+
+
+def test_vocab_from_the_tokenizer_when_no_tensor_says_it(tmp_path):
+    tokens = [f"t{i}" for i in range(7)]
+    extra = {"tokenizer.ggml.tokens": (tokens, gguf.GGUFValueType.ARRAY)}
+    spec = load_gguf(write_gguf(tmp_path / "t.gguf", "llama", TINY_LLAMA, tensors=[], extra=extra))
+    assert spec.vocab_size == 7

@@ -70,9 +70,10 @@ def test_estimate_json_total_gib(cli):
 def test_a_budget_of_exactly_one_request_fits_one(cli, engine):
     # No null block in these engines: a budget of exactly 536,870,912 B holds one request of 4,096 tokens
     # (sglang pages of 1 token and llama.cpp cells of 256 divide 4,096); one byte less holds none.
-    code, d, err = _fit_json(cli, "--engine", engine, "--kv-cache-memory", str(REQUEST_4K))
+    one = ("--parallel", "1") if engine == "llamacpp" else ()  # llama-server's default is 4 slots
+    code, d, err = _fit_json(cli, "--engine", engine, *one, "--kv-cache-memory", str(REQUEST_4K))
     assert (code, d["kv_bytes_per_request"], d["max_concurrent_requests"], d["fits"]) == (0, REQUEST_4K, 1, True), err
-    code, d, _ = _fit_json(cli, "--engine", engine, "--kv-cache-memory", str(REQUEST_4K - 1))
+    code, d, _ = _fit_json(cli, "--engine", engine, *one, "--kv-cache-memory", str(REQUEST_4K - 1))
     assert (code, d["max_concurrent_requests"], d["fits"]) == (1, 0, False)
 
 
@@ -80,10 +81,20 @@ def test_trtllm_rounds_its_token_pool_up_to_whole_blocks(cli):
     # TensorRT-LLM 1.0-1.1 (_util.py _cal_max_tokens, then ceil to blocks of 32): one byte less than a
     # 4,096-token request is 4,095 tokens -> ceil(4,095 / 32) = 128 blocks = 4,096 tokens: still one request.
     # 127 blocks' worth (127 × 32 × 131,072 B = 532,676,608 B) holds 4,064 tokens: none.
-    code, d, err = _fit_json(cli, "--engine", "trtllm", "--kv-cache-memory", str(REQUEST_4K - 1))
+    old = ("--engine", "trtllm", "--engine-version", "1.0")
+    code, d, err = _fit_json(cli, *old, "--kv-cache-memory", str(REQUEST_4K - 1))
     assert (code, d["max_concurrent_requests"], d["fits"]) == (0, 1, True), err
-    code, d, _ = _fit_json(cli, "--engine", "trtllm", "--kv-cache-memory", str(127 * 32 * 131_072))
+    code, d, _ = _fit_json(cli, *old, "--kv-cache-memory", str(127 * 32 * 131_072))
     assert (code, d["max_concurrent_requests"], d["fits"]) == (1, 0, False)
+
+
+def test_trtllm_1_2_rounds_its_token_pool_down(cli):
+    # TensorRT-LLM 1.2 (from 1.2.0rc4, resource_manager.py: blocks = tokens // tokens_per_block): one byte less
+    # than a 4,096-token request is 127 whole blocks = 4,064 tokens: no request; exactly 128 blocks: one.
+    code, d, _ = _fit_json(cli, "--engine", "trtllm", "--kv-cache-memory", str(REQUEST_4K - 1))
+    assert (code, d["max_concurrent_requests"], d["fits"]) == (1, 0, False)
+    code, d, err = _fit_json(cli, "--engine", "trtllm", "--kv-cache-memory", str(REQUEST_4K))
+    assert (code, d["max_concurrent_requests"], d["fits"]) == (0, 1, True), err
 
 
 def test_vllm_one_request_and_its_null_block(cli):

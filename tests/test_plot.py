@@ -128,11 +128,12 @@ def test_unknown_weights_are_marked_in_the_models_panel(cli, tmp_path):
 
 
 def test_tp_engine_and_weights_dtype_as_fit(cli, tmp_path):
-    # 70B with fp8 weights at TP=2: 70.6e9 B / 2 = 35.3e9 B of weights per H100: it fits now
+    # 70B with fp8 weights at TP=2: 70.6e9 B + an fp32 scale per 128 × 128 block (4 × ceil(70.6e9 / 16,384) =
+    # 17,236,332 B) = 70,617,236,332 B, / 2 = 35,308,618,166 B of weights per H100: it fits now
     seventy = load_bundled("llama3.1-70b")
     data = plot_data([seventy], [get_gpu("h100")], max_seq=8192, tensor_parallel_size=2, weights_dtype="fp8")
     (b,) = data.budgets
-    assert b.fits and b.weights_bytes == 35_300_000_000 and b.tensor_parallel_size == 2
+    assert b.fits and b.weights_bytes == 35_308_618_166 and b.tensor_parallel_size == 2
     assert b.budget_bytes == _fit_budget("llama3.1-70b", "h100", tensor_parallel_size=2, weights_dtype="fp8")
     # the curve is per GPU at TP=2: 4 of 8 KV heads, 80 layers × 2 × 4 × 128 × 2 B = 163,840 B per token
     at = dict(zip(data.points, data.curves[0].bytes, strict=True))

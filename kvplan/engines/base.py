@@ -536,6 +536,25 @@ class EngineRules:
         """A key equal for GPUs whose settings are equal (the sweep computes such GPUs together)."""
         return ()
 
+    def kv_dtype(self, spec: ModelSpec, name: str | None) -> KVDtype:
+        """The KV dtype of ``--kv-dtype`` ``name`` (None / ``auto``: the model's dtype).
+
+        Raises:
+            UsageError: an unknown dtype.
+        """
+        from kvplan.calc import resolve_kv_dtype
+
+        return resolve_kv_dtype(spec, name)
+
+    def request_length(self, spec: ModelSpec, opts: FitOptions, settings: Settings) -> int:
+        """Tokens of the request a plan is counted for: ``--max-model-len``, else the model's max context."""
+        return spec.max_model_len if opts.max_model_len is None else opts.max_model_len
+
+    def plan_depends_on_length(self, opts: FitOptions) -> bool:
+        """True when the engine's settings and budget change with the request length (llama.cpp sizes its
+        context from it): the sweep then plans each length on its own, through the same functions."""
+        return False
+
     def check(self, spec: ModelSpec, opts: FitOptions, settings: Settings) -> None:
         """Refuse what the engine does not take for this model (speculative decoding outside vLLM ≥ 0.33).
 
@@ -672,6 +691,10 @@ class EngineRules:
         raise NotImplementedError
 
     # --- messages ----------------------------------------------------------------------------------------
+
+    def does_not_fit_what(self, result) -> str | None:
+        """The engine's own account of what does not fit (None: kvplan's, a request against the budget)."""
+        return None
 
     def does_not_fit_note(self, result) -> str:
         """Text added to the does-not-fit reason (TensorRT-LLM: it starts with a shorter max_seq_len)."""

@@ -24,14 +24,27 @@ kvplan does not guess them:
   MLA cache) each layer caches one latent of ``kv_lora_rank + rope.dimension_count``; without it llama.cpp
   caches per-head K and V of ``key_length`` / ``value_length`` for ``head_count_kv`` heads, and so does
   the spec.
-- State layers (``ssm.*`` keys): Mamba-1 (``jamba``), Mamba-2 (``granitehybrid``, ``nemotron_h``) and
-  Gated DeltaNet (``qwen3next``); llama.cpp keeps recurrent states in f32 (``llama_memory_recurrent`` is
-  created with ``GGML_TYPE_F32``), so the spec's state dtypes are fp32.
+- State layers (``ssm.*`` keys): Mamba-1 (``jamba``, and the pure ``mamba``), Mamba-2 (``granitehybrid``,
+  ``nemotron_h``, the pure ``mamba2``), Gated DeltaNet (``qwen3next``) and LFM2's short convolutions
+  (``lfm2``: ``shortconv.l_cache``, a layer with ``head_count_kv`` 0 is a convolution; src/models/lfm2.cpp);
+  llama.cpp keeps recurrent states in f32 (``llama_memory_recurrent`` is created with ``GGML_TYPE_F32``),
+  so the spec's state dtypes are fp32. A pure state-space GGUF (``mamba``, ``mamba2``) has no attention
+  layer: its spec's attention fields (1 head of ``embedding_length``) are nominal.
+- Layers without a cache of their own: Gemma 3n keeps KV in its first 20 layers (``n_layer_kv_from_start``
+  is hard-coded 20, src/models/gemma3n.cpp:8), Gemma 4 in all but the last ``attention.shared_kv_layers``
+  (src/models/gemma4.cpp:10); the later layers read an earlier one's (``num_kv_shared_layers``).
+- Gemma 3 without ``sliding_window``, or with 0, is all full attention (src/models/gemma3.cpp:4-12:
+  ``swa_type = NONE``); Gemma 4 requires ``sliding_window_pattern`` (an array) and the ``*_swa`` head dims.
 
 The spec's dtype is fp16: llama.cpp caches K and V in f16 unless told otherwise (``--cache-type-k``,
 ``--cache-type-v``). The weight bytes are the sum over the tensor infos of ``n_elements × type size /
 block size`` (quantized types included, ``gguf.GGML_QUANT_SIZES``), summed over every shard of a split
-GGUF (``-00001-of-00003.gguf``); ``kvplan fit`` uses them unless ``--weights-dtype`` is given.
+GGUF (``-00001-of-00003.gguf``); ``kvplan fit`` uses them unless ``--weights-dtype`` is given. The input
+layer's tensors (``token_embd``, ``per_layer_token_embd``, ``pos_embd``, ``token_types``), which llama.cpp
+keeps in host memory (src/llama-model.cpp:1603-1605; src/llama-arch.cpp:728-730, :921), are the spec's
+``host_weights_bytes`` (less ``token_embd`` when there is no ``output.weight``: llama.cpp then puts a copy
+on the output device). ``vocab_size`` is ``token_embd.weight``'s rows (its elements / ``embedding_length``),
+else ``{arch}.vocab_size``, else the tokenizer's token count.
 """
 
 from __future__ import annotations
@@ -56,6 +69,7 @@ FULL_ATTENTION_ARCHS = (
     "qwen3moe",
     "phi2",
     "phi3",
+    "openelm",
     "phimoe",
     "gemma",
     "command-r",
@@ -94,7 +108,8 @@ class _Swa:
 
     period: ``set_swa_pattern(period, dense_first)``; window: the default window (None: the file must give
     ``sliding_window``); fixed_window: llama.cpp overwrites the file's window with ``window``;
-    only_if_window: SWA only when the file gives ``sliding_window > 0``; kind: ``sliding`` or ``chunked``.
+    only_if_window: SWA only when the file gives ``sliding_window > 0``; kind: ``sliding`` or ``chunked``;
+    pattern_required: the file must give ``sliding_window_pattern`` as a per-layer array.
     """
 
     period: int
@@ -103,11 +118,17 @@ class _Swa:
     fixed_window: bool = False
     only_if_window: bool = False
     kind: str = "sliding"
+    pattern_required: bool = False
 
 
 SWA_ARCHS: dict[str, _Swa] = {
     "gemma2": _Swa(2, window=4096),
-    "gemma3": _Swa(6),
+    # gemma3: SWA only when sliding_window > 0 (src/models/gemma3.cpp:4-12), else every layer is full
+    "gemma3": _Swa(6, only_if_window=True),
+    "gemma3n": _Swa(5),  # src/models/gemma3n.cpp:4-5: load_swa_pattern(ml, 5); window required
+    "gemma4": _Swa(0, pattern_required=True),  # src/models/gemma4.cpp:5-6: the pattern array is required
+    # lfm2: with sliding_window > 0 every attention layer slides (src/models/lfm2.cpp:26-30)
+    "lfm2": _Swa(0, only_if_window=True),
     "cohere2": _Swa(4),
     "gpt-oss": _Swa(2),
     "olmo2": _Swa(4, only_if_window=True),
@@ -125,15 +146,17 @@ HYBRID_ARCHS: dict[str, str] = {
     "granitehybrid": "mamba2",  # recurrent iff head_count_kv[i] == 0
     "nemotron_h": "mamba2",  # recurrent iff head_count_kv[i] == 0 and feed_forward_length[i] == 0
     "qwen3next": "gdn",  # recurrent unless (i + 1) % 4 == 0 (llama.cpp's hard-coded interval)
+    "lfm2": "short_conv",  # recurrent iff head_count_kv[i] == 0 (src/models/lfm2.cpp:11-13)
 }
+# pure state-space models: every layer recurrent, no attention (llm_arch_is_recurrent)
+RECURRENT_ARCHS: dict[str, str] = {"mamba": "mamba", "mamba2": "mamba2"}
+# layers from this index on keep no KV of their own (llama_hparams::n_layer_kv_from_start)
+KV_FROM_START = {"gemma3n": 20}  # src/models/gemma3n.cpp:8 (hard-coded)
 REFUSED = {
     "falcon-h1": "runs attention and Mamba-2 in parallel in every layer; kvplan reads that layout from its "
     "config.json (parallel_state), not yet from GGUF metadata",
-    "mamba": "is a pure state-space model (no attention layer)",
-    "mamba2": "is a pure state-space model (no attention layer)",
-    "gemma3n": "shares KV caches across layers in a way llama.cpp hard-codes (n_layer_kv_from_start)",
 }
-ARCHITECTURES = tuple(sorted({*FULL_ATTENTION_ARCHS, *SWA_ARCHS, *MLA_ARCHS, *HYBRID_ARCHS}))
+ARCHITECTURES = tuple(sorted({*FULL_ATTENTION_ARCHS, *SWA_ARCHS, *MLA_ARCHS, *HYBRID_ARCHS, *RECURRENT_ARCHS}))
 
 GGUF_MAGIC = b"GGUF"
 _SPLIT_RE = re.compile(r"^(?P<stem>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
@@ -253,12 +276,19 @@ def _open_reader(path: Path):
 
 
 def _metadata(reader, where: Path) -> dict[str, Any]:
-    """Every metadata key except the tokenizer's (vocabularies are large and say nothing about the cache).
+    """Every metadata key except the tokenizer's (vocabularies are large and say nothing about the cache),
+    plus the tokenizer's token count under :data:`TOKEN_COUNT_KEY`.
 
     Raises:
         SpecError: a value gguf cannot decode (a string that is not UTF-8), naming the file and key.
     """
     out: dict[str, Any] = {}
+    tokens = reader.fields.get("tokenizer.ggml.tokens")
+    if tokens is not None and len(tokens.parts) > 4:  # [key length, key, type, item type, count, items...]
+        try:
+            out[TOKEN_COUNT_KEY] = int(tokens.parts[4][0])
+        except (IndexError, TypeError, ValueError):
+            pass
     for key, field in reader.fields.items():
         if key.startswith(("tokenizer.", "GGUF.")):
             continue
@@ -369,6 +399,8 @@ def _swa_layers(m: _Meta, n_layer: int, swa: _Swa | None) -> list[bool] | None:
     """Which layers slide: the file's sliding_window_pattern, else llama.cpp's period; None: no SWA."""
     if swa is None:
         return None  # llama.cpp reads no pattern for the architecture: every layer is full
+    if swa.pattern_required and not isinstance(m.raw("attention.sliding_window_pattern"), list):
+        raise m.error("attention.sliding_window_pattern", "is missing: llama.cpp requires it as a per-layer array")
     if m.has("attention.sliding_window_pattern"):
         pat = m.raw("attention.sliding_window_pattern")
         if isinstance(pat, list):
@@ -384,12 +416,15 @@ def _swa_layers(m: _Meta, n_layer: int, swa: _Swa | None) -> list[bool] | None:
     return [period == 0 or i % period < period - 1 for i in range(n_layer)]
 
 
-def _state_block(m: _Meta, kind: str) -> dict[str, Any]:
-    """The spec's state block of a hybrid's recurrent layers, from the ``ssm.*`` keys."""
+def _state_block(m: _Meta, kind: str, n_embd: int = 0) -> dict[str, Any]:
+    """The spec's state block of a hybrid's recurrent layers, from the ``ssm.*`` keys (LFM2:
+    ``shortconv.l_cache``: llama.cpp's conv state is ``n_embd × (L_cache − 1)``, src/llama-hparams.cpp:214-217)."""
+    f32 = {"conv_dtype": "fp32", "ssm_dtype": "fp32"}
+    if kind == "short_conv":
+        return {"short_conv": {"d_inner": n_embd, "d_conv": m.int("shortconv.l_cache"), **f32}}
     d_conv = m.int("ssm.conv_kernel")
     d_inner = m.int("ssm.inner_size")
     d_state = m.int("ssm.state_size")
-    f32 = {"conv_dtype": "fp32", "ssm_dtype": "fp32"}
     if kind == "mamba":
         return {"mamba": {"d_inner": d_inner, "d_conv": d_conv, "d_state": d_state, **f32}}
     heads = m.int("ssm.time_step_rank")
@@ -446,6 +481,8 @@ def spec_from_gguf(meta: dict[str, Any], tensors: list[TensorInfo], where: str, 
         raise m.error("block_count", f"={n_layer} is more layers than kvplan handles ({MAX_LAYERS:,})")
     n_embd = m.int("embedding_length")
     n_ctx = m.int("context_length")
+    if arch in RECURRENT_ARCHS:
+        return _recurrent_spec(m, arch, n_layer, n_embd, n_ctx, where, name, meta, tensors)
     heads = m.per_layer("attention.head_count", n_layer)
     kv = m.per_layer("attention.head_count_kv", n_layer, heads)
     n_head0 = heads[0] or max(heads)
@@ -476,13 +513,14 @@ def spec_from_gguf(meta: dict[str, Any], tensors: list[TensorInfo], where: str, 
             mla=mla,
         )
         notes.append("MLA: one latent of kv_lora_rank + rope.dimension_count per token and layer")
-        return _finish(build_spec({"name": name, "source": where, **data, "notes": "; ".join(notes)}, where), tensors)
+        return _finish(build_spec({"name": name, "source": where, **data, "notes": "; ".join(notes)}, where), tensors,
+                       meta, arch)  # fmt: skip
 
     kinds: list[str]
     if arch in HYBRID_ARCHS:
         roles = _recurrent(m, arch, n_layer, kv)
         state_kind = HYBRID_ARCHS[arch]
-        data.update(_state_block(m, state_kind))
+        data.update(_state_block(m, state_kind, n_embd))
         kinds = ["full" if r == "attn" else (state_kind if r == "state" else "none") for r in roles]
     else:
         kinds = ["full"] * n_layer
@@ -521,18 +559,88 @@ def spec_from_gguf(meta: dict[str, Any], tensors: list[TensorInfo], where: str, 
     data.update(num_kv_heads=kv[attn[0]], head_dim=head_dim, v_head_dim=v_head_dim)
     if len(attn_kv) > 1:
         data["per_layer"] = {"num_kv_heads": [kv[i] if kinds[i] != "none" and kv[i] else None for i in range(n_layer)]}
+    if len({heads[i] for i in attn}) > 1:  # OpenELM: query heads per layer too
+        data.setdefault("per_layer", {})["num_q_heads"] = [heads[i] if i in attn else None for i in range(n_layer)]
+    shared = _shared_layers(m, arch, n_layer)
+    if shared:
+        data["num_kv_shared_layers"] = shared
+        notes.append(f"the last {shared} layers keep no KV of their own (llama.cpp n_layer_kv_from_start)")
     data["layers"] = kinds
-    return _finish(build_spec({"name": name, "source": where, **data, "notes": "; ".join(notes)}, where), tensors)
+    return _finish(build_spec({"name": name, "source": where, **data, "notes": "; ".join(notes)}, where), tensors,
+                   meta, arch)  # fmt: skip
 
 
-def _finish(spec, tensors: list[TensorInfo]):
-    """The spec with its exact weight bytes and parameter count from the tensor infos."""
+def _shared_layers(m: _Meta, arch: str, n_layer: int) -> int:
+    """Layers at the end that read an earlier layer's KV: Gemma 3n's past its hard-coded 20, Gemma 4's
+    ``attention.shared_kv_layers`` (llama.cpp ``n_layer_kv_from_start``; it asserts at least 2 layers keep KV,
+    src/llama-model.cpp:2781)."""
+    if arch in KV_FROM_START:
+        shared = max(0, n_layer - KV_FROM_START[arch])
+    elif arch == "gemma4":
+        shared = m.int("attention.shared_kv_layers", 0, minimum=0)
+    else:
+        return 0
+    if shared and n_layer - shared < 2:
+        raise m.error("attention.shared_kv_layers", f"={shared} leaves fewer than 2 of {n_layer} layers with KV")
+    return shared
+
+
+def _recurrent_spec(m: _Meta, arch: str, n_layer: int, n_embd: int, n_ctx: int, where: str, name: str, meta, tensors):
+    """A pure state-space GGUF (Mamba, Mamba-2): every layer recurrent (llama.cpp ``llm_arch_is_recurrent``:
+    ``llama_memory_recurrent`` of f32 r and s rows, src/llama-model.cpp:2669-2677); the attention fields are
+    nominal (one head of ``embedding_length``)."""
+    from kvplan.specs import build_spec
+
+    kind = RECURRENT_ARCHS[arch]
+    data = {
+        "num_layers": n_layer,
+        "num_q_heads": 1,
+        "num_kv_heads": 1,
+        "head_dim": n_embd,
+        "hidden_size": n_embd,
+        "dtype": "fp16",
+        "max_model_len": n_ctx,
+        "layers": [kind] * n_layer,
+        **_state_block(m, kind, n_embd),
+    }
+    notes = f"GGUF general.architecture {arch}: every layer recurrent (f32 states), no attention layer"
+    return _finish(build_spec({"name": name, "source": where, **data, "notes": notes}, where), tensors, meta, arch)
+
+
+# llama.cpp's input-layer tensors (LLM_TENSOR_LAYER_INPUT, src/llama-arch.cpp:728-730, :921), kept on the host
+INPUT_TENSORS = ("token_embd.weight", "per_layer_token_embd.weight", "pos_embd.weight", "token_types.weight")
+TOKEN_COUNT_KEY = "kvplan.tokenizer_token_count"  # kvplan's own key: the length of tokenizer.ggml.tokens
+
+
+def _vocab_size(meta: dict[str, Any], tensors: list[TensorInfo], arch: str, n_embd: int | None) -> int | None:
+    """Rows of ``token_embd.weight`` (``{n_embd, n_vocab}``), else ``{arch}.vocab_size``, else the tokenizer's
+    token count (llama.cpp's ``n_vocab`` is ``vocab.n_tokens()``); None when none is there."""
+    for t in tensors:
+        if t.name == "token_embd.weight" and n_embd and t.n_elements % n_embd == 0:
+            return t.n_elements // n_embd
+    for key in (f"{arch}.vocab_size", TOKEN_COUNT_KEY):
+        v = meta.get(key)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return None
+
+
+def _finish(spec, tensors: list[TensorInfo], meta: dict[str, Any] | None = None, arch: str = ""):
+    """The spec with its vocabulary, exact weight bytes and parameter count from the tensor infos, and the
+    bytes llama.cpp keeps in host memory (its input layer)."""
+    vocab = _vocab_size(meta or {}, tensors, arch, spec.hidden_size)
+    if vocab is not None:
+        spec = replace(spec, vocab_size=vocab)
     if not tensors:
         return spec
+    names = {t.name for t in tensors}
+    tied = "output.weight" not in names  # token_embd doubles as the output: a copy sits on the output device
+    host = sum(t.n_bytes for t in tensors if t.name in INPUT_TENSORS and not (tied and t.name == "token_embd.weight"))
     return replace(
         spec,
         param_count=sum(t.n_elements for t in tensors),
         weights_bytes=sum(t.n_bytes for t in tensors),
+        host_weights_bytes=host,
     )
 
 

@@ -1,0 +1,186 @@
+"""``kvplan fit/fleet/sweep --engine llamacpp``: llama.cpp's own flags with llama.cpp's meaning (issue 16).
+
+The byte counts asserted here are llama.cpp's, from tests/fixtures/llamacpp_golden.json (contexts llama.cpp
+0c1e57098 created itself) or from llama.cpp's rules where the fixture has the same geometry at another size.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from kvplan import api
+from kvplan.fit import plan_fit
+from kvplan.fleet import plan_layout, workload_from_data
+from kvplan.gpus import get_gpu
+from kvplan.loader import load_bundled
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURE = json.loads((ROOT / "tests" / "fixtures" / "llamacpp_golden.json").read_text())
+GIB = 1 << 30
+
+
+def _gguf(tmp_path: Path, name: str) -> str:
+    spec = importlib.util.spec_from_file_location("llamacpp_golden", ROOT / "scripts" / "llamacpp_golden.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    m = FIXTURE["models"][name]
+    arch = m["architecture"]
+    path = tmp_path / f"{name}.gguf"
+    mod.write_gguf(path, arch, {k[len(arch) + 1 :]: v for k, v in m["metadata"].items()})
+    return str(path)
+
+
+def fit_json(cli, *args):
+    code, out, err = cli("fit", *args, "--json")
+    assert code in (0, 1), err
+    return json.loads(out)
+
+
+def test_the_issues_example_plain_llama_server_on_gemma3(cli, tmp_path):
+    # `llama-server -c 8192` on the Gemma 3 geometry: 4 slots sharing one cache; llama.cpp allocates 9,175,040 B
+    # (fixture row gemma3/server-c8192), kvplan gave 4,456,448 B before (what -np 1 allocates)
+    g = _gguf(tmp_path, "gemma3")
+    d = fit_json(cli, g, "--gpu", "h100", "--engine", "llamacpp", "-c", "8192", "--kv-cache-memory", "1GiB")
+    s = d["engine_settings"]
+    assert (s["kv_total_bytes"], s["n_parallel"], s["kv_unified"], s["parallel_auto"]) == (9_175_040, 4, True, True)
+    assert [c["cells"] for c in s["caches"]] == [8192, 4608]
+    one = fit_json(
+        cli, g, "--gpu", "h100", "--engine", "llamacpp", "-c", "8192", "-np", "1", "--kv-cache-memory", "1GiB"
+    )
+    assert one["engine_settings"]["kv_total_bytes"] == 4_456_448
+    code, out, _ = cli("fit", g, "--gpu", "h100", "--engine", "llamacpp", "-c", "8192", "--kv-cache-memory", "1GiB")
+    assert code == 0
+    assert "KV caches, all slots: 9,175,040 B" in out
+    assert "llama_kv_cache: size =    6.75 MiB (  4608 cells,   6 layers,  4/1 seqs)" in out
+
+
+def test_ctx_size_is_the_total_of_all_slots(cli):
+    base = ("llama3.1-8b", "--gpu", "h100", "--engine", "llamacpp")
+    # -c 32768 -np 4: 4 streams of 8,192 cells (not unified); each slot takes one request of up to 8,192
+    d = fit_json(cli, *base, "-c", "32768", "-np", "4")
+    s = d["engine_settings"]
+    assert (d["max_model_len"], d["max_concurrent_requests"], s["n_ctx_seq"], s["kv_unified"]) == (8192, 4, 8192, False)
+    assert s["caches"] == [dict(name="kv", cells=8192, n_stream=4, layers=32, k_bytes=2 * GIB, v_bytes=2 * GIB)]
+    assert d["kv_bytes_per_request"] == GIB  # one slot's stream: 8,192 cells × 32 × 1,024 × 2 × 2 B
+    # no -np: llama-server's 4 slots share the 32,768 cells; one request of 32,768 fills them
+    d = fit_json(cli, *base, "-c", "32768")
+    assert (d["max_model_len"], d["max_concurrent_requests"], d["engine_settings"]["kv_unified"]) == (32768, 1, True)
+    d = fit_json(cli, *base, "-c", "32768", "--max-model-len", "8192")
+    assert d["max_concurrent_requests"] == 4  # four requests of 8,192 in the shared cells
+    # --max-model-len without -c: -c = 4 slots × 8,192, the same server
+    d = fit_json(cli, *base, "--max-model-len", "8192")
+    assert (d["engine_settings"]["n_ctx"], d["max_concurrent_requests"]) == (32768, 4)
+    # a request longer than a slot fits no slot
+    d = fit_json(cli, *base, "-c", "32768", "-np", "4", "--max-model-len", "16384")
+    assert d["max_concurrent_requests"] == 0 and d["fits"] is False
+
+
+def test_ctx_size_keeps_its_meaning_for_other_engines(cli):
+    a = fit_json(cli, "llama3.1-8b", "--gpu", "h100", "--ctx-size", "32768")
+    b = fit_json(cli, "llama3.1-8b", "--gpu", "h100", "--max-model-len", "32768")
+    assert a == b and a["max_model_len"] == 32768
+    code, out, err = cli("fit", "llama3.1-8b", "--gpu", "h100", "--parallel", "4")
+    assert (code, out) == (
+        2,
+        "",
+    ) and err == "kvplan: error: --parallel: a llama.cpp setting; give it with --engine llamacpp\n"
+
+
+def test_llama_cpp_spellings_equal_kvplans_names(cli):
+    base = ("llama3.1-8b", "--gpu", "h100", "--engine", "llamacpp")
+    short = fit_json(cli, *base, "-c", "16384", "-np", "2", "-kvu", "-ctk", "q8_0", "-ctv", "q8_0", "-fa", "on",
+                     "-ub", "256", "-b", "1024")  # fmt: skip
+    long = fit_json(cli, *base, "--ctx-size", "16384", "--parallel", "2", "--kv-unified", "--cache-type-k", "q8_0",
+                    "--cache-type-v", "q8_0", "--flash-attn", "on", "--ubatch-size", "256", "--batch-size", "1024")  # fmt: skip
+    assert short == long
+    s = short["engine_settings"]
+    assert (s["n_ubatch"], s["n_batch"], s["kv_unified"], s["cache_type_k"]) == (256, 1024, True, "q8_0")
+    # q8_0: 34 B per 32 values: 16,384 cells × 32 layers × 1,024 values × 34 / 32 B for K, the same for V
+    assert s["kv_total_bytes"] == 2 * 16384 * 32 * 1024 * 34 // 32
+
+
+def test_k_and_v_types_may_differ(cli):
+    d = fit_json(cli, "llama3.1-8b", "--gpu", "h100", "--engine", "llamacpp", "-c", "8192", "-np", "1",
+                 "-ctk", "q8_0", "-ctv", "f16")  # fmt: skip
+    (c,) = d["engine_settings"]["caches"]
+    assert d["kv_dtype"] == "q8_0/fp16" and c["k_bytes"] == 8192 * 32 * 1088 and c["v_bytes"] == 8192 * 32 * 2048
+
+
+def test_refusals_are_one_line_naming_the_flag(cli, tmp_path):
+    phi = _gguf(tmp_path, "phi2_kv1")  # head_dim 80: a q8_0 block of 32 does not divide it
+    code, out, err = cli("fit", phi, "--gpu", "h100", "--engine", "llamacpp", "-ctk", "q8_0", "-ctv", "q8_0",
+                         "--kv-cache-memory", "1GiB")  # fmt: skip
+    assert (code, out, err.count("\n")) == (2, "", 1)
+    assert err.startswith("kvplan: error: -ctk q8_0: llama.cpp refuses it for phi2_kv1: block size 32 does not divide")
+    code, _, err = cli("fit", "llama3.1-8b", "--gpu", "h100", "--engine", "llamacpp", "-ctv", "q4_0", "-fa", "off")
+    assert code == 2 and "llama.cpp refuses a quantized V cache without flash attention" in err
+    code, _, err = cli("fit", "llama3.1-8b", "--gpu", "h100", "--engine", "llamacpp", "--kv-dtype", "fp8")
+    assert code == 2 and "llama.cpp has no 'fp8_e4m3' cache type; allowed: f32, f16, bf16, q8_0" in err
+
+
+def test_llama_cli_has_one_slot(cli):
+    d = fit_json(cli, "llama3.1-8b", "--gpu", "h100", "--engine", "llamacpp", "--llama-tool", "cli", "-c", "8192")
+    s = d["engine_settings"]
+    assert (s["tool"], s["n_parallel"], s["kv_unified"], d["max_concurrent_requests"]) == ("llama-cli", 1, False, 1)
+
+
+def test_fit_lowers_the_default_context_to_leave_a_gib(cli):
+    base = ("llama3.1-8b", "--gpu")
+    d = fit_json(cli, *base, "h100", "--engine", "llamacpp")  # the model's 131,072 cells fit: kept
+    assert d["engine_settings"]["n_ctx"] == 131072
+    d = fit_json(cli, *base, "l4", "--engine", "llamacpp")  # they do not on an L4: lowered, whole 256s, >= 4,096
+    s = d["engine_settings"]
+    assert 4096 <= s["n_ctx"] < 131072 and s["n_ctx"] % 256 == 0 and s["ctx_from"] == "-fit"
+    used = d["weights_bytes"] + d["activation_bytes"] + s["kv_total_bytes"]
+    assert used <= d["gpu_total_bytes"] - d["overhead_bytes"] - GIB  # llama.cpp's --fit-target margin
+    assert s["max_ctx_size_fit"] > s["n_ctx"]  # without the margin more would fit
+
+
+def test_fleet_packs_requests_into_the_slots(cli):
+    # llama-server's 4 slots per replica: 10 requests of 8k need 3 replicas; -np 8 (one stream each): 2
+    spec, gpu = load_bundled("llama3.1-8b"), get_gpu("h100")
+    wl = workload_from_data({"name": "w", "classes": [{"name": "c", "concurrency": 10, "tokens": 8192}]}, "w")
+    row = plan_layout(spec, gpu, wl, api.fit_options(engine="llamacpp"))
+    assert (row.replicas, row.requests_per_replica) == (3, 4)
+    # the same pools as fit: -c 4 × 8,192 shared by 4 slots; a request holds its 8,192 cells (1 GiB)
+    fit = plan_fit(spec, gpu, api.fit_options(engine="llamacpp", max_model_len=8192))
+    assert fit.pools == (("slots", 4, 0), ("cells", 32768, 131_072))
+    assert row.kv_bytes_needed == 10 * fit.kv_bytes_per_request == 10 * GIB
+    row = plan_layout(spec, gpu, wl, api.fit_options(engine="llamacpp", n_parallel=8))
+    assert (row.replicas, row.requests_per_replica) == (2, 8)
+    code, out, err = cli("fleet", "llama3.1-8b", "--concurrency", "10", "--seq", "8k", "--gpu", "h100", "--tp", "1",
+                         "--engine", "llamacpp", "-np", "8", "--json")  # fmt: skip
+    assert code == 0, err
+    best = json.loads(out)["layouts"][0]
+    assert (best["replicas"], best["requests_per_replica"]) == (2, 8)
+
+
+@pytest.mark.parametrize(
+    "opts",
+    [
+        api.fit_options(engine="llamacpp", ctx_size=65536, n_parallel=4),
+        api.fit_options(engine="llamacpp", n_parallel=2, flash_attn="off"),
+        api.fit_options(engine="llamacpp", llama_tool="cli", swa_full=True, max_num_batched_tokens=1024),
+    ],
+    ids=["c65536-np4", "np2-faoff", "cli-swafull"],
+)
+def test_sweep_equals_fit(opts):
+    from kvplan.sweep import VALUE_COLUMNS, sweep
+
+    specs = [load_bundled(m) for m in ("gemma3-27b", "gpt-oss-20b", "jamba-v0.1", "llama3.1-8b", "deepseek-v3")]
+    seqs, gpus, dtypes = [1, 4096, 32768, 131072], [get_gpu(g) for g in ("h100", "l4", "mi300x")], ["auto", "q8_0"]
+    result = sweep(specs, seqs, gpus, dtypes, (1, 2), opts)
+    assert result.num_rows >= 100
+    for i in range(result.num_rows):
+        ref = plan_fit(
+            specs[int(result.model_index[i])], gpus[int(result.gpu_index[i])],
+            replace(opts, tensor_parallel_size=int(result.tp[i]), max_model_len=int(result.seq[i]),
+                    kv_dtype=result.kv_dtype_names[int(result.kv_dtype_index[i])]),
+        )  # fmt: skip
+        for col in VALUE_COLUMNS:
+            assert result.columns[col][i].item() == getattr(ref, col), (col, i)
