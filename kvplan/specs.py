@@ -331,6 +331,8 @@ class ModelSpec:
             uses it unless --weights-dtype is given.
         moe: mixture-of-experts facts (:class:`MoEConfig`), or None (dense, or not given).
         notes: assumptions made in building the spec.
+        weights_note: why the checkpoint found beside a config (a safetensors index) does not tell the
+            weights, when it does not; ``kvplan fit`` says so instead of "no weights found".
     """
 
     name: str
@@ -357,6 +359,7 @@ class ModelSpec:
     weights_bytes: int | None = None
     moe: MoEConfig | None = None
     origin: str = field(default="", compare=False)
+    weights_note: str = field(default="", compare=False)
 
     @property
     def active_param_count(self) -> int | None:
