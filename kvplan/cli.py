@@ -783,7 +783,7 @@ def plot(
     from kvplan import render
     from kvplan.gpus import get_gpu
     from kvplan.specs import load_model
-    from kvplan.units import parse_tokens
+    from kvplan.units import parse_tokens, printable
 
     path = plotmod.check_out(out, force)
     specs = [load_model(m) for m in model]
@@ -795,7 +795,7 @@ def plot(
         )  # fmt: skip
         for note in tdata.notes:
             render.warn(note)
-        typer.echo(f"wrote {written}")
+        typer.echo(f"wrote {printable(written)}")
         return
     written, data = plotmod.plot_kv_vs_context(
         specs, gpus_, parse_tokens(max_seq, "--max-seq"), kv_dtype, topologies, path, force,
@@ -803,7 +803,7 @@ def plot(
     )  # fmt: skip
     for note in data.notes:
         render.warn(note)
-    typer.echo(f"wrote {written}")
+    typer.echo(f"wrote {printable(written)}")
 
 
 # --- entry point ---------------------------------------------------------------------------------

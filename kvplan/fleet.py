@@ -22,7 +22,7 @@ from kvplan.errors import UsageError
 from kvplan.fit import FitOptions, FitResult, plan_fit, request_sizer
 from kvplan.gpus import GPU
 from kvplan.specs import ModelSpec
-from kvplan.units import fmt_gib, fmt_tokens, parse_tokens
+from kvplan.units import fmt_gib, fmt_tokens, parse_tokens, printable
 
 
 @dataclass(frozen=True)
@@ -124,14 +124,28 @@ def workload_from_data(data: Any, where: str) -> Workload:
             raise UsageError(
                 f"{where}: {key}: prompt_tokens + output_tokens must equal tokens={tokens} (each at least 1)"
             )
-        name = str(c.get("name") or f"class{i}")
+        name = _label(where, f"{key}.name", c.get("name")) or f"class{i}"
         if name in names:
             raise UsageError(
                 f"{where}: {key}.name={name!r} is the name of classes[{names[name]}] too; class names must be unique"
             )
         names[name] = i
         out.append(RequestClass(name, conc, tokens, prefix, prompt, output))
-    return Workload(str(data.get("name") or Path(where).stem), tuple(out))
+    return Workload(_label(where, "name", data.get("name")) or printable(Path(where).stem), tuple(out))
+
+
+def _label(where: str, field: str, value: Any) -> str | None:
+    """A workload or class name: one line of text (a number is written out), or None when not given.
+
+    Raises:
+        UsageError: a name with control characters (a newline, an ESC that would colour the terminal).
+    """
+    if not value:
+        return None
+    text = str(value)
+    if any(ord(ch) < 32 or 127 <= ord(ch) < 160 for ch in text):
+        raise UsageError(f"{where}: {field}='{printable(text)[:80]}' must be one line of printable text")
+    return text or None
 
 
 def load_workload(path: str | Path) -> Workload:

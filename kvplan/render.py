@@ -11,7 +11,7 @@ from dataclasses import asdict, is_dataclass
 from enum import Enum
 from typing import Any, TextIO
 
-from kvplan.units import GB, GIB, fmt_bytes, fmt_gb, fmt_gib, fmt_ratio_floor, fmt_tokens, plural
+from kvplan.units import GB, GIB, fmt_bytes, fmt_gb, fmt_gib, fmt_ratio_floor, fmt_tokens, plural, printable
 
 
 class OutputFormat(str, Enum):
@@ -63,7 +63,7 @@ def console(file: TextIO | None = None, width: int | None = None):
     out = file or sys.stdout
     if width is None and not out.isatty():
         width = PIPE_WIDTH
-    return _Console(file=out, width=width, highlight=False, soft_wrap=False, emoji=False)
+    return _Console(file=out, width=width, highlight=False, soft_wrap=False, emoji=False, markup=False)
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -98,8 +98,20 @@ def _finite(obj: Any) -> Any:
     return obj
 
 
+_CSV_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: Any) -> Any:
+    """A CSV cell: a string a spreadsheet would run as a formula (it starts with ``=``, ``+``, ``-``, ``@``, a
+    tab or a carriage return: OWASP's "CSV injection") gets a leading ``'``, which spreadsheets show as text;
+    numbers and other strings are written as they are."""
+    if isinstance(value, str) and value.startswith(_CSV_FORMULA_START):
+        return "'" + value
+    return value
+
+
 def print_csv(rows: list[dict[str, Any]], file: TextIO | None = None) -> None:
-    """Rows as CSV with a header line (keys of the first row)."""
+    """Rows as CSV with a header line (keys of the first row); string cells through :func:`csv_cell`."""
     import csv
 
     out = file or sys.stdout
@@ -108,12 +120,12 @@ def print_csv(rows: list[dict[str, Any]], file: TextIO | None = None) -> None:
     w = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
     w.writeheader()
     for r in rows:
-        w.writerow({k: to_jsonable(v) for k, v in r.items()})
+        w.writerow({k: csv_cell(to_jsonable(v)) for k, v in r.items()})
 
 
 def warn(message: str) -> None:
-    """One warning line on stderr."""
-    sys.stderr.write(f"kvplan: warning: {message}\n")
+    """One warning line on stderr (control characters escaped: a path or name with a newline stays one line)."""
+    sys.stderr.write(f"kvplan: warning: {printable(message)}\n")
 
 
 def size_cells(n: int) -> tuple[str, str, str]:
@@ -766,7 +778,8 @@ SWEEP_TABLE_ROWS = 200  # rows a sweep table prints unless --all
 
 
 def sweep_csv(rows: Any, file: TextIO | None = None) -> None:
-    """Sweep rows (an iterable of dicts) as CSV, streamed; header = the keys of the first row."""
+    """Sweep rows (an iterable of dicts) as CSV, streamed; header = the keys of the first row; string cells
+    through :func:`csv_cell` (a model named ``=HYPERLINK(...)`` is written ``'=HYPERLINK(...)``)."""
     import csv
 
     out = file or sys.stdout
@@ -774,7 +787,7 @@ def sweep_csv(rows: Any, file: TextIO | None = None) -> None:
     for i, r in enumerate(rows):
         if i == 0:
             w.writerow(list(r))
-        w.writerow(r.values())
+        w.writerow([csv_cell(v) for v in r.values()])
 
 
 def sweep_json(rows: Any, file: TextIO | None = None) -> None:
