@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kvplan.errors import UsageError
 from kvplan.fit import FitOptions, plan_fit
@@ -25,6 +27,92 @@ def test_pack_whole_requests_by_hand():
     assert pack_replicas(10, [(7, 2, 0), (3, 6, 0)]) == (4, 32, 3)
     # a shared prefix of 3 is paid once per replica holding the class: (10 − 3) // 2 = 3 per replica
     assert pack_replicas(10, [(6, 2, 3)]) == (2, 2 * 3 + 6 * 2, 3)
+
+
+def first_fit_one_request_at_a_time(budget, classes, max_requests=None, time_costs=None):
+    """First-fit decreasing by its definition: every request, largest first, into the first replica with room
+    (bytes for it and, when its class is new there, its prefix; a request slot; decode time), else a new one."""
+    from kvplan.fleet import TIME_SCALE
+
+    cap = max_requests or 1 << 62
+    costs = time_costs or [0] * len(classes)
+    replicas = []  # [bytes left, classes held, requests, time left]
+    used = 0
+    for cid, (count, size, prefix) in sorted(enumerate(classes), key=lambda x: -(x[1][1] + x[1][2])):
+        for _ in range(count):
+            for r in replicas:
+                pay = 0 if cid in r[1] else prefix
+                if r[0] >= pay + size and r[2] < cap and r[3] >= costs[cid]:
+                    break
+            else:
+                r = [budget, set(), 0, TIME_SCALE]
+                replicas.append(r)
+                pay = prefix
+            r[0] -= pay + size
+            r[1].add(cid)
+            r[2] += 1
+            r[3] -= costs[cid]
+            used += pay + size
+    return len(replicas), used, max((r[2] for r in replicas), default=0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    budget=st.integers(1, 120),
+    classes=st.lists(st.tuples(st.integers(1, 40), st.integers(0, 60), st.integers(0, 20)), min_size=1, max_size=7),
+    cap=st.one_of(st.none(), st.integers(1, 12)),
+    timed=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_packing_is_first_fit_decreasing_request_by_request(budget, classes, cap, timed, seed):
+    import random
+
+    from kvplan.fleet import TIME_SCALE, pack_limited
+
+    classes = [(n, min(size, budget), min(prefix, budget - min(size, budget))) for n, size, prefix in classes]
+    rng = random.Random(seed)
+    costs = [rng.choice([0, TIME_SCALE // rng.randint(1, 9)]) for _ in classes] if timed else None
+    if any(size == 0 for _, size, _ in classes) and cap is None and not timed:
+        cap = 50  # 0-byte requests are bound by the request count only
+    got = pack_limited(budget, classes, cap, costs)
+    assert got[:3] == first_fit_one_request_at_a_time(budget, classes, cap, costs)
+    assert sum(n * sum(comp.values()) for n, comp in got[3]) == sum(n for n, _, _ in classes)
+
+
+def _traced_events(fn) -> int:
+    import sys
+
+    count = 0
+
+    def trace(frame, event, arg):
+        nonlocal count
+        count += 1
+        return trace
+
+    sys.settrace(trace)
+    try:
+        fn()
+    finally:
+        sys.settrace(None)
+    return count
+
+
+def test_packing_work_grows_with_the_classes_not_their_square():
+    import sys
+
+    from kvplan.fleet import pack_limited
+
+    if sys.gettrace() is not None:
+        pytest.skip("a tracer (coverage, a debugger) is already installed")
+
+    def classes(k):  # k chat classes of 512 to 37,000 tokens (131,072 B per token), 1 to 50 requests each
+        return [(1 + i % 50, (512 + 37 * i * 1000 // k) * 131_072, 0) for i in range(k)]
+
+    budget = 58_625_884_160  # llama3-8b's vLLM room on one H100 at 37,475 tokens
+    small = _traced_events(lambda: pack_limited(budget, classes(200)))
+    big = _traced_events(lambda: pack_limited(budget, classes(800)))
+    # 4x the classes (and the requests): ~4.9x the events; every class visiting every replica so far: ~15x
+    assert big <= 6.5 * small, (small, big)
 
 
 def test_single_class_equals_fit():
