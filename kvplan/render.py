@@ -803,6 +803,55 @@ def sweep_json(rows: Any, file: TextIO | None = None) -> None:
     out.write("\n]\n")
 
 
+def print_simple_head_table(con, title: str, columns, cells) -> bool:
+    """Print a table as rich prints ``Table(box=box.SIMPLE_HEAD, padding=0, pad_edge=False)`` with no-wrap
+    columns, title on its own line, when it fits the console's width (always, piped), and return True;
+    else print nothing and return False (the caller lets rich shrink the columns to the terminal).
+
+    rich lays out, measures and renders every cell as a segment list (8,000 sweep rows: ~8 s); here each row
+    is one joined string. The lines: a blank edge, the header (multi-line headers bottom-aligned, bold on a
+    terminal), a rule of ``─``, the rows, a blank edge; cells justified per column, widths in terminal
+    cells (``rich.cells.cell_len``: wide characters count 2), one space between and around columns.
+
+    Args:
+        columns: (header, ``left`` or ``right``) per column; a header may hold ``\\n``.
+        cells: rows of str, one per column.
+    """
+    from rich.cells import cell_len
+    from rich.text import Text
+
+    heads = [h.split("\n") for h, _ in columns]
+    widths = [max(cell_len(line) for line in h) for h in heads]
+    for row in cells:
+        for i, cell in enumerate(row):
+            n = cell_len(cell)
+            if n > widths[i]:
+                widths[i] = n
+    total = sum(widths) + len(widths) + 1
+    if total > con.width:
+        return False
+    right = [just == "right" for _, just in columns]
+
+    def line(row) -> str:
+        parts = []
+        for cell, w, r in zip(row, widths, right, strict=True):
+            pad = " " * (w - cell_len(cell))
+            parts.append(pad + cell if r else cell + pad)
+        return " " + " ".join(parts) + " "
+
+    depth = max(len(h) for h in heads)
+    padded = [[""] * (depth - len(h)) + h for h in heads]  # bottom-aligned, as rich aligns header cells
+    header = [line([p[k] for p in padded]) for k in range(depth)]
+    con.print(Text(title, style="table.title"), soft_wrap=True)
+    blank = " " * total
+    con.print(blank, soft_wrap=True)
+    for h in header:
+        con.print(Text(h, style="table.header"), soft_wrap=True)
+    body = [" " + "─" * (total - 2) + " ", *(line(row) for row in cells), blank]
+    con.print(Text("\n".join(body)), soft_wrap=True)
+    return True
+
+
 def sweep_table(
     rows: list[dict[str, Any]], total_rows: int, engine: str, block_size: int, con, block_sizes: Any = None
 ) -> None:
@@ -827,10 +876,7 @@ def sweep_table(
     )
     title = f"sweep: {plural(total_rows, 'configuration')}, {engine} convention, {blocks}{shown}"
     vllm = engine == "vllm"
-    from rich import box
-
-    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=0, pad_edge=False)
-    for col, just in (
+    columns = (
         ("model", "left"),
         ("seq", "right"),
         ("gpu", "left"),
@@ -842,10 +888,9 @@ def sweep_table(
         ("vLLM log\nconcurrency" if vllm else "concurrency\n(cut)", "right"),
         ("vLLM log KV\ncache tokens" if vllm else "pool\ntokens", "right"),
         ("fits", "left"),
-    ):
-        t.add_column(col, justify=just, no_wrap=True)
-    for r in rows:
-        t.add_row(
+    )
+    cells = [
+        (
             r["model"],
             f"{r['seq']:,}",
             r["gpu_short"],
@@ -858,7 +903,17 @@ def sweep_table(
             f"{r['kv_capacity_tokens']:,}",
             "yes" if r["fits"] else "no",
         )
-    con.print(t)
+        for r in rows
+    ]
+    if not print_simple_head_table(con, title, columns, cells):
+        from rich import box
+
+        t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=0, pad_edge=False)
+        for col, just in columns:
+            t.add_column(col, justify=just, no_wrap=True)
+        for row in cells:
+            t.add_row(*row)
+        con.print(t)
     if vllm:
         con.print(
             'vLLM log columns: "Maximum concurrency" (rounded, the null block counted) and "GPU KV cache size" '
