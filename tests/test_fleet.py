@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from kvplan.errors import UsageError
 from kvplan.fit import FitOptions, plan_fit
-from kvplan.fleet import load_workload, pack_replicas, plan_fleet, plan_layout, workload_from_data
+from kvplan.fleet import SLO, load_workload, pack_replicas, plan_fleet, plan_layout, workload_from_data
 from kvplan.gpus import get_gpu
 from kvplan.specs import load_bundled
 
@@ -448,3 +448,68 @@ def test_falsy_workload_fields_are_validated(field, value):
 def test_shared_prefix_zero_is_allowed():
     w = workload_from_data({"classes": [{"concurrency": 1, "tokens": 2048, "shared_prefix": 0}]}, "w.yaml")
     assert w.classes[0].shared_prefix == 0
+
+
+# --- what vLLM leaves for requests, and the TTFT target in its unit (issue 20: bugs the suite let through) --
+
+
+VLLM_033_LLAMA3_8B = dict(  # the settings of tests/fixtures/vllm_golden.json's llama3-8b rows at 1,000 tokens
+    max_num_batched_tokens=2048, async_scheduling=True, enable_prefix_caching=True, hybrid_kv_cache_manager=True
+)
+
+
+@pytest.mark.parametrize("budget, fits", [(134_217_727, False), (134_217_728, True)])
+def test_fleet_counts_requests_against_vllms_room_not_the_whole_budget(budget, fits):
+    # vllm_golden.json (vLLM 0.33 get_kv_cache_configs): llama3-8b, TP 1, 1,000 tokens = 63 blocks of
+    # 2,097,152 B; a budget of 134,217,727 B is 63 blocks, one of them the null block, and vLLM says the
+    # request does not fit; 134,217,728 B is 64 blocks and it fits (fits: false / true in the fixture)
+    golden = json.loads((ROOT / "tests" / "fixtures" / "vllm_golden.json").read_text())
+    row = next(
+        r
+        for c in golden["configs"]
+        if c["geometry"] == "llama3-8b" and c["tp"] == 1 and c["max_model_len"] == 1000 and c["kv_dtype"] == "bf16"
+        and c["max_num_batched_tokens"] == 2048 and c["async_scheduling"]
+        for r in c["results"]
+        if r["budget"] == budget
+    )  # fmt: skip
+    assert (row["num_blocks"], row["fits"]) == (budget // 2_097_152, fits)
+    wl = workload_from_data({"classes": [{"name": "chat", "concurrency": 1, "tokens": 1000}]}, "w.yaml")
+    r = plan_layout(load_bundled("llama3-8b"), get_gpu("h100"), wl, FitOptions(kv_cache_memory_bytes=budget,
+                                                                               **VLLM_033_LLAMA3_8B))  # fmt: skip
+    assert r.fits is fits
+    assert r.replicas == (1 if fits else 0)
+    if not fits:
+        assert r.reason == (
+            "one request of class chat (1,000 tokens) needs 0.123 GiB of KV per GPU, more than the 0.1211 GiB the "
+            "engine leaves for requests"
+        )  # 63 blocks = 132,120,576 B against 62 × 2,097,152 = 130,023,424 B
+
+
+def test_fleet_packs_into_the_pool_less_the_null_block():
+    # llama3-8b (config.json: 32 layers, 8 KV heads of 128, bf16): a 16-token block is 16 × 32 × 2 × 8 × 128 × 2
+    # = 2,097,152 B (vllm_golden.json bytes_per_block); 4 GiB = 2,048 blocks, one kept back as vLLM's null block;
+    # a 1,024-token request is 64 blocks, so a replica holds floor(2,047 / 64) = 31, not 2,048 / 64 = 32
+    wl = workload_from_data({"classes": [{"name": "chat", "concurrency": 32, "tokens": 1024}]}, "w.yaml")
+    r = plan_layout(load_bundled("llama3-8b"), get_gpu("h100"), wl, FitOptions(kv_cache_memory_bytes=4 * GIB,
+                                                                               **VLLM_033_LLAMA3_8B))  # fmt: skip
+    assert (r.replicas, r.requests_per_replica) == (2, 31)
+    assert r.kv_bytes_needed == 32 * 64 * 2_097_152
+
+
+def test_a_ttft_target_in_milliseconds_is_compared_in_milliseconds(cli):
+    # llama3-8b (param_count 8.03e9; 32 layers, 32 query heads of 128) prefilling 1,000 tokens on one H100
+    # (989 TFLOP/s BF16 dense, 3.35 TB/s; MFU 0.5, MBU 0.7):
+    #   FLOPs = 2 × 8.03e9 × 1,000 + 32 layers × 2 × 32 heads × (128 + 128) × 1,000 × 1,001 / 2
+    #         = 16,060,000,000,000 + 262,406,144,000 = 16,322,406,144,000 → / 494.5e12 = 33.0079 ms
+    #   bytes = 16,060,000,000 weights + 1,000 × 131,072 KV = 16,191,072,000 → / 2.345e12 = 6.904 ms
+    # so TTFT >= 33.0079 ms: --ttft-ms 33 is missed, 33.1 is met
+    wl = workload_from_data({"classes": [{"name": "a", "concurrency": 1, "tokens": 1000}]}, "w.yaml")
+    spec, g = load_bundled("llama3-8b"), get_gpu("h100")
+    met = plan_layout(spec, g, wl, FitOptions(), slo=SLO(ttft_ms=33.1))
+    assert met.fits and met.ttft_ms_bound == pytest.approx(16_322_406_144_000 / 494.5e12 * 1e3, rel=1e-12)
+    missed = plan_layout(spec, g, wl, FitOptions(), slo=SLO(ttft_ms=33))
+    assert not missed.fits
+    assert missed.reason == "TTFT bound 33.0 ms for a 1,000-token prompt exceeds --ttft-ms 33"
+    code, out, err = cli("fleet", "llama3-8b", "--concurrency", "1", "--seq", "1000", "--gpu", "h100", "--tp", "1",
+                         "--ttft-ms", "33")  # fmt: skip
+    assert code == 1 and "exceeds --ttft-ms 33" in out

@@ -405,3 +405,17 @@ def test_speculative_settings_outside_vllm_033_are_refused(opts, message):
 
     with pytest.raises(UsageError, match=message):
         plan_fit(load_bundled("deepseek-v3"), get_gpu("h200"), replace(opts, tensor_parallel_size=8))
+
+
+@pytest.mark.parametrize("kv_dtype", ["fp8_e5m2", "int8"])
+def test_deepseek_v32_with_a_cache_no_sparse_backend_takes_is_refused(cli, kv_dtype):
+    # vLLM 0.33: the sparse MLA backends' supported_kv_cache_dtypes (FLASHMLA_SPARSE: auto, bfloat16, fp8_ds_mla,
+    # fp8, nvfp4_ds_mla; FLASH_ATTN_MLA_SPARSE and FlashInfer's: auto, float16/bfloat16, fp8, fp8_e4m3) hold no
+    # fp8_e5m2 or int8, so platforms/cuda.py get_attn_backend_cls raises "No valid attention backend found ...
+    # kv_cache_dtype not supported" (v1/attention/backend.py validate_configuration): no plan, exit 2
+    code, out, err = cli("fit", "deepseek-v3.2", "--gpu", "h200", "--tp", "8", "--kv-dtype", kv_dtype)
+    assert (code, out) == (2, "")
+    assert err == (
+        f"kvplan: error: --kv-dtype: {kv_dtype} is not a cache vLLM 0.33's sparse MLA backends take (FLASHMLA_SPARSE, "
+        "FLASH_ATTN_MLA_SPARSE); allowed: bf16, fp8 (stored as fp8_ds_mla, 656 B per token)\n"
+    )
