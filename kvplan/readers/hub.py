@@ -288,7 +288,7 @@ def load_repo(ref: str):
 
     where = f"{_HF_URL}/{repo}/blob/{revision or 'main'}/config.json"
     name = f"{repo}@{revision}" if revision else repo
-    config = _read_json(path, where)
+    config = _read_json(path, where, constants=True)  # as a local config.json (kvplan.specs.load_hf_config)
     spec = spec_from_hf_config(config, where, name=name)
     spec = replace(spec, hf_repo=repo)
     return with_weights(spec, repo_weight_bytes(repo, revision), config)
@@ -379,21 +379,22 @@ def _json_constant(name: str):
     raise ValueError(f"{name} is not a JSON number")
 
 
-def _load_json(text: str | bytes, where: str) -> Any:
-    """Strict JSON: NaN and Infinity refused (``parse_constant``), nesting and digits bounded by Python's
+def _load_json(text: str | bytes, where: str, constants: bool = False) -> Any:
+    """JSON with NaN and Infinity refused (``parse_constant``; with ``constants``, accepted as Python's json
+    accepts them, as for a config.json read from a local path), nesting and digits bounded by Python's
     parser (a RecursionError, a 4,300-digit int), each a one-line :class:`SpecError` naming ``where``."""
     try:
-        return json.loads(text, parse_constant=_json_constant)
+        return json.loads(text) if constants else json.loads(text, parse_constant=_json_constant)
     except json.JSONDecodeError as e:
         raise SpecError(f"{where}: malformed JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
     except (ValueError, RecursionError) as e:  # 5,000-digit numbers, NaN, objects nested 100,000 deep
         raise SpecError(f"{where}: JSON kvplan cannot read ({type(e).__name__}: {str(e)[:80]})") from None
 
 
-def _read_json(path: Path, where: str) -> Any:
+def _read_json(path: Path, where: str, constants: bool = False) -> Any:
     from kvplan.specs import _read_text
 
-    return _load_json(_read_text(path), where)
+    return _load_json(_read_text(path), where, constants)
 
 
 def read_safetensors(path: Path) -> tuple[dict[str, Any], int]:
