@@ -51,6 +51,7 @@ from __future__ import annotations
 import re
 
 from kvplan.errors import UsageError
+from kvplan.units import check_ascii_number
 
 # typed spelling -> kvplan flags it stands for, in order of preference (the first one the command has wins)
 ALIASES: dict[str, tuple[str, ...]] = {
@@ -126,11 +127,18 @@ QUANTIZATION_VALUES: dict[str, str | None] = {
 }
 
 
-def _options(command) -> tuple[set[str], set[str], set[str]]:
-    """(every option name, names of options that take a value, names of repeatable options)."""
+_NUMERIC_TYPES = {"IntParamType", "FloatParamType"}  # click's number types (IntRange and FloatRange derive)
+# string flags whose numbers kvplan parses with int(), Decimal() or a \\d regex (all read non-ASCII digits)
+ASCII_FLAGS = ("--engine-version", "--pp-layer-partition", "--price")
+
+
+def _options(command) -> tuple[set[str], set[str], set[str], set[str]]:
+    """(every option name, names of options that take a value, names of repeatable options, names of options
+    whose value click converts to a number)."""
     names: set[str] = set()
     valued: set[str] = set()
     multiple: set[str] = set()
+    numeric: set[str] = set()
     for p in getattr(command, "params", ()):
         opts = [*getattr(p, "opts", ()), *getattr(p, "secondary_opts", ())]
         if not opts or not opts[0].startswith("-"):
@@ -140,7 +148,9 @@ def _options(command) -> tuple[set[str], set[str], set[str]]:
             valued.update(opts)
         if getattr(p, "multiple", False):
             multiple.update(opts)
-    return names, valued, multiple
+        if _NUMERIC_TYPES & {c.__name__ for c in type(getattr(p, "type", None)).__mro__}:
+            numeric.update(opts)
+    return names, valued, multiple, numeric
 
 
 def _engine(argv: list[str]) -> str | None:
@@ -208,7 +218,8 @@ def rewrite(argv: list[str], command) -> list[str]:
     subcommand when it is a group. Tokens after ``--`` are left alone.
 
     Raises:
-        UsageError: a ``--dtype`` or ``--quantization`` value with no known weight dtype,
+        UsageError: a number flag's value outside ASCII (:func:`kvplan.units.check_ascii_number`), a ``--dtype`` or
+            ``--quantization`` value with no known weight dtype,
             ``--mem-fraction-static`` without ``--engine sglang``, an empty item in a comma list, or a
             comma list for a flag that takes one value.
     """
@@ -222,7 +233,7 @@ def rewrite(argv: list[str], command) -> list[str]:
         if sub is None:
             return argv
         start = 1
-    names, valued, multiple = _options(sub)
+    names, valued, multiple, numeric = _options(sub)
     quantized = any(t in ("--quantization", "-q") or t.startswith("--quantization=") for t in argv)
     kv_given = any(t in KV_FLAGS or t.startswith(tuple(f + "=" for f in KV_FLAGS)) for t in argv)
     model_dtype = _model_dtype(argv)  # vLLM's --dtype: the KV cache's dtype when none (or auto) is given
@@ -265,6 +276,8 @@ def rewrite(argv: list[str], command) -> list[str]:
             value = _value(target, flag, value, argv)
             if value is None:
                 continue
+        if target in numeric or target in ASCII_FLAGS:
+            check_ascii_number(flag, value)
         if target == "--kv-dtype" and model_dtype is not None:  # vLLM's auto is the --dtype given
             value = ",".join(model_dtype if v.strip().lower() == "auto" else v for v in value.split(","))
         if flag in COMMA_LISTS or target in COMMA_LISTS:

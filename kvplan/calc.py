@@ -254,14 +254,21 @@ def layer_groups(
 ) -> tuple[LayerGroup, ...]:
     """Group the layers (all, or the index range ``layers`` for a pipeline stage) by kind and window."""
     idx = range(spec.num_layers) if layers is None else layers
-    sums: dict[str, list[int]] = {}  # kind -> [layers, bytes per token, state bytes]
+    alike: dict[int, list] = {}  # id(layer) -> [layer, count]: build_spec shares one LayerSpec among layers alike
     for i in idx:
         layer = spec.layers[i]
+        entry = alike.get(id(layer))
+        if entry is None:
+            alike[id(layer)] = [layer, 1]
+        else:
+            entry[1] += 1
+    sums: dict[str, list[int]] = {}  # kind -> [layers, bytes per token, state bytes]
+    for layer, n in alike.values():
         acc = sums.setdefault(layer.kind, [0, 0, 0])
-        acc[0] += 1
-        acc[1] += layer_token_bytes(layer, kv_dtype, tensor_parallel_size)
-        acc[2] += layer_state_bytes(layer, spec.dtype, tensor_parallel_size)
-        acc[2] += layer_cross_bytes(layer, kv_dtype, tensor_parallel_size, block_size)
+        acc[0] += n
+        acc[1] += n * layer_token_bytes(layer, kv_dtype, tensor_parallel_size)
+        acc[2] += n * layer_state_bytes(layer, spec.dtype, tensor_parallel_size)
+        acc[2] += n * layer_cross_bytes(layer, kv_dtype, tensor_parallel_size, block_size)
     groups = []
     for kind in LAYER_KINDS:
         if kind not in sums:

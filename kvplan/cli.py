@@ -772,7 +772,7 @@ def plot(
     from kvplan import plot as plotmod
     from kvplan import render
     from kvplan.gpus import get_gpu
-    from kvplan.units import parse_tokens
+    from kvplan.units import parse_tokens, printable
 
     path = plotmod.check_out(out, force)
     specs = [_load_model(m) for m in model]
@@ -784,7 +784,7 @@ def plot(
         )  # fmt: skip
         for note in tdata.notes:
             render.warn(note)
-        typer.echo(f"wrote {written}")
+        typer.echo(f"wrote {printable(written)}")
         return
     written, data = plotmod.plot_kv_vs_context(
         specs, gpus_, parse_tokens(max_seq, "--max-seq"), kv_dtype, topologies, path, force,
@@ -792,7 +792,7 @@ def plot(
     )  # fmt: skip
     for note in data.notes:
         render.warn(note)
-    typer.echo(f"wrote {written}")
+    typer.echo(f"wrote {printable(written)}")
 
 
 # --- entry point ---------------------------------------------------------------------------------

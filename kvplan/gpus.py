@@ -271,13 +271,16 @@ def load_catalog_file(path: str | Path) -> list[GPU]:
         raise CatalogError(f"{p}: no such file") from None
     except (OSError, UnicodeDecodeError) as e:
         raise CatalogError(f"{p}: cannot read ({getattr(e, 'strerror', None) or e})") from None
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the C build of SafeLoader when present
+    from kvplan.textio import yaml_loader  # spec and workload files' loader: no sexagesimal, bounded integers
+
     try:
-        data = yaml.load(text, Loader=loader)  # noqa: S506 - a safe loader
+        data = yaml.load(text, Loader=yaml_loader())  # noqa: S506 - a safe loader
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise CatalogError(f"{p}: malformed YAML{at}: {getattr(e, 'problem', None) or 'not valid YAML'}") from None
+    except (ValueError, OverflowError, RecursionError) as e:
+        raise CatalogError(f"{p}: a YAML value kvplan cannot read ({type(e).__name__}: {str(e)[:80]})") from None
     return build_catalog(data, str(p))
 
 

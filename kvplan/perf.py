@@ -299,6 +299,44 @@ def _allreduce_bytes(spec: ModelSpec, layers: int, tp: int, tokens: int) -> int:
     return cdiv(2 * layers * 2 * (tp - 1) * tokens * hidden * act, tp)
 
 
+_LAYER_TABLES: dict[tuple, tuple] = {}
+
+
+def _layer_table(spec: ModelSpec, kv_dtype, tp: int, layers: range, prefill: bool) -> tuple[tuple, ...]:
+    """The distinct layers of ``layers`` with what a step needs of each: (layer, geometry it attends with,
+    KV bytes per token, state bytes, attention width d_k + d_v, how many layers are alike). Kept per
+    (spec, dtype, TP, layers, prefill): a fleet asks for thousands of steps of one layout."""
+    key = (id(spec), kv_dtype, tp, layers.start, layers.stop, layers.step, prefill)
+    hit = _LAYER_TABLES.get(key)
+    if hit is not None and hit[0] is spec:
+        return hit[1]
+    alike: dict[LayerSpec, int] = {}
+    for i in layers:
+        layer = spec.layers[i]
+        alike[layer] = alike.get(layer, 0) + 1
+    table = []
+    for layer, n in alike.items():
+        if layer.kind == "shared":  # reads its source layer's cache again, with the same geometry
+            geo = LayerSpec(
+                layer.attends_as or "full",
+                layer.num_kv_heads,
+                layer.head_dim,
+                layer.v_head_dim,
+                layer.k_eq_v,
+                layer.window,
+            )
+        else:
+            geo = layer
+        per_token = layer_token_bytes(geo, kv_dtype, tp)
+        state_one = layer_state_bytes(layer, spec.dtype, tp)
+        dims = 0 if geo.kind in STATE_KINDS or geo.kind == "none" else _attention_dims(geo, spec, decode=not prefill)
+        table.append((layer, geo, per_token, state_one, dims, n))
+    if len(_LAYER_TABLES) > 256:
+        _LAYER_TABLES.clear()
+    _LAYER_TABLES[key] = (spec, tuple(table))
+    return _LAYER_TABLES[key][1]
+
+
 def stage_cost(
     spec: ModelSpec,
     fit,
@@ -325,34 +363,20 @@ def stage_cost(
         weights_read -= round(untouched * moe.num_moe_layers * w.expert_bytes_per_gpu)
     heads = spec.num_q_heads // tp  # query heads per GPU (check_tp: H_q % TP == 0)
     kv = state = kv_write = attn = 0
-    for i in layers:
-        layer = spec.layers[i]
-        if layer.kind == "shared":  # reads its source layer's cache again, with the same geometry
-            geo = LayerSpec(
-                layer.attends_as or "full",
-                layer.num_kv_heads,
-                layer.head_dim,
-                layer.v_head_dim,
-                layer.k_eq_v,
-                layer.window,
-            )
-        else:
-            geo = layer
-        per_token = layer_token_bytes(geo, kv_dtype, tp)
-        state_one = layer_state_bytes(layer, spec.dtype, tp)
-        dims = 0 if geo.kind in STATE_KINDS or geo.kind == "none" else _attention_dims(geo, spec, decode=not prefill)
+    # identical layers cost alike: each distinct layer once, times how many there are (exact ints)
+    for layer, geo, per_token, state_one, dims, alike in _layer_table(spec, kv_dtype, tp, layers, prefill):
         for count, t in requests:
-            state += count * 2 * state_one
+            state += alike * count * 2 * state_one
             if prefill:
                 kind = geo.kind
                 pairs = causal_pairs(t, spec.window_of(kind), chunked=kind == "chunked")
-                attn += count * 2 * heads * dims * pairs
+                attn += alike * count * 2 * heads * dims * pairs
                 if layer.kind != "shared":
-                    kv_write += count * t * per_token
+                    kv_write += alike * count * t * per_token
             else:
                 read = tokens_read(layer, spec, t)
-                kv += count * read * per_token
-                attn += count * 2 * heads * dims * read
+                kv += alike * count * read * per_token
+                attn += alike * count * 2 * heads * dims * read
     active = spec.active_param_count or 0
     linear = cdiv(2 * active * tokens, tp * pp)
     ar = _allreduce_bytes(spec, len(layers), tp, tokens)

@@ -11,7 +11,7 @@ from dataclasses import asdict, is_dataclass
 from enum import Enum
 from typing import Any, TextIO
 
-from kvplan.units import GB, GIB, fmt_bytes, fmt_gb, fmt_gib, fmt_mib, fmt_ratio_floor, fmt_tokens, plural
+from kvplan.units import GB, GIB, fmt_bytes, fmt_gb, fmt_gib, fmt_mib, fmt_ratio_floor, fmt_tokens, plural, printable
 
 
 class OutputFormat(str, Enum):
@@ -63,7 +63,7 @@ def console(file: TextIO | None = None, width: int | None = None):
     out = file or sys.stdout
     if width is None and not out.isatty():
         width = PIPE_WIDTH
-    return _Console(file=out, width=width, highlight=False, soft_wrap=False, emoji=False)
+    return _Console(file=out, width=width, highlight=False, soft_wrap=False, emoji=False, markup=False)
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -98,8 +98,20 @@ def _finite(obj: Any) -> Any:
     return obj
 
 
+_CSV_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: Any) -> Any:
+    """A CSV cell: a string a spreadsheet would run as a formula (it starts with ``=``, ``+``, ``-``, ``@``, a
+    tab or a carriage return: OWASP's "CSV injection") gets a leading ``'``, which spreadsheets show as text;
+    numbers and other strings are written as they are."""
+    if isinstance(value, str) and value.startswith(_CSV_FORMULA_START):
+        return "'" + value
+    return value
+
+
 def print_csv(rows: list[dict[str, Any]], file: TextIO | None = None) -> None:
-    """Rows as CSV with a header line (keys of the first row)."""
+    """Rows as CSV with a header line (keys of the first row); string cells through :func:`csv_cell`."""
     import csv
 
     out = file or sys.stdout
@@ -108,12 +120,12 @@ def print_csv(rows: list[dict[str, Any]], file: TextIO | None = None) -> None:
     w = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
     w.writeheader()
     for r in rows:
-        w.writerow({k: to_jsonable(v) for k, v in r.items()})
+        w.writerow({k: csv_cell(to_jsonable(v)) for k, v in r.items()})
 
 
 def warn(message: str) -> None:
-    """One warning line on stderr."""
-    sys.stderr.write(f"kvplan: warning: {message}\n")
+    """One warning line on stderr (control characters escaped: a path or name with a newline stays one line)."""
+    sys.stderr.write(f"kvplan: warning: {printable(message)}\n")
 
 
 def size_cells(n: int) -> tuple[str, str, str]:
@@ -923,7 +935,8 @@ SWEEP_TABLE_ROWS = 200  # rows a sweep table prints unless --all
 
 
 def sweep_csv(rows: Any, file: TextIO | None = None) -> None:
-    """Sweep rows (an iterable of dicts) as CSV, streamed; header = the keys of the first row."""
+    """Sweep rows (an iterable of dicts) as CSV, streamed; header = the keys of the first row; string cells
+    through :func:`csv_cell` (a model named ``=HYPERLINK(...)`` is written ``'=HYPERLINK(...)``)."""
     import csv
 
     out = file or sys.stdout
@@ -931,7 +944,7 @@ def sweep_csv(rows: Any, file: TextIO | None = None) -> None:
     for i, r in enumerate(rows):
         if i == 0:
             w.writerow(list(r))
-        w.writerow(r.values())
+        w.writerow([csv_cell(v) for v in r.values()])
 
 
 def sweep_json(rows: Any, file: TextIO | None = None) -> None:
@@ -945,6 +958,55 @@ def sweep_json(rows: Any, file: TextIO | None = None) -> None:
         out.write(sep + json.dumps(r))
         sep = ",\n  "
     out.write("\n]\n")
+
+
+def print_simple_head_table(con, title: str, columns, cells) -> bool:
+    """Print a table as rich prints ``Table(box=box.SIMPLE_HEAD, padding=0, pad_edge=False)`` with no-wrap
+    columns, title on its own line, when it fits the console's width (always, piped), and return True;
+    else print nothing and return False (the caller lets rich shrink the columns to the terminal).
+
+    rich lays out, measures and renders every cell as a segment list (8,000 sweep rows: ~8 s); here each row
+    is one joined string. The lines: a blank edge, the header (multi-line headers bottom-aligned, bold on a
+    terminal), a rule of ``─``, the rows, a blank edge; cells justified per column, widths in terminal
+    cells (``rich.cells.cell_len``: wide characters count 2), one space between and around columns.
+
+    Args:
+        columns: (header, ``left`` or ``right``) per column; a header may hold ``\\n``.
+        cells: rows of str, one per column.
+    """
+    from rich.cells import cell_len
+    from rich.text import Text
+
+    heads = [h.split("\n") for h, _ in columns]
+    widths = [max(cell_len(line) for line in h) for h in heads]
+    for row in cells:
+        for i, cell in enumerate(row):
+            n = cell_len(cell)
+            if n > widths[i]:
+                widths[i] = n
+    total = sum(widths) + len(widths) + 1
+    if total > con.width:
+        return False
+    right = [just == "right" for _, just in columns]
+
+    def line(row) -> str:
+        parts = []
+        for cell, w, r in zip(row, widths, right, strict=True):
+            pad = " " * (w - cell_len(cell))
+            parts.append(pad + cell if r else cell + pad)
+        return " " + " ".join(parts) + " "
+
+    depth = max(len(h) for h in heads)
+    padded = [[""] * (depth - len(h)) + h for h in heads]  # bottom-aligned, as rich aligns header cells
+    header = [line([p[k] for p in padded]) for k in range(depth)]
+    con.print(Text(title, style="table.title"), soft_wrap=True)
+    blank = " " * total
+    con.print(blank, soft_wrap=True)
+    for h in header:
+        con.print(Text(h, style="table.header"), soft_wrap=True)
+    body = [" " + "─" * (total - 2) + " ", *(line(row) for row in cells), blank]
+    con.print(Text("\n".join(body)), soft_wrap=True)
+    return True
 
 
 def sweep_table(
@@ -971,10 +1033,7 @@ def sweep_table(
     )
     title = f"sweep: {plural(total_rows, 'configuration')}, {engine} convention, {blocks}{shown}"
     vllm = engine == "vllm"
-    from rich import box
-
-    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=0, pad_edge=False)
-    for col, just in (
+    columns = (
         ("model", "left"),
         ("seq", "right"),
         ("gpu", "left"),
@@ -986,10 +1045,9 @@ def sweep_table(
         ("vLLM log\nconcurrency" if vllm else "concurrency\n(cut)", "right"),
         ("vLLM log KV\ncache tokens" if vllm else "pool\ntokens", "right"),
         ("fits", "left"),
-    ):
-        t.add_column(col, justify=just, no_wrap=True)
-    for r in rows:
-        t.add_row(
+    )
+    cells = [
+        (
             r["model"],
             f"{r['seq']:,}",
             r["gpu_short"],
@@ -1002,7 +1060,17 @@ def sweep_table(
             f"{r['kv_capacity_tokens']:,}",
             "yes" if r["fits"] else "no",
         )
-    con.print(t)
+        for r in rows
+    ]
+    if not print_simple_head_table(con, title, columns, cells):
+        from rich import box
+
+        t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=0, pad_edge=False)
+        for col, just in columns:
+            t.add_column(col, justify=just, no_wrap=True)
+        for row in cells:
+            t.add_row(*row)
+        con.print(t)
     if vllm:
         con.print(
             'vLLM log columns: "Maximum concurrency" (rounded, the null block counted) and "GPU KV cache size" '

@@ -356,6 +356,8 @@ class ModelSpec:
         origin: the file or reference the spec was loaded from.
         warnings: what the loader has to tell the user about this spec (the CLI prints them on stderr; the
             core never prints).
+        weights_note: why the checkpoint found beside a config (a safetensors index) does not tell the
+            weights, when it does not; ``kvplan fit`` says so instead of "no weights found".
     """
 
     name: str
@@ -388,6 +390,7 @@ class ModelSpec:
     multimodal: dict = field(default_factory=dict, compare=False)
     origin: str = field(default="", compare=False)
     warnings: tuple[str, ...] = field(default=(), compare=False)
+    weights_note: str = field(default="", compare=False)
 
     @property
     def active_param_count(self) -> int | None:
@@ -872,9 +875,17 @@ def build_spec(data: Any, where: str) -> ModelSpec:
         q = per_q[i] or num_q_heads
         if q % h:
             raise SpecError(f"{where}: layer {i} ({kind}): num_q_heads={q} is not a multiple of num_kv_heads={h}")
-        state = states[parallel] if parallel else None  # Falcon-H1, Zamba2: attention and Mamba-2 side by side
-        return LayerSpec(kind, h, d, dv, over.get("k_eq_v", False), window=needs.get(kind, (None,))[0], state=state)
+        key = (kind, h, d, dv, over.get("k_eq_v", False))
+        layer = made.get(key)
+        if layer is None:  # layers alike share one (frozen) LayerSpec: built once, counted by identity later
+            state = states[parallel] if parallel else None  # Falcon-H1, Zamba2: attention and Mamba-2 side by side
+            window = needs.get(kind, (None,))[0]
+            layer = LayerSpec(kind, h, d, dv, over.get("k_eq_v", False), window=window, state=state)
+            made[key] = layer
+        return layer
 
+    made: dict[tuple, LayerSpec] = {}
+    plain = {"mla": LayerSpec("mla", mla=mla), **{k: LayerSpec(k, state=v) for k, v in states.items()}}
     layers: list[LayerSpec] = []
     for i, (kind, source, attends_as) in enumerate(sharing):
         if kind in KV_HEAD_KINDS:
@@ -883,16 +894,14 @@ def build_spec(data: Any, where: str) -> ModelSpec:
             base = attention_layer(i, attends_as)
             layers.append(LayerSpec("shared", base.num_kv_heads, base.head_dim, base.v_head_dim, base.k_eq_v,
                                     base.window, shared_from=source, attends_as=attends_as))
-        elif kind == "mla":
-            layers.append(LayerSpec("mla", mla=mla))
         elif kind == CROSS_KIND:
             base = attention_layer(i, "full")
             layers.append(LayerSpec(CROSS_KIND, base.num_kv_heads, base.head_dim, base.v_head_dim,
                                     encoder_tokens=encoder_tokens))
-        elif kind in STATE_KINDS:
-            layers.append(LayerSpec(kind, state=states[kind]))
+        elif kind in plain:
+            layers.append(plain[kind])
         else:
-            layers.append(LayerSpec(kind))
+            layers.append(plain.setdefault(kind, LayerSpec(kind)))
     for kind in geometry:
         if kind not in kinds:
             raise SpecError(f"{where}: geometry.{kind} is given but no layer is of kind {kind}")

@@ -33,6 +33,20 @@ _BYTE_UNITS = {
 }
 
 
+def check_ascii_number(flag: str, value: str) -> str:
+    """``value`` when it is written in ASCII: a number is ASCII digits for every flag and field. Python's
+    ``int()`` and ``float()`` (which click calls for integer and float flags) read other scripts' digits
+    (``int("٤") == 4``, fullwidth ``４``); :func:`parse_tokens` and :func:`parse_bytes` match ``[0-9]``. One
+    rule: ASCII only (:func:`kvplan.aliases.rewrite` checks every number flag with this).
+
+    Raises:
+        UsageError: a character outside ASCII.
+    """
+    if not str(value).isascii():
+        raise UsageError(f"{flag}: {value!r}: numbers are written in ASCII digits (0-9) here")
+    return value
+
+
 def parse_tokens(text: str | int, flag: str = "--seq", allow_zero: bool = False) -> int:
     """Parse a token count: ``4096``, ``128k`` (131,072), ``1m`` (1,048,576), ``32_768``; with ``allow_zero``
     also ``0`` (``--shared-prefix``).
@@ -43,6 +57,7 @@ def parse_tokens(text: str | int, flag: str = "--seq", allow_zero: bool = False)
     if isinstance(text, int) and not isinstance(text, bool):
         value = text
     else:
+        check_ascii_number(flag, text)
         m = re.fullmatch(r"\s*([0-9]{1,40}|[0-9]{1,3}(?:_[0-9]{3})+)\s*([kKmM]?)\s*", str(text))
         if not m and "," in str(text):  # commas separate --seq values; 32,768 would be ambiguous
             raise UsageError(f"{flag}: {text!r}: a comma is not a thousands separator here; write 32768 or 32_768")
@@ -65,6 +80,7 @@ def parse_bytes(text: str | int, flag: str) -> int:
     if isinstance(text, int) and not isinstance(text, bool):
         value = text
     else:
+        check_ascii_number(flag, text)
         m = re.fullmatch(r"\s*([0-9]{1,18}(?:\.[0-9]{1,18})?)\s*([a-zA-Z]*)\s*", str(text))
         unit = m.group(2).lower() if m else ""
         if not m or unit not in _BYTE_UNITS:
@@ -153,6 +169,13 @@ def check_batch(n: int, flag: str = "--batch") -> int:
     if n > MAX_BATCH:
         raise UsageError(f"{flag}: {n:,} is beyond kvplan's bound of {MAX_BATCH:,} concurrent requests")
     return n
+
+
+def printable(text: str) -> str:
+    """``text`` with every character that is not printable (newline, tab, ESC, other control characters)
+    written as Python escapes it (``\\n``, ``\\x1b``): printed, it is one plain line and moves no cursor."""
+    text = str(text)
+    return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def fmt_bytes(n: int) -> str:

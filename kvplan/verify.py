@@ -5,7 +5,8 @@ Steps (:func:`verify`):
 1. Validate the flags and compute the formula (:func:`kvplan.calc.layer_groups` for the layers allocated).
 2. Refuse, before allocating anything, a cache larger than the memory available: on CUDA the driver's free
    memory (``torch.cuda.mem_get_info``) minus a margin; on CPU ``MemAvailable`` (/proc/meminfo) minus a
-   margin. Raises :class:`~kvplan.errors.DoesNotFit`, so a verify never runs a machine or a GPU out of memory.
+   margin, or less when ``ulimit -v`` / ``ulimit -d`` leave the process less address space (minus 512 MiB).
+   Raises :class:`~kvplan.errors.DoesNotFit`, so a verify never runs a machine or a GPU out of memory.
 3. Measure, allocate :class:`~kvplan.kvcache.StaticKVCache`, write every byte, measure again. CUDA: the
    ``torch.cuda.memory_allocated`` delta (also reserved and the driver's view). CPU: the resident-set delta
    from /proc/self/statm after the pages are written (freed heap pages are returned with ``malloc_trim``
@@ -230,6 +231,44 @@ def cpu_available_bytes() -> tuple[int, int, int]:
     return avail - margin, avail, margin
 
 
+ADDRESS_SPACE_MARGIN = 512 << 20  # kept free under ulimit -v / -d: torch's own mappings as it runs the check
+
+
+def status_bytes(key: str) -> int:
+    """A /proc/self/status field (``VmSize``, ``VmData``) in bytes, 0 when the file or field is missing."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                name, _, rest = line.partition(":")
+                if name == key:
+                    return int(rest.split()[0]) * 1024  # reported in kB (KiB)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def address_space_left() -> tuple[int, str] | None:
+    """(bytes this process may still map, the limit's name) under ``ulimit -v`` (RLIMIT_AS, against VmSize)
+    or ``ulimit -d`` (RLIMIT_DATA, against VmData: glibc's large blocks are private mappings that count
+    there), the tighter of the two; None when neither is set (or on a system without ``resource``)."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not POSIX
+        return None
+    out = None
+    for limit, field, name in (
+        (resource.RLIMIT_AS, "VmSize", "ulimit -v"),
+        (resource.RLIMIT_DATA, "VmData", "ulimit -d"),
+    ):
+        soft, _ = resource.getrlimit(limit)
+        if soft == resource.RLIM_INFINITY or soft < 0:
+            continue
+        left = soft - status_bytes(field)
+        if out is None or left < out[0]:
+            out = (left, name)
+    return out
+
+
 def _libc():
     try:
         return ctypes.CDLL("libc.so.6")
@@ -419,6 +458,13 @@ def _refuse_if_too_big(need: int, formula: int, device: str, what: str) -> None:
     else:
         usable, avail, margin = cpu_available_bytes()
         where = f"cpu (MemAvailable {fmt_gib(avail)} − {fmt_gib(margin)} safety margin)"
+        limited = address_space_left()  # ulimit -v: a cache MemAvailable holds can still fail to be mapped
+        if limited is not None and limited[0] - ADDRESS_SPACE_MARGIN < usable:
+            usable = limited[0] - ADDRESS_SPACE_MARGIN
+            where = (
+                f"cpu ({limited[1]} leaves this process {fmt_gib(max(limited[0], 0))} of address space − "
+                f"{fmt_gib(ADDRESS_SPACE_MARGIN)} margin)"
+            )
     if need > usable:
         raise DoesNotFit(
             f"verify {what}: the cache needs {formula:,} B ({fmt_gib(formula)}) and its check "

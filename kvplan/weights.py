@@ -16,7 +16,8 @@ from kvplan.specs import ModelSpec
 def no_param_count_message(spec: ModelSpec, weights_dtype: str | None = None) -> str:
     """The one-line error for weights that cannot be sized: what is missing and what fixes it, told apart
     for a bundled name, a user's spec YAML, a checkpoint whose bytes but not parameters are known (with
-    ``weights_dtype``), and a config.json (local or from the Hub)."""
+    ``weights_dtype``), a safetensors index that does not tell the weights (``spec.weights_note``), a GGUF
+    without tensor infos, and a config.json (local or from the Hub)."""
     from pathlib import Path
 
     from kvplan.data import bundled_specs_dir
@@ -28,6 +29,10 @@ def no_param_count_message(spec: ModelSpec, weights_dtype: str | None = None) ->
             f"{spec.name}: the checkpoint's weights are known in bytes ({spec.weights_bytes:,} B) but not in "
             f"parameters, so --weights-dtype {weights_dtype} cannot re-size them; drop --weights-dtype, or {fix}"
         )
+    if spec.weights_note:  # a safetensors index was found but does not tell the weights
+        return f"{spec.name}: {spec.weights_note}, so weights are unknown; {fix}, or write a spec YAML with param_count"
+    if origin.lower().endswith(".gguf"):
+        return f"{spec.name}: {origin} has no tensor infos (metadata only), so weights are unknown; {fix}"
     if not origin.lower().endswith((".json", ".gguf")) and "://" not in origin:  # a spec YAML
         if Path(origin).resolve().parent == bundled_specs_dir().resolve():
             return f"{spec.name}: the bundled spec gives no param_count, so weights are unknown; {fix}"

@@ -12,8 +12,9 @@ bug at a time, the copy's file is changed by an exact text replacement, those te
 in the copy, importing the copy's kvplan), and the file is put back. A bug is *caught* when the tests fail.
 The working tree is never touched.
 
-Exit status: 0 when every bug was planted and caught; 1 when one was missed, could not be planted (its
-text is not in the file any more: update MUTANTS), or its tests fail without it.
+Exit status: 0 when every bug was planted and caught; 1 when one was missed or its tests fail without it;
+2, before anything runs, when a bug cannot be planted: its text is not in its file exactly once (the code
+changed: update that row of MUTANTS, the one table of texts), the message naming the bug.
 """
 
 from __future__ import annotations
@@ -65,8 +66,8 @@ MUTANTS = (
     Mutant(
         "one-request-budget-gt",
         "kvplan/fit.py",
-        "if budget >= per_request else 0",
-        "if budget > per_request else 0",
+        "if room >= per_request else 0",
+        "if room > per_request else 0",
         (KNOWN,),
         "fit (sglang, trtllm, llama.cpp): a budget of exactly one request holds none (>= became >)",
     ),
@@ -105,8 +106,8 @@ MUTANTS = (
     Mutant(
         "fleet-exact-budget-refused",
         "kvplan/fleet.py",
-        "if unique + prefix > fit.kv_budget_bytes:",
-        "if unique + prefix >= fit.kv_budget_bytes:",
+        "if unique + prefix > room:",
+        "if unique + prefix >= room:",
         (KNOWN, "tests/test_fleet.py"),
         "fleet refuses a request of exactly the budget (> became >=)",
     ),
@@ -141,6 +142,49 @@ MUTANTS = (
         "parts.append((qi[:, 16:] & 15) | ((qi[:, :16] & 15) << 4))",
         ("tests/test_verify.py::test_ggml_rows_are_bit_for_bit_llama_cpps",),
         "verify packs q4_0/q4_1/q5_x values into the wrong nibbles",
+    ),
+    Mutant(
+        "fleet-packs-whole-budget",
+        "kvplan/fleet.py",
+        "room = fit.kv_room_bytes",
+        "room = fit.kv_budget_bytes",
+        (
+            "tests/test_fleet.py::test_fleet_counts_requests_against_vllms_room_not_the_whole_budget",
+            "tests/test_fleet.py::test_fleet_packs_into_the_pool_less_the_null_block",
+        ),
+        "fleet packs requests into the whole KV budget, not vLLM's room (requests land in the null block)",
+    ),
+    Mutant(
+        "fleet-ttft-seconds-vs-ms",
+        "kvplan/fleet.py",
+        'out["ttft_s"] * 1e3 > slo.ttft_ms',
+        'out["ttft_s"] > slo.ttft_ms',
+        ("tests/test_fleet.py::test_a_ttft_target_in_milliseconds_is_compared_in_milliseconds",),
+        "fleet compares a TTFT bound in seconds with --ttft-ms (a missed target is accepted)",
+    ),
+    Mutant(
+        "perf-chunked-reads-every-token",
+        "kvplan/perf.py",
+        "return min(context, spec.window_of(kind) or context)",
+        'return context if kind == "chunked" else min(context, spec.window_of(kind) or context)',
+        ("tests/test_perf.py::test_chunked_layers_read_at_most_one_chunk_per_decode_step",),
+        "the decode bound reads every cached token in chunked layers (Llama 4's bound about doubles)",
+    ),
+    Mutant(
+        "vllm-sparse-mla-any-dtype",
+        "kvplan/engines/vllm.py",
+        "        return FP8_DS_MLA_BYTES\n    raise UsageError(",
+        "        return FP8_DS_MLA_BYTES\n    return kv_dtype.row_bytes(latent_dim, 1)\n    raise UsageError(",
+        ("tests/test_vllm_golden.py::test_deepseek_v32_with_a_cache_no_sparse_backend_takes_is_refused",),
+        "vLLM: the sparse-MLA KV dtype refusal removed (DeepSeek-V3.2 with fp8_e5m2 gets a plan)",
+    ),
+    Mutant(
+        "llamacpp-version-prefix-match",
+        "kvplan/engines/llamacpp.py",
+        'if re.fullmatch(r"b?\\d{1,7}", text) is None',
+        'if re.match(r"b?\\d{1,7}", text) is None',
+        ("tests/test_fit.py::test_a_llama_cpp_build_number_is_all_of_the_version",),
+        "llama.cpp --engine-version read with re.match, not re.fullmatch (b5000x is accepted)",
     ),
 )
 
@@ -178,6 +222,17 @@ def main() -> int:
             print(f"{m.name:28} {m.path:18} {m.what}  [{' '.join(m.tests)}]")
         return 0
 
+    stale = [(m, (ROOT / m.path).read_text().count(m.old)) for m in mutants]
+    stale = [(m, n) for m, n in stale if n != 1]
+    for m, n in stale:
+        print(
+            f"mutation_check: cannot plant {m.name}: its text occurs {n} times in {m.path} (must be once); "
+            f"update its row of MUTANTS: {m.old!r}",
+            file=sys.stderr,
+        )
+    if stale:
+        return 2
+
     tmp = Path(tempfile.mkdtemp(prefix="kvplan-mutants-"))
     tree = tmp / "tree"
     shutil.copytree(ROOT, tree, ignore=IGNORE)
@@ -195,9 +250,6 @@ def main() -> int:
                 continue
             f = tree / m.path
             original = f.read_text()
-            if original.count(m.old) != 1:
-                results.append((m, "NOT PLANTED", f"{m.old!r} occurs {original.count(m.old)} times in {m.path}"))
-                continue
             f.write_text(original.replace(m.old, m.new))
             t0 = time.perf_counter()
             try:

@@ -27,7 +27,7 @@ try:
     from kvplan.options import FitOptions, get_engine
 except ImportError:  # an older kvplan (scripts/budget_table.py --before runs the cases against main c492983)
     from kvplan.fit import FitOptions, get_engine
-    from kvplan.specs import load_model
+    from kvplan.loader import load_model
 
 ROOT = Path(__file__).resolve().parent
 CORPUS = ROOT / "fixtures" / "engine_logs"

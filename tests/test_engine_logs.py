@@ -20,7 +20,7 @@ import yaml
 try:  # the project's loader: kvplan.loader on main after the layering change, kvplan.specs before it
     from kvplan.loader import load_model
 except ImportError:  # pragma: no cover - older tree
-    from kvplan.specs import load_model
+    from kvplan.loader import load_model
 
 ROOT = Path(__file__).resolve().parent.parent
 LOGS = ROOT / "tests" / "fixtures" / "engine_logs"

@@ -667,6 +667,18 @@ def test_engine_version_that_does_not_parse_is_refused(cli, engine):
     assert err.startswith("kvplan: error: --engine-version: 'abc' is not a ") and err.endswith(sets + "\n")
 
 
+@pytest.mark.parametrize("version", ["b5000x", "b5000.1", "5000 b", "b12345678"])
+def test_a_llama_cpp_build_number_is_all_of_the_version(cli, version):
+    # a llama.cpp build is b<digits> (release tags b5000 ...) and an ollama version is x.y.z: a tail after the
+    # digits is not a build; b12345678 is beyond the 7 digits kvplan reads
+    code, out, err = cli("fit", "llama3-8b", "--gpu", "h100", "--engine", "llamacpp", "--engine-version", version)
+    assert (code, out) == (2, "")
+    assert err == (
+        f"kvplan: error: --engine-version: {version!r} is not a llama.cpp build (e.g. b5000) or ollama version "
+        "(e.g. 0.6.8); llama.cpp rule sets: one (llama-kv-cache)\n"
+    )
+
+
 def test_engine_version_names_the_rule_set_used(cli):
     base = ["fit", "llama3-8b", "--gpu", "h100", "--max-model-len", "4k"]
     # older than the oldest vLLM set: the oldest, with a warning; the output and JSON name it

@@ -359,9 +359,25 @@ def test_split_gguf_sums_every_shard(tmp_path):
     )
     with pytest.raises(SpecError, match=r"split GGUF of 2 files but big-00002-of-00002\.gguf is missing"):
         load_gguf(first)
-    write_gguf(tmp_path / "big-00002-of-00002.gguf", "llama", LLAMA3_8B, tensors=TINY_TENSORS[:1])
+    second = [("blk.1.attn_q.weight", Q.F16, (4, 8))]  # 32 elements, 64 B: a tensor of its own
+    write_gguf(tmp_path / "big-00002-of-00002.gguf", "llama", LLAMA3_8B, tensors=second)
     spec = load_gguf(first)
     assert spec.name == "big" and spec.weights_bytes == TINY_BYTES + 64
+
+
+def test_a_split_gguf_shard_that_copies_another_is_refused(tmp_path, cli):
+    # llama.cpp's llama_model_loader refuses a tensor found in two shards ("tensor '...' is duplicated"); summed,
+    # the copy would count every weight twice
+    extra = {"split.count": (2, gguf.GGUFValueType.UINT16), "split.no": (0, gguf.GGUFValueType.UINT16)}
+    first = write_gguf(tmp_path / "big-00001-of-00002.gguf", "llama", LLAMA3_8B, extra=extra)
+    (tmp_path / "big-00002-of-00002.gguf").write_bytes(first.read_bytes())
+    code, out, err = cli("fit", first, "--gpu", "h100")
+    assert (code, out) == (2, "")
+    assert err == (
+        f"kvplan: error: {tmp_path / 'big-00002-of-00002.gguf'}: tensor 'token_embd.weight' is in "
+        'big-00001-of-00002.gguf too; each tensor of a split GGUF is in one shard (llama.cpp: "tensor is '
+        'duplicated"): is a shard a copy of another?\n'
+    )
 
 
 def test_large_tokenizer_arrays_are_skipped_fast(tmp_path):
@@ -459,3 +475,116 @@ def test_vocab_from_the_tokenizer_when_no_tensor_says_it(tmp_path):
     extra = {"tokenizer.ggml.tokens": (tokens, gguf.GGUFValueType.ARRAY)}
     spec = load_gguf(write_gguf(tmp_path / "t.gguf", "llama", TINY_LLAMA, tensors=[], extra=extra))
     assert spec.vocab_size == 7
+# --- files that are not what they claim (issue 20): llama.cpp's own checks, costs bounded by the file -------
+#
+# GGUF v3 layout (ggml docs/gguf.md): "GGUF", u32 version, u64 tensor_count, u64 kv_count, then kv_count entries
+# (string key, u32 type, value; a string is u64 length + bytes; an array u32 item type + u64 count + items),
+# then tensor_count tensor infos (string name, u32 n_dims, u64 dims[n_dims], u32 ggml type, u64 offset), then
+# the data, aligned to 32 bytes. Little-endian.
+
+import struct  # noqa: E402
+
+
+def _s(text: str) -> bytes:
+    raw = text.encode()
+    return struct.pack("<Q", len(raw)) + raw
+
+
+def _u32(key: str, value: int) -> bytes:
+    return _s(key) + struct.pack("<II", 4, value)
+
+
+LLAMA_KV = [
+    _s("general.architecture") + struct.pack("<I", 8) + _s("llama"),
+    *(_u32(f"llama.{k}", v) for k, v in LLAMA3_8B.items()),
+]
+
+
+def raw_gguf(kvs=(), tensors=(), tensor_count=None, kv_count=None, data=b"") -> bytes:
+    """A GGUF v3 file of raw parts: tensors are (name, dims, ggml type, offset) infos."""
+    kvs = [*LLAMA_KV, *kvs]
+    infos = b"".join(
+        _s(name) + struct.pack("<I", len(dims)) + struct.pack(f"<{len(dims)}Q", *dims) + struct.pack("<IQ", t, off)
+        for name, dims, t, off in tensors
+    )
+    head = b"GGUF" + struct.pack("<IQQ", 3, len(tensors) if tensor_count is None else tensor_count,
+                                 len(kvs) if kv_count is None else kv_count)  # fmt: skip
+    body = head + b"".join(kvs) + infos
+    return body + b"\0" * (-len(body) % 32) + data
+
+
+def gguf_error(cli, tmp_path, content: bytes) -> str:
+    p = tmp_path / "bad.gguf"
+    p.write_bytes(content)
+    code, out, err = cli("estimate", p, "--seq", "4k")
+    assert (code, out) == (2, ""), err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith(f"kvplan: error: {p}: not a readable GGUF file (ValueError: ")
+    return err
+
+
+def test_metadata_arrays_nested_500_deep_are_one_line(cli, tmp_path):
+    nested = _s("x.nested") + struct.pack("<I", 9) + struct.pack("<IQ", 9, 1) * 500 + struct.pack("<IQI", 4, 1, 7)
+    err = gguf_error(cli, tmp_path, raw_gguf([nested]))
+    assert "a metadata array of arrays (llama.cpp refuses nested arrays)" in err  # gguf.cpp: invalid GGUF type
+
+
+def test_2_63_tensors_over_zero_bytes_are_refused_before_any_is_read(cli, tmp_path):
+    # the stock reader parsed one 24-byte tensor info of zeros after another (5 s and 200 MB per MiB) until it
+    # ran off the end; a tensor info is at least 24 bytes, so the claim is refused from the file's size alone
+    content = raw_gguf(tensor_count=2**63) + b"\0" * (1 << 20)
+    err = gguf_error(cli, tmp_path, content)
+    assert f"tensor_count 9,223,372,036,854,775,808 cannot fit in the file's {len(content):,} B" in err
+
+
+def test_a_key_count_beyond_the_file_is_refused(cli, tmp_path):
+    err = gguf_error(cli, tmp_path, raw_gguf(kv_count=2**63))
+    assert "kv_count 9,223,372,036,854,775,808 cannot fit in the file's" in err
+
+
+def test_zeros_read_as_tensor_infos_stop_at_the_second_one(cli, tmp_path):
+    # 40,000 infos of zeros (each an unnamed F32 scalar at offset 0), read with one struct call each (no numpy
+    # views); the second repeats the first's name, as llama.cpp's "duplicate tensor name" check sees
+    err = gguf_error(cli, tmp_path, raw_gguf(tensor_count=40_000) + b"\0" * (40_000 * 24 + 64))
+    assert "duplicate tensor name ''" in err
+
+
+def test_a_string_claiming_2_63_bytes_at_the_end_is_refused(cli, tmp_path):
+    name = _s("general.name") + struct.pack("<I", 8) + struct.pack("<Q", 2**63)  # the last key, no bytes after
+    err = gguf_error(cli, tmp_path, raw_gguf([name]))
+    assert "claims 9,223,372,036,854,775,808 B, past the end of the file" in err
+
+
+def test_tensor_offsets_are_checked_as_llama_cpp_checks_them(cli, tmp_path):
+    f32 = 0  # ggml type F32: 4 B per element
+    # each tensor starts at the 32-byte-aligned end of the one before (gguf.cpp "has offset X, expected Y")
+    ok = raw_gguf(tensors=[("a", [8], f32, 0), ("b", [4], f32, 32)], data=b"\0" * 48)
+    (tmp_path / "ok.gguf").write_bytes(ok)
+    spec = load_gguf(tmp_path / "ok.gguf")
+    assert (spec.weights_bytes, spec.param_count) == (8 * 4 + 4 * 4, 12)
+    overlap = raw_gguf(tensors=[("a", [8], f32, 0), ("b", [4], f32, 0)], data=b"\0" * 48)
+    assert "tensor 'b' has offset 0, expected 32" in gguf_error(cli, tmp_path, overlap)
+    short = raw_gguf(tensors=[("a", [8], f32, 0), ("b", [4], f32, 32)], data=b"\0" * 40)
+    assert "tensor 'b' data (16 B at " in gguf_error(cli, tmp_path, short)
+    assert "is not within the file" in gguf_error(cli, tmp_path, short)
+    long_name = raw_gguf(tensors=[("n" * 64, [8], f32, 0)], data=b"\0" * 32)
+    assert "tensor name 0 is 64 B long; llama.cpp allows at most 63" in gguf_error(cli, tmp_path, long_name)
+    dims = raw_gguf(tensors=[("a", [1, 1, 1, 1, 1], f32, 0)], data=b"\0" * 32)
+    assert "tensor 'a' has 5 dimensions; llama.cpp allows 4" in gguf_error(cli, tmp_path, dims)
+    q4k = 12  # ggml type Q4_K: blocks of 256 elements
+    rows = raw_gguf(tensors=[("a", [100], q4k, 0)], data=b"\0" * 256)
+    assert "tensor 'a' (Q4_K) has rows of 100 elements, not whole blocks of 256" in gguf_error(cli, tmp_path, rows)
+    unknown = raw_gguf(tensors=[("a", [8], 9999, 0)], data=b"\0" * 32)
+    assert "tensor 'a' has an unknown ggml type 9999" in gguf_error(cli, tmp_path, unknown)
+
+
+def test_a_gguf_without_tensor_infos_is_not_blamed_on_safetensors(cli, tmp_path):
+    p = tmp_path / "meta-only.gguf"
+    p.write_bytes(raw_gguf())
+    assert cli("estimate", p, "--seq", "4k")[0] == 0
+    code, out, err = cli("fit", p, "--gpu", "h100")
+    assert (code, out) == (2, "")
+    assert err == (
+        f"kvplan: error: meta-only: {p} has no tensor infos (metadata only), so weights are unknown; "
+        "give --weights-gib (weights per GPU)\n"
+    )

@@ -384,3 +384,170 @@ def test_safetensors_offsets_ending_before_they_begin_are_refused(cli, cache, of
         load_model("acme/negative")
     code, _, err = cli("estimate", "acme/negative", "--seq", "4k")
     assert code == 2 and len(err.strip().splitlines()) == 1 and "data_offsets" in err
+
+
+# --- headers and indexes that are not what they claim (issue 20) ------------------------------------
+
+
+def raw_safetensors(header: bytes, data: int = 0) -> bytes:
+    """A safetensors file of a raw header (any bytes) and ``data`` zero bytes after it."""
+    return struct.pack("<Q", len(header)) + header + b"\0" * data
+
+
+def one_line_error(cli, model) -> str:
+    code, out, err = cli("fit", model, "--gpu", "h100")
+    assert (code, out) == (2, ""), err
+    assert err.count("\n") == 1 and err.startswith("kvplan: error: ") and "Traceback" not in err
+    return err
+
+
+@pytest.mark.parametrize(
+    "header, message",
+    [
+        (b'{"a":' * 100_000 + b"1" + b"}" * 100_000, "JSON kvplan cannot read (RecursionError"),
+        (b'{"w":{"dtype":"BF16","shape":[2],"data_offsets":[0,Infinity]}}', "Infinity is not a JSON number"),
+        (b'{"w":{"dtype":"BF16","shape":[NaN],"data_offsets":[0,4]}}', "NaN is not a JSON number"),
+        (b'{"w":{"dtype":"BF16","shape":[1e400],"data_offsets":[0,4]}}', "shape and data_offsets must be integers"),
+        (b'{"w":{"dtype":"BF16","shape":[2.0],"data_offsets":[0,4]}}', "shape and data_offsets must be integers"),
+        (
+            json.dumps({"w": {"dtype": "BF16", "shape": [10**18] * 300, "data_offsets": [0, 4]}}).encode(),
+            "tensor 'w' has 2^64 elements or more (shape of 300 dimensions)",
+        ),
+        (b'{"w":{"dtype":"Q4_K","shape":[2],"data_offsets":[0,4]}}', "tensor 'w' has dtype 'Q4_K'; safetensors dtypes"),
+    ],
+)
+def test_a_hostile_safetensors_header_is_one_line(cli, tmp_path, header, message):
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(LLAMA31_8B))
+    (folder / "model.safetensors").write_bytes(raw_safetensors(header, 4))
+    assert message in one_line_error(cli, folder)
+
+
+def test_tensors_sharing_one_region_are_refused_not_counted_twice(cli, tmp_path):
+    # 1,000 tensors of 16 BF16 values = 32 B each, all at data_offsets [0, 32]: safetensors refuses the file
+    # (Metadata::validate, InvalidOffset); counted, it would be 32,000 B of weights in a 32-byte region
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(LLAMA31_8B))
+    header = {f"t{i:04d}": {"dtype": "BF16", "shape": [16], "data_offsets": [0, 32]} for i in range(1000)}
+    (folder / "model.safetensors").write_bytes(raw_safetensors(json.dumps(header).encode(), 32))
+    err = one_line_error(cli, folder)
+    assert err == (
+        f"kvplan: error: {folder / 'model.safetensors'}: tensor 't0001' starts at data byte 0, expected 32: it "
+        "overlaps the tensor before it (safetensors: InvalidOffset)\n"
+    )
+
+
+@pytest.mark.parametrize("flags", [[], ["--weights-dtype", "fp8"]])
+def test_a_tensor_claiming_its_shape_in_two_bytes_is_refused(cli, tmp_path, flags):
+    # a 4096 × 4096 BF16 tensor is 4096 × 4096 × 2 = 33,554,432 B; a header giving it data_offsets [0, 2]
+    # would count 2 B of weights (16,777,216 params → 16.8 MB at fp8); safetensors: TensorInvalidInfo
+    folder = tmp_path / "tiny"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(LLAMA31_8B))
+    header = {"w": {"dtype": "BF16", "shape": [4096, 4096], "data_offsets": [0, 2]}}
+    (folder / "model.safetensors").write_bytes(raw_safetensors(json.dumps(header).encode(), 2))
+    code, out, err = cli("fit", folder, "--gpu", "h100", *flags)
+    assert (code, out) == (2, "")
+    assert err == (
+        f"kvplan: error: {folder / 'model.safetensors'}: tensor 'w' is BF16 of shape [4096, 4096]: 33,554,432 B, "
+        "but its data_offsets [0, 2] span 2 B (safetensors: TensorInvalidInfo)\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        (100, "the tensors cover 128 B of data but the file holds 100 B after its header"),  # truncated download
+        (200, "the tensors cover 128 B of data but the file holds 200 B after its header"),
+    ],
+)
+def test_tensors_must_cover_the_file_exactly(tmp_path, data, message):
+    # safetensors' SafeTensors::deserialize: the last offset is the end of the file (MetadataIncompleteBuffer)
+    p = tmp_path / "model.safetensors"
+    header = {"a": {"dtype": "F32", "shape": [16], "data_offsets": [0, 64]},
+              "b": {"dtype": "F16", "shape": [32], "data_offsets": [64, 128]}}  # fmt: skip
+    p.write_bytes(raw_safetensors(json.dumps(header).encode(), data))
+    with pytest.raises(SpecError, match=message):
+        hub.folder_weight_bytes(tmp_path)
+    p.write_bytes(raw_safetensors(json.dumps(header).encode(), 128))
+    assert hub.folder_weight_bytes(tmp_path) == hub.CheckpointWeights(128, 16 + 32)
+
+
+def test_a_gap_between_tensors_is_refused(tmp_path):
+    p = tmp_path / "model.safetensors"
+    header = {"a": {"dtype": "U8", "shape": [4], "data_offsets": [0, 4]},
+              "b": {"dtype": "U8", "shape": [4], "data_offsets": [8, 12]}}  # fmt: skip
+    p.write_bytes(raw_safetensors(json.dumps(header).encode(), 12))
+    with pytest.raises(SpecError, match=r"tensor 'b' starts at data byte 8, expected 4: it leaves a gap"):
+        hub.folder_weight_bytes(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "metadata, message",
+    [
+        ({"total_size": 10**4000}, "metadata.total_size is a 4,001-digit number, beyond kvplan's bound of "
+                                   "9,007,199,254,740,992"),
+        ({"total_size": 16_060_522_496, "total_parameters": 10**4000}, "metadata.total_parameters is a 4,001-digit"),
+    ],
+)  # fmt: skip
+def test_index_counts_beyond_any_checkpoint_are_one_line(cli, tmp_path, metadata, message):
+    folder = tmp_path / "idx"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(LLAMA31_8B))
+    index = {"metadata": metadata, "weight_map": {"a": "model-00001-of-00002.safetensors"}}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    assert message in one_line_error(cli, folder)
+
+
+@pytest.mark.parametrize("shard", ["../x.safetensors", "/etc/passwd", "..\\x.safetensors", "C:\\x.safetensors"])
+def test_a_cached_index_naming_a_shard_outside_the_repo_is_one_line(cli, cache, shard):
+    # huggingface_hub's try_to_load_from_cache raises ValueError for such a name: estimate used to crash on it
+    index = {"metadata": {"total_size": 999}, "weight_map": {"a": shard}}
+    files = {"config.json": json.dumps(LLAMA31_8B), "model.safetensors.index.json": json.dumps(index)}
+    add_to_cache(cache, "acme/escape", files)
+    code, out, err = cli("estimate", "acme/escape", "--seq", "4k")
+    assert (code, out) == (2, "")
+    assert err.endswith(
+        f"model.safetensors.index.json: weight_map names the shard {shard!r}, which is not a file inside the "
+        "checkpoint; shard names are file names beside the index\n"
+    )
+    assert err.count("\n") == 1
+
+
+def test_a_tensor_in_two_shards_is_refused(tmp_path):
+    shard = safetensors(SHARD2)
+    (tmp_path / "a.safetensors").write_bytes(shard)
+    (tmp_path / "b.safetensors").write_bytes(shard)  # a copy: its weights would count twice
+    index = {"weight_map": {"model.norm.weight": "a.safetensors", "model.layers.0.mlp.weight": "b.safetensors"}}
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(
+        SpecError, match=r"b\.safetensors: tensor 'model\.layers\.0\.mlp\.weight' is in a\.safetensors too"
+    ):
+        hub.folder_weight_bytes(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "index, why",
+    [
+        ([], "model.safetensors.index.json is not a JSON object (weight_map and metadata)"),
+        ({"metadata": {}, "weight_map": {}}, "model.safetensors.index.json has no metadata.total_size and it names no shard"),
+        (
+            {"metadata": {}, "weight_map": {"a": "model-00001-of-00002.safetensors"}},
+            "model.safetensors.index.json has no metadata.total_size and its shards are not all beside it",
+        ),
+    ],
+)  # fmt: skip
+def test_an_unusable_index_is_named_not_blamed_on_missing_safetensors(cli, tmp_path, index, why):
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(LLAMA31_8B))
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    assert cli("estimate", folder, "--seq", "4k")[0] == 0  # estimate needs no weights
+    code, out, err = cli("fit", folder, "--gpu", "h100")
+    assert (code, out) == (2, "")
+    assert err == (
+        f"kvplan: error: ckpt: {folder / why.split(' ', 1)[0]} {why.split(' ', 1)[1]}, so weights are unknown; "
+        "give --weights-gib (weights per GPU), or write a spec YAML with param_count\n"
+    )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+import sys
 
 import pytest
 
@@ -78,9 +78,7 @@ def test_ratio_is_cut_never_rounded_and_counts_take_singulars():
 @pytest.mark.parametrize("suffix", ["", ".yaml", ".json"])
 def test_model_name_too_long_for_the_file_system(cli, suffix):
     name = "a" * 300 + suffix
-    start = time.monotonic()
     code, out, err = cli("estimate", name, "--seq", "1")
-    assert time.monotonic() - start < 1
     assert code == 2 and out == ""
     assert err.count("\n") == 1
     assert err.startswith("kvplan: error: " + "a" * 120 + "… (")
@@ -110,9 +108,7 @@ def test_yaml_alias_bombs_are_refused_fast(cli, tmp_path, command, key):
     p = tmp_path / "bomb.yaml"
     p.write_text(BOMB + key)
     args = [*command, str(p)] if command[0] == "fleet" else [command[0], str(p), *command[1:]]
-    start = time.monotonic()
-    code, out, err = cli(*args)
-    assert time.monotonic() - start < 1
+    code, out, err = cli(*args)  # refused from the parser's events, before any alias is expanded
     assert code == 2
     assert (
         err == f"kvplan: error: {p}: YAML aliases (*a) are not allowed in spec and workload files (line 2); "
@@ -153,10 +149,8 @@ def test_a_huge_layer_count_is_refused_before_any_per_layer_list(model_type):
     from kvplan.errors import SpecError
     from kvplan.readers import spec_from_hf_config
 
-    start = time.perf_counter()
     with pytest.raises(SpecError, match=r"c\.json: num_hidden_layers=2000000000 is more layers than kvplan handles"):
         spec_from_hf_config({"model_type": model_type, "num_hidden_layers": 2_000_000_000}, "c.json")
-    assert time.perf_counter() - start < 0.5
 
 
 @pytest.mark.parametrize(
@@ -185,19 +179,58 @@ def test_a_list_or_object_where_a_name_belongs_is_one_line(cli, tmp_path, config
     assert f"{p}: {message}" in err
 
 
+BIG_SPEC = "name: big\nsource: test\nnum_layers: 100000\nnum_q_heads: 8\nnum_kv_heads: 8\nhead_dim: 128\n"
+
+
 @pytest.mark.parametrize("extra", ["", "num_kv_shared_layers: 50000\n", "layers: {default: full, rules: []}\n"])
-def test_a_100_000_layer_spec_is_built_in_under_a_second(cli, tmp_path, extra):
+def test_a_100_000_layer_spec_gives_its_exact_bytes(cli, tmp_path, extra):
+    # 100,000 layers (kvplan's MAX_LAYERS): a build quadratic in the layers would take ~10^10 steps here, a hang
+    # rather than a flaky threshold; scripts/bench_inputs.py times it
     p = tmp_path / "big.yaml"
-    p.write_text(
-        "name: big\nsource: test\nnum_layers: 100000\nnum_q_heads: 8\nnum_kv_heads: 8\nhead_dim: 128\n"
-        f"dtype: bf16\nmax_model_len: 4096\n{extra}"
-    )
-    start = time.perf_counter()
+    p.write_text(f"{BIG_SPEC}dtype: bf16\nmax_model_len: 4096\n{extra}")
     code, out, err = cli("estimate", p, "--seq", "4k")
-    assert time.perf_counter() - start < 1
     assert code == 0, err
-    kept = 50_000 if extra.startswith("num_kv") else 100_000
-    assert f"KV cache: {kept * 2 * 8 * 128 * 2 * 4096:,} B" in out
+    # per layer and token: K and V × 8 KV heads × 128 × 2 B (bf16) = 4,096 B, × 4,096 tokens = 16,777,216 B;
+    # the last 50,000 layers of num_kv_shared_layers read earlier layers' caches and keep none of their own
+    # 100,000 × 16,777,216 = 1,677,721,600,000 B; 50,000 × 16,777,216 = 838,860,800,000 B
+    expected = "838,860,800,000" if extra.startswith("num_kv") else "1,677,721,600,000"
+    assert f"KV cache: {expected} B" in out
+
+
+def _traced_events(fn) -> int:
+    """Python-level work of ``fn()``: the call and line events sys.settrace sees (no clock involved)."""
+    count = 0
+
+    def trace(frame, event, arg):
+        nonlocal count
+        count += 1
+        return trace
+
+    sys.settrace(trace)
+    try:
+        fn()
+    finally:
+        sys.settrace(None)
+    return count
+
+
+@pytest.mark.skipif(sys.gettrace() is not None, reason="a tracer (coverage, a debugger) is already installed")
+@pytest.mark.parametrize("extra", ["", "shared", "rules"])
+def test_spec_building_work_grows_linearly_with_the_layers(extra):
+    from kvplan.specs import build_spec
+
+    def data(n: int) -> dict:
+        d = dict(name="big", source="test", num_layers=n, num_q_heads=8, num_kv_heads=8, head_dim=128,
+                 dtype="bf16", max_model_len=4096)  # fmt: skip
+        if extra == "shared":
+            d["num_kv_shared_layers"] = n // 2
+        if extra == "rules":
+            d["layers"] = {"default": "full", "rules": [{"kind": "full", "period": 4, "offset": 3}]}
+        return d
+
+    small = _traced_events(lambda: build_spec(data(1_000), "small.yaml"))
+    big = _traced_events(lambda: build_spec(data(10_000), "big.yaml"))
+    assert big <= 11 * small, (small, big)  # linear: ~10x; a per-layer pass over the layers: ~100x
 
 
 def test_parse_tokens_comma_is_not_a_thousands_separator():
@@ -207,3 +240,158 @@ def test_parse_tokens_comma_is_not_a_thousands_separator():
     assert parse_tokens("32_768") == 32768
     with pytest.raises(UsageError, match="comma is not a thousands separator"):
         parse_tokens("32,768", "--context")
+
+
+# --- YAML: one loader for spec, workload and catalog files (issue 20) ------------------------------------
+
+
+SPEC = "name: m\nsource: test\nnum_layers: 2\nnum_q_heads: 8\nnum_kv_heads: 8\nhead_dim: 128\nmax_model_len: 4096\n"
+
+
+@pytest.mark.parametrize("where", ["notes", "param_count", "max_model_len"])
+def test_a_yaml_integer_over_4300_digits_is_one_line_anywhere(cli, tmp_path, where):
+    # Python's int() refuses decimal strings over 4,300 digits (ValueError); PyYAML called it unguarded
+    p = tmp_path / "m.yaml"
+    text = f"{SPEC}dtype: bf16\n".replace("max_model_len: 4096\n", "") + f"{where}: {'9' * 5000}\n"
+    if where != "max_model_len":
+        text += "max_model_len: 4096\n"
+    p.write_text(text)
+    code, out, err = cli("estimate", p, "--seq", "4k")
+    assert (code, out) == (2, "")
+    line = text.splitlines().index(f"{where}: {'9' * 5000}") + 1
+    col = len(where) + 3
+    assert err == (
+        f"kvplan: error: {p}: a YAML value kvplan cannot read at line {line}, column {col}: an integer of 5,000 "
+        "digits; at most 4,300\n"
+    )
+
+
+def test_a_workload_integer_over_4300_digits_is_one_line(cli, tmp_path):
+    p = tmp_path / "w.yaml"
+    p.write_text(f"name: w\nnotes: {'1' * 4301}\nclasses:\n  - {{name: c, concurrency: 1, tokens: 4k}}\n")
+    code, out, err = cli("fleet", "llama3-8b", "--workload", p, "--gpu", "h100")
+    assert (code, out) == (2, "")
+    assert (
+        err
+        == f"kvplan: error: {p}: a YAML value kvplan cannot read at line 2, column 8: an integer of 4,301 digits; at most 4,300\n"
+    )
+
+
+def test_yaml_1_1_sexagesimal_numbers_are_strings_not_minutes(cli, tmp_path):
+    # YAML 1.1 reads 1:30 as 1 × 60 + 30 = 90 (PyYAML's SafeLoader does); kvplan's loader keeps it a string
+    p = tmp_path / "w.yaml"
+    p.write_text("name: w\nclasses:\n  - {name: c, concurrency: 1:30, tokens: 4k}\n")
+    code, out, err = cli("fleet", "llama3-8b", "--workload", p, "--gpu", "h100")
+    assert (code, out) == (2, "")
+    assert err == f"kvplan: error: {p}: classes[0].concurrency='1:30' must be an integer >= 1\n"
+    import yaml
+
+    from kvplan.textio import yaml_loader
+
+    assert yaml.safe_load("a: 1:30") == {"a": 90}  # what PyYAML alone does
+    values = yaml.load("a: 1:30\nb: 190:20:30.15\nc: 90\nd: 1_000\ne: 0x10\nf: 1.5\ng: .inf", Loader=yaml_loader())
+    assert values == {"a": "1:30", "b": "190:20:30.15", "c": 90, "d": 1000, "e": 16, "f": 1.5, "g": float("inf")}
+
+
+def test_a_yaml_date_that_is_no_date_is_one_line(cli, tmp_path):
+    p = tmp_path / "m.yaml"
+    p.write_text(f"{SPEC}dtype: bf16\nnotes: 2001-13-45\n")
+    code, out, err = cli("estimate", p, "--seq", "4k")
+    assert (code, out) == (2, "")
+    assert err == f"kvplan: error: {p}: a YAML value kvplan cannot read (ValueError: month must be in 1..12)\n"
+
+
+# --- one rule for numbers, and text that reaches a terminal or a spreadsheet (issue 20) ----------------
+
+
+@pytest.mark.parametrize(
+    "args, flag, value",
+    [
+        (["fit", "llama3-8b", "--gpu", "h100", "--tp", "٤"], "--tp", "٤"),  # ARABIC-INDIC DIGIT FOUR: int() reads 4
+        (["fit", "llama3-8b", "--gpu", "h100", "--tensor-parallel-size=٤"], "--tensor-parallel-size", "٤"),
+        (["estimate", "llama3-8b", "--seq", "1k", "--batch", "４"], "--batch", "４"),  # FULLWIDTH DIGIT FOUR
+        (["fit", "llama3-8b", "--gpu", "h100", "--gpu-memory-utilization", "٠.٩"], "--gpu-memory-utilization", "٠.٩"),
+        (["sweep", "llama3-8b", "--seq", "4k", "--gpu", "h100", "--tp", "1,٢"], "--tp", "1,٢"),
+        (["estimate", "llama3-8b", "--seq", "٤k"], "--seq", "٤k"),
+        (["fit", "llama3-8b", "--gpu", "h100", "--kv-cache-memory", "٤GiB"], "--kv-cache-memory", "٤GiB"),
+        (["fit", "llama3-8b", "--gpu", "h100", "-e", "llamacpp", "--engine-version", "b٥٠٠٠"], "--engine-version", "b٥٠٠٠"),
+        (["fleet", "llama3-8b", "--concurrency", "2", "--seq", "1k", "--gpu", "h100", "--price", "h100=٢"], "--price", "h100=٢"),
+    ],
+)  # fmt: skip
+def test_numbers_are_ascii_digits_for_every_flag(cli, args, flag, value):
+    assert int("٤") == 4 and float("٠.٩") == 0.9  # what click's int and float types would have read
+    code, out, err = cli(*args)
+    assert (code, out) == (2, "")
+    assert err == f"kvplan: error: {flag}: {value!r}: numbers are written in ASCII digits (0-9) here\n"
+
+
+def test_a_workload_token_count_in_other_digits_is_refused(cli, tmp_path):
+    p = tmp_path / "w.yaml"
+    p.write_text("classes:\n  - {name: c, concurrency: 2, tokens: ٤k}\n", encoding="utf-8")
+    code, out, err = cli("fleet", "llama3-8b", "--workload", p, "--gpu", "h100")
+    assert (code, err) == (
+        2,
+        f"kvplan: error: {p}: classes[0].tokens: '٤k': numbers are written in ASCII digits (0-9) here\n",
+    )
+
+
+def _spec_named(tmp_path, name: str):
+    p = tmp_path / "m.yaml"
+    p.write_text(f"name: {name!r}\nsource: test\nnum_layers: 2\nnum_q_heads: 8\nnum_kv_heads: 8\nhead_dim: 128\n"
+                 "dtype: bf16\nmax_model_len: 4096\nparam_count: 1000000\n")  # fmt: skip
+    return p
+
+
+@pytest.mark.parametrize("name", ['=HYPERLINK("http://x","y")', "+1", "-2+3", "@SUM(A1)"])
+def test_sweep_csv_quotes_a_name_a_spreadsheet_would_run(cli, tmp_path, name):
+    # OWASP "CSV injection": a cell starting with = + - @ (or tab, CR) is run as a formula; a leading ' shows text
+    import csv
+    import io
+
+    code, out, err = cli("sweep", _spec_named(tmp_path, name), "--seq", "1k", "--gpu", "h100", "--csv")
+    assert code == 0, err
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert rows[0]["model"] == "'" + name
+    assert rows[0]["seq"] == "1024"  # numbers are left alone
+
+
+def test_fleet_csv_quotes_names_too(cli, tmp_path):
+    import csv
+    import io
+
+    code, out, err = cli("fleet", _spec_named(tmp_path, "=1+1"), "--concurrency", "2", "--seq", "1k", "--gpu", "h100",
+                         "--tp", "1", "--csv")  # fmt: skip
+    assert code == 0, err
+    row = next(csv.DictReader(io.StringIO(out)))
+    assert row["gpu"] == "h100-sxm-80gb" and row["tensor_parallel_size"] == "1"
+    from kvplan.render import csv_cell
+
+    assert (csv_cell("=1+1"), csv_cell("\t=1"), csv_cell("llama"), csv_cell(-1)) == ("'=1+1", "'\t=1", "llama", -1)
+
+
+@pytest.mark.parametrize("command", [["sweep", "--seq", "1k", "--gpu", "h100"], ["compare", "--seq", "1k"],
+                                     ["fleet", "--concurrency", "2", "--seq", "1k", "--gpu", "h100"]])  # fmt: skip
+def test_brackets_in_a_name_are_text_not_rich_markup(cli, tmp_path, command):
+    # rich read "[/x]" as a closing tag (MarkupError, a traceback) and "[red]" as a colour
+    p = _spec_named(tmp_path, "m[/x][red]")
+    code, out, err = cli(command[0], p, *command[1:])
+    assert code == 0, err
+    assert "m[/x][red]" in out
+
+
+def test_workload_names_with_control_characters_are_refused(cli, tmp_path):
+    p = tmp_path / "w.yaml"
+    p.write_text('name: w\nclasses:\n  - {name: "c\\e[31mred", concurrency: 1, tokens: 4k}\n')
+    code, out, err = cli("fleet", "llama3-8b", "--workload", p, "--gpu", "h100")
+    assert (code, out) == (2, "")
+    assert err == f"kvplan: error: {p}: classes[0].name='c\\x1b[31mred' must be one line of printable text\n"
+    p.write_text('name: "w\\nx"\nclasses:\n  - {name: c, concurrency: 1, tokens: 4k}\n')
+    code, out, err = cli("fleet", "llama3-8b", "--workload", p, "--gpu", "h100")
+    assert (code, err) == (2, f"kvplan: error: {p}: name='w\\nx' must be one line of printable text\n")
+
+
+def test_printable_escapes_what_would_move_the_cursor():
+    from kvplan.units import printable
+
+    assert printable("a\nb\x1b[31m.png") == "a\\nb\\x1b[31m.png"
+    assert printable("plain é ü 模型.png") == "plain é ü 模型.png"

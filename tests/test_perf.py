@@ -417,3 +417,16 @@ def test_plot_throughput(tmp_path):
 
 if __name__ == "__main__":
     print("\n".join(table_rows()))
+
+
+def test_chunked_layers_read_at_most_one_chunk_per_decode_step():
+    # Llama 4 Scout (text_config: 48 layers, every 4th (NoPE) global, the other 36 chunked attention of
+    # attention_chunk_size 8,192; 8 KV heads of 128, bf16). At TP 4 a GPU holds 2 KV heads: 2 × 2 × 128 × 2 B =
+    # 1,024 B per token and layer. One request with 131,072 tokens cached reads
+    #   12 global layers × 131,072 + 36 chunked layers × 8,192 (at most one chunk) = 1,867,776 token-layers
+    #   × 1,024 B = 1,912,602,624 B per GPU (reading every token in every layer would be 6,442,450,944 B)
+    spec, g = load_bundled("llama4-scout"), get_gpu("h200")
+    f = plan_fit(spec, g, FitOptions(tensor_parallel_size=4, max_model_len=131072))
+    r = perf.bound(spec, g, f, 1, 131072)
+    assert r.kv_read_bytes == 1_912_602_624
+    assert perf.bound(spec, g, f, 1, 8192).kv_read_bytes == 48 * 8192 * 1024  # within one chunk: every token

@@ -300,3 +300,11 @@ def test_final_write_does_not_replace_a_file_that_appeared(tmp_path):
     assert out.read_bytes() == b"mine" and sorted(p.name for p in tmp_path.iterdir()) == ["p.png"]
     _write_atomic(fig, out, force=True)
     assert out.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_wrote_line_escapes_control_characters_in_the_path(cli, tmp_path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "a\nb\x1b[31m.svg"  # a newline and an ESC colour code in the file name
+    code, stdout, err = cli("plot", "llama3-8b", "--max-seq", "4k", "--out", out)
+    assert (code, err) == (0, "")
+    assert stdout == f"wrote {tmp_path}/a\\nb\\x1b[31m.svg\n" and out.is_file()  # one line, no colour

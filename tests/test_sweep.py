@@ -442,3 +442,73 @@ def test_fit_and_estimate_never_import_sweep_numpy_or_matplotlib():
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert "HEAVY []" in r.stderr
+
+
+# --- the table printed without rich's per-cell layout (issue 20: 8,000 rows took 8 s) -------------------
+
+
+def _sweep_table_both_ways(specs, seqs, gpus, kvs, tps, engine="vllm", width=None):
+    """(kvplan's simple-head table, rich's Table) printed for one sweep."""
+    import io
+
+    from kvplan import render
+    from kvplan import sweep as sweepmod
+    from kvplan.fit import FitOptions, get_engine
+    from kvplan.gpus import get_gpu
+
+    res = sweepmod.sweep(specs, seqs, [get_gpu(g) for g in gpus], kvs, tps, FitOptions(engine=get_engine(engine)))
+    rows = res.rows(None, sweepmod.TABLE_COLUMNS)
+    outs = []
+    for fast in (True, False):
+        buf = io.StringIO()
+        con = render.console(buf, width=width)
+        real = render.print_simple_head_table
+        if not fast:
+            render.print_simple_head_table = lambda *a: False  # rich's own Table, as before
+        try:
+            render.sweep_table(rows, res.num_rows, res.engine, res.block_size, con, res.columns.get("block_size"))
+        finally:
+            render.print_simple_head_table = real
+        outs.append(buf.getvalue())
+    return outs
+
+
+@pytest.mark.parametrize(
+    "models, seqs, gpus, kvs, tps, engine",
+    [
+        (["llama3-8b", "gemma3-27b"], [1024, 131072], ["h100", "l4"], ["auto"], [1, 2], "vllm"),
+        (["deepseek-v3", "jamba-v0.1", "qwen3-next-80b-a3b"], [4096, 1 << 20], ["h200", "mi300x"], ["auto", "fp8"],
+         [1, 8], "vllm"),
+        (["llama3-8b", "mistral-7b-v0.1"], [4096, 32768], ["h100"], ["auto", "q8_0"], [1], "llamacpp"),
+        (["llama3-8b"], [4096], ["h100", "a10g"], ["auto"], [1, 2], "sglang"),
+    ],
+)  # fmt: skip
+def test_sweep_table_is_the_table_rich_prints(models, seqs, gpus, kvs, tps, engine):
+    from kvplan.loader import load_bundled
+
+    fast, rich_table = _sweep_table_both_ways([load_bundled(m) for m in models], seqs, gpus, kvs, tps, engine)
+    assert fast == rich_table
+
+
+def test_sweep_table_counts_wide_characters_as_rich_does(tmp_path):
+    from kvplan.loader import load_bundled, load_model
+
+    p = tmp_path / "wide.yaml"
+    p.write_text("name: 模型-8b\nsource: test\nnum_layers: 32\nnum_q_heads: 32\nnum_kv_heads: 8\nhead_dim: 128\n"
+                 "dtype: bf16\nmax_model_len: 8192\nparam_count: 8030261248\n", encoding="utf-8")  # fmt: skip
+    fast, rich_table = _sweep_table_both_ways([load_model(str(p)), load_bundled("llama3-8b")], [4096], ["h100"],
+                                              ["auto"], [1])  # fmt: skip
+    assert fast == rich_table and "模型-8b" in fast
+
+
+def test_a_table_wider_than_the_terminal_is_left_to_rich():
+    import io
+
+    from kvplan.render import console, print_simple_head_table
+    from kvplan.loader import load_bundled
+
+    con = console(io.StringIO(), width=20)
+    assert print_simple_head_table(con, "t", [("a", "left"), ("b", "right")], [("x" * 30, "1")]) is False
+    assert con.file.getvalue() == ""  # nothing printed: the caller's rich Table shrinks the columns
+    fast, rich_table = _sweep_table_both_ways([load_bundled("llama3-8b")], [4096], ["h100"], ["auto"], [1], width=60)
+    assert fast == rich_table

@@ -148,6 +148,37 @@ def test_refusal_uses_memavailable_minus_margin(monkeypatch):
         verifymod.verify(spec, 8192, 9, device="cpu")
 
 
+def test_refusal_counts_the_address_space_ulimit_v_leaves(monkeypatch):
+    gib = 1 << 30
+    # MemAvailable 100 GiB (usable 100 − 12.8), but ulimit -v leaves 3 GiB: usable 3 GiB − 512 MiB = 2.5 GiB
+    monkeypatch.setattr(verifymod, "meminfo_bytes", lambda key: {"MemAvailable": 100 * gib, "MemTotal": 128 * gib}[key])
+    monkeypatch.setattr(verifymod, "address_space_left", lambda: (3 * gib, "ulimit -v"))
+    usable = 3 * gib - (512 << 20)
+    with pytest.raises(DoesNotFit, match=r"usable on cpu \(ulimit -v leaves this process 3 GiB of address space "):
+        verifymod._refuse_if_too_big(usable + 1, usable + 1, "cpu", "x")
+    verifymod._refuse_if_too_big(usable, usable, "cpu", "x")  # exactly fits: no error
+
+
+def test_verify_under_ulimit_v_is_refused_not_a_crash():
+    # a real RLIMIT_AS: the process's address space now + 1.5 GiB; the 4 GiB cache used to die in torch's
+    # allocator ("DefaultCPUAllocator: can't allocate memory") with a traceback, whatever MemAvailable said
+    code = (
+        "import resource, sys, torch\n"
+        "from kvplan.verify import status_bytes\n"
+        "limit = status_bytes('VmSize') + (3 << 29)\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))\n"
+        "from kvplan.cli import run\n"
+        "sys.exit(run(['verify', 'llama3-8b', '--seq', '8k', '--batch', '4', '--device', 'cpu']))\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 1, p.stderr
+    assert p.stderr.count("\n") == 1 and "Traceback" not in p.stderr
+    # 131,072 B/token × 8,192 × 4 = 4,294,967,296 B
+    assert p.stderr.startswith("kvplan: error: verify llama3-8b --seq 8192 --batch 4 --kv-dtype bf16: the cache needs "
+                               "4,294,967,296 B (4 GiB)")  # fmt: skip
+    assert "(ulimit -v leaves this process " in p.stderr and "nothing was allocated" in p.stderr
+
+
 def test_mismatch_exits_1(cli, monkeypatch):
     # A resident-set reading one page more than the tolerance allows must fail the verify.
     spec = load_bundled("llama3-8b")

@@ -577,3 +577,15 @@ def test_cudagraph_capture_sizes_follow_max_num_seqs():
     seqs64 = vllm_default("llama3.1-8b", "h200", "max_num_seqs=64")
     assert sizes[seqs64["cudagraph_capture_sizes"]] == [1, 2, 4, *range(8, 129, 8)]
     assert vllm_default("llama3.1-8b", "h200", "enforce-eager")["max_cudagraph_capture_size"] == 0
+@pytest.mark.parametrize("kv_dtype", ["fp8_e5m2", "int8"])
+def test_deepseek_v32_with_a_cache_no_sparse_backend_takes_is_refused(cli, kv_dtype):
+    # vLLM 0.33: the sparse MLA backends' supported_kv_cache_dtypes (FLASHMLA_SPARSE: auto, bfloat16, fp8_ds_mla,
+    # fp8, nvfp4_ds_mla; FLASH_ATTN_MLA_SPARSE and FlashInfer's: auto, float16/bfloat16, fp8, fp8_e4m3) hold no
+    # fp8_e5m2 or int8, so platforms/cuda.py get_attn_backend_cls raises "No valid attention backend found ...
+    # kv_cache_dtype not supported" (v1/attention/backend.py validate_configuration): no plan, exit 2
+    code, out, err = cli("fit", "deepseek-v3.2", "--gpu", "h200", "--tp", "8", "--kv-dtype", kv_dtype)
+    assert (code, out) == (2, "")
+    assert err == (
+        f"kvplan: error: --kv-dtype: {kv_dtype} is not a cache vLLM 0.33's sparse MLA backends take (FLASHMLA_SPARSE, "
+        "FLASH_ATTN_MLA_SPARSE); allowed: bf16, fp8 (stored as fp8_ds_mla, 656 B per token)\n"
+    )

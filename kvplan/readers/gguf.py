@@ -193,15 +193,42 @@ class TensorInfo:
 
 _READER_CLASS = None
 
+# llama.cpp's limits on tensor infos (ggml/src/gguf.cpp gguf_init_from_file_impl, ggml.h): a name shorter than
+# GGML_MAX_NAME bytes, at most GGML_MAX_DIMS dimensions.
+GGML_MAX_NAME = 64
+GGML_MAX_DIMS = 4
+_MIN_TENSOR_INFO = 8 + 4 + 4 + 8  # name length, n_dims, type, offset: the smallest tensor info (bytes)
+_MIN_KV = 8 + 4 + 1  # key length, value type, a 1-byte value: the smallest metadata entry (bytes)
+
+
+class GGUFTensor:
+    """One tensor info as :class:`_HeaderReader` reads it (the fields kvplan uses; no data view)."""
+
+    __slots__ = ("name", "tensor_type", "n_elements", "n_bytes")
+
+    def __init__(self, name: str, tensor_type, n_elements: int, n_bytes: int):
+        self.name, self.tensor_type, self.n_elements, self.n_bytes = name, tensor_type, n_elements, n_bytes
+
 
 def _reader_class(gguf):
-    """``gguf.GGUFReader`` with a fast path for metadata arrays.
+    """``gguf.GGUFReader`` with llama.cpp's own checks and a cost bounded by the file's size.
 
-    The stock reader builds one numpy view per array element: a Llama-3 GGUF's 128,256 tokens and 280,147
-    merges take ~25 s. This subclass keeps a numeric array as one view (``ReaderField.contents()`` returns
-    the same list) and walks a string array's lengths without building its items (``contents()`` of such
-    a field is then ``[]``; kvplan reads none: they are the tokenizer's). Should a gguf release rename the
-    method it overrides, the stock reader is used as it is.
+    The stock reader builds one numpy view per array element (a Llama-3 GGUF's 128,256 tokens and 280,147
+    merges take ~25 s), recurses into nested arrays, reads strings and counts past the end of the file
+    without a word, and builds several numpy views per tensor info whatever ``tensor_count`` claims. This
+    subclass:
+
+    - keeps a numeric array as one view (``ReaderField.contents()`` returns the same list) and walks a
+      string array's lengths without building its items (``contents()`` of such a field is then ``[]``;
+      kvplan reads none: they are the tokenizer's);
+    - refuses an array of arrays, as llama.cpp does (``gguf.cpp``: "has invalid GGUF type");
+    - refuses a string, value, array, key count or tensor count that runs past the end of the file;
+    - reads the tensor infos with ``struct`` (no data views) and checks them as llama.cpp's
+      ``gguf_init_from_file_impl`` does: names shorter than 64 bytes and unique, at most 4 dimensions, a
+      known ggml type, rows a whole number of blocks, each tensor's offset the padded end of the one
+      before (``has offset X, expected Y``), and (as ``llama_model_loader``) the data within the file.
+
+    Should a gguf release rename the methods it overrides, the stock reader is used as it is.
     """
     global _READER_CLASS
     if _READER_CLASS is not None:
@@ -212,14 +239,44 @@ def _reader_class(gguf):
     import numpy as np
 
     base = gguf.GGUFReader
-    if not hasattr(base, "_get_field_parts") or not hasattr(base, "gguf_scalar_to_np"):
+    needed = ("_get_field_parts", "gguf_scalar_to_np", "_get_str", "_build_fields", "_build_tensor_info",
+              "_build_tensors")  # fmt: skip
+    if not all(hasattr(base, name) for name in needed):
         _READER_CLASS = base
         return base
     array, string = gguf.GGUFValueType.ARRAY, gguf.GGUFValueType.STRING
+    quant_sizes, quant_type = gguf.GGML_QUANT_SIZES, gguf.GGMLQuantizationType
 
     class _HeaderReader(base):
+        def _order(self) -> str:
+            file_little = (sys.byteorder == "little") != (self.byte_order == "S")  # "S": swapped vs the host
+            return "<" if file_little else ">"
+
+        def _get_str(self, offset):
+            size = len(self.data)
+            if offset + 8 > size:
+                raise ValueError(f"a string length at byte {offset:,} runs past the end of the file ({size:,} B)")
+            (length,) = struct.unpack_from(self._order() + "Q", self.data, offset)
+            if length > size - offset - 8:
+                raise ValueError(
+                    f"a string at byte {offset:,} claims {length:,} B, past the end of the file ({size:,} B)"
+                )
+            return super()._get_str(offset)
+
+        def _build_fields(self, offs, count):
+            count = int(count)
+            if count > (len(self.data) - offs) // _MIN_KV:
+                raise ValueError(f"kv_count {count:,} cannot fit in the file's {len(self.data):,} B")
+            return super()._build_fields(offs, count)
+
         def _get_field_parts(self, orig_offs, raw_type):
-            if gguf.GGUFValueType(raw_type) != array:
+            gtype = gguf.GGUFValueType(raw_type)
+            nptype = self.gguf_scalar_to_np.get(gtype)
+            if nptype is not None:
+                if orig_offs + np.dtype(nptype).itemsize > len(self.data):
+                    raise ValueError(f"a metadata value at byte {orig_offs:,} runs past the end of the file")
+                return super()._get_field_parts(orig_offs, raw_type)
+            if gtype != array:
                 return super()._get_field_parts(orig_offs, raw_type)
             offs = orig_offs
             raw_itype = self._get(offs, np.uint32)
@@ -228,18 +285,21 @@ def _reader_class(gguf):
                 raise ValueError("metadata array runs past the end of the file")
             offs += 12
             itype = gguf.GGUFValueType(raw_itype[0])
+            if itype == array:
+                raise ValueError("a metadata array of arrays (llama.cpp refuses nested arrays)")
             n = int(alen[0])
             nptype = self.gguf_scalar_to_np.get(itype)
             types = [array, itype] if n else [array]
             if nptype is not None:
-                values = self._get(offs, nptype, n)
-                if len(values) != n:
+                if n > (len(self.data) - offs) // np.dtype(nptype).itemsize:
                     raise ValueError("metadata array runs past the end of the file")
+                values = self._get(offs, nptype, n)
                 return offs + int(values.nbytes) - orig_offs, [raw_itype, alen, values], [2] if n else [], types
             if itype == string:
-                file_little = (sys.byteorder == "little") != (self.byte_order == "S")  # "S": swapped vs the host
-                fmt = "<Q" if file_little else ">Q"
+                fmt = self._order() + "Q"
                 size = len(self.data)
+                if n > (size - offs) // 8:
+                    raise ValueError("metadata string array runs past the end of the file")
                 buf = memoryview(self.data)
                 for _ in range(n):
                     if offs + 8 > size:
@@ -249,7 +309,74 @@ def _reader_class(gguf):
                 if offs > size:
                     raise ValueError("metadata string array runs past the end of the file")
                 return offs - orig_offs, [raw_itype, alen], [], types
-            return super()._get_field_parts(orig_offs, raw_type)
+            raise ValueError(f"a metadata array of unknown type {int(raw_itype[0])}")
+
+        def _build_tensor_info(self, offs, count):
+            count = int(count)
+            size = len(self.data)
+            if count > (size - offs) // _MIN_TENSOR_INFO:
+                raise ValueError(f"tensor_count {count:,} cannot fit in the file's {size:,} B")
+            order = self._order()
+            u32, u64 = struct.Struct(order + "I"), struct.Struct(order + "Q")
+            buf = memoryview(self.data)
+            infos = []
+            for i in range(count):
+                if offs + 8 > size:
+                    raise ValueError(f"tensor info {i} runs past the end of the file")
+                (n,) = u64.unpack_from(buf, offs)
+                if n >= GGML_MAX_NAME:
+                    raise ValueError(f"tensor name {i} is {n:,} B long; llama.cpp allows at most {GGML_MAX_NAME - 1}")
+                if offs + 8 + n + 4 > size:
+                    raise ValueError(f"tensor info {i} runs past the end of the file")
+                name = bytes(buf[offs + 8 : offs + 8 + n]).decode("utf-8")
+                offs += 8 + n
+                (n_dims,) = u32.unpack_from(buf, offs)
+                if n_dims > GGML_MAX_DIMS:
+                    raise ValueError(f"tensor {name!r} has {n_dims:,} dimensions; llama.cpp allows {GGML_MAX_DIMS}")
+                offs += 4
+                if offs + 8 * n_dims + 12 > size:
+                    raise ValueError(f"tensor info {name!r} runs past the end of the file")
+                dims = struct.unpack_from(f"{order}{n_dims}Q", buf, offs)
+                offs += 8 * n_dims
+                (raw_type,) = u32.unpack_from(buf, offs)
+                (data_offset,) = u64.unpack_from(buf, offs + 4)
+                offs += 12
+                infos.append((name, dims, raw_type, data_offset))
+            return offs, infos
+
+        def _build_tensors(self, start_offs, fields):
+            tensors = []
+            seen = set()
+            expected = 0  # llama.cpp: each tensor starts at the padded end of the one before
+            align = int(self.alignment)
+            for name, dims, raw_type, data_offset in fields:
+                if name in seen:
+                    raise ValueError(f"duplicate tensor name {name!r}")
+                seen.add(name)
+                try:
+                    qtype = quant_type(raw_type)
+                    block, type_size = quant_sizes[qtype]
+                except (ValueError, KeyError):
+                    raise ValueError(f"tensor {name!r} has an unknown ggml type {raw_type}") from None
+                n_elements = 1
+                for d in dims:
+                    n_elements *= d
+                if n_elements >= 1 << 63:
+                    raise ValueError(f"tensor {name!r} has {n_elements:,} elements; llama.cpp allows < 2^63")
+                if dims and dims[0] % block:
+                    raise ValueError(f"tensor {name!r} ({qtype.name}) has rows of {dims[0]:,} elements, "
+                                     f"not whole blocks of {block}")  # fmt: skip
+                n_bytes = n_elements * type_size // block
+                if data_offset != expected:
+                    raise ValueError(f"tensor {name!r} has offset {data_offset:,}, expected {expected:,}")
+                expected += -(-n_bytes // align) * align
+                if start_offs + data_offset + n_bytes > len(self.data):
+                    raise ValueError(
+                        f"tensor {name!r} data ({n_bytes:,} B at {start_offs + data_offset:,}) is not within the "
+                        f"file ({len(self.data):,} B)"
+                    )
+                tensors.append(GGUFTensor(name, qtype, n_elements, n_bytes))
+            self.tensors = tensors
 
     _READER_CLASS = _HeaderReader
     return _READER_CLASS
@@ -271,8 +398,17 @@ def _open_reader(path: Path):
         raise SpecError(f"{path}: no such file" if not path.exists() else f"{path}: not a regular file")
     try:
         return _reader_class(gguf)(str(path), "r")
-    except (ValueError, KeyError, IndexError, TypeError, OSError, UnicodeDecodeError, OverflowError) as e:
-        raise SpecError(f"{path}: not a readable GGUF file ({type(e).__name__}: {str(e)[:120]})") from None
+    except (
+        ValueError,
+        KeyError,
+        IndexError,
+        TypeError,
+        OSError,
+        UnicodeDecodeError,
+        OverflowError,
+        RecursionError,
+    ) as e:  # noqa: E501
+        raise SpecError(f"{path}: not a readable GGUF file ({type(e).__name__}: {str(e)[:160]})") from None
 
 
 def _metadata(reader, where: Path) -> dict[str, Any]:
@@ -312,12 +448,14 @@ def read_gguf(path: str | os.PathLike) -> tuple[dict[str, Any], list[TensorInfo]
     are left out of the metadata.
 
     Raises:
-        SpecError: gguf missing, an unreadable file, or a split GGUF whose other shards are missing.
+        SpecError: gguf missing, an unreadable file, a split GGUF whose other shards are missing, or a tensor
+            in two shards (llama.cpp's ``llama_model_loader``: "tensor '...' is duplicated").
     """
     p = Path(path)
     reader = _open_reader(p)
     meta = _metadata(reader, p)
     tensors = _tensors(reader)
+    where = dict.fromkeys((t.name for t in tensors), p.name)
     count = meta.get("split.count")
     if isinstance(count, int) and count > 1:
         m = _SPLIT_RE.match(p.name)
@@ -329,7 +467,14 @@ def read_gguf(path: str | os.PathLike) -> tuple[dict[str, Any], list[TensorInfo]
                 continue
             if not shard.is_file():
                 raise SpecError(f"{p}: split GGUF of {count} files but {shard.name} is missing beside it")
-            tensors.extend(_tensors(_open_reader(shard)))
+            for t in _tensors(_open_reader(shard)):
+                if t.name in where:
+                    raise SpecError(
+                        f"{shard}: tensor {t.name!r} is in {where[t.name]} too; each tensor of a split GGUF is in "
+                        'one shard (llama.cpp: "tensor is duplicated"): is a shard a copy of another?'
+                    )
+                where[t.name] = shard.name
+                tensors.append(t)
     return meta, tensors
 
 

@@ -267,17 +267,6 @@ def _download(repo: str, filename: str, revision: str | None) -> Path:
         raise SpecError(msg) from None
 
 
-def _read_json(path: Path, where: str) -> Any:
-    from kvplan.textio import read_text
-
-    try:
-        return json.loads(read_text(path))
-    except json.JSONDecodeError as e:
-        raise SpecError(f"{where}: malformed JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
-    except (ValueError, RecursionError) as e:
-        raise SpecError(f"{where}: JSON kvplan cannot read ({type(e).__name__}: {str(e)[:80]})") from None
-
-
 def load_repo(ref: str):
     """Resolve a repo id ``org/name[@revision]`` to a :class:`~kvplan.specs.ModelSpec` (see the module docstring).
 
@@ -300,7 +289,7 @@ def load_repo(ref: str):
 
     where = f"{_HF_URL}/{repo}/blob/{revision or 'main'}/config.json"
     name = f"{repo}@{revision}" if revision else repo
-    config = _read_json(path, where)
+    config = _read_json(path, where, constants=True)  # as a local config.json (kvplan.specs.load_hf_config)
     spec = spec_from_hf_config(config, where, name=name)
     spec = replace(spec, hf_repo=repo)
     return with_weights(spec, repo_weight_bytes(repo, revision), config)
@@ -342,8 +331,9 @@ class CheckpointWeights(NamedTuple):
     from_headers: bool = True
 
 
-def with_weights(spec, weights: CheckpointWeights | None, config: Any):
-    """``spec`` with the checkpoint's weight bytes and, where they tell it, its parameter count.
+def with_weights(spec, weights: CheckpointWeights | str | None, config: Any):
+    """``spec`` with the checkpoint's weight bytes and, where they tell it, its parameter count; with a
+    string (why the checkpoint found does not tell them), the spec's ``weights_note``.
 
     Parameters come from the headers' float tensors; with only the index read, for a config without
     ``quantization_config``, from the index's ``total_parameters``, else from ``total_size`` / the config
@@ -352,6 +342,8 @@ def with_weights(spec, weights: CheckpointWeights | None, config: Any):
     """
     if weights is None:
         return spec
+    if isinstance(weights, str):  # a checkpoint was found but does not tell its weights: fit says why
+        return replace(spec, weights_note=weights)
     total, params, index_params, from_headers = weights
     note = ""
     unquantized = _unquantized_dtype_bytes(config)
@@ -373,14 +365,49 @@ def with_weights(spec, weights: CheckpointWeights | None, config: Any):
 
 # --- weights --------------------------------------------------------------------------------------
 
+# Bits per element of each safetensors dtype (safetensors' Dtype, safetensors/src/tensor.rs ``bitsize``).
+SAFETENSORS_DTYPE_BITS = {
+    "BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8, "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6,
+    "I16": 16, "U16": 16, "F16": 16, "BF16": 16, "I32": 32, "U32": 32, "F32": 32, "C64": 64, "I64": 64, "U64": 64,
+    "F64": 64,
+}  # fmt: skip
+MAX_ELEMENTS = 1 << 64  # safetensors counts elements in a usize: more is its ValidationOverflow
+MAX_PARAMS = 1 << 50  # as a spec's param_count (kvplan.specs.build_spec)
+MAX_CHECKPOINT_BYTES = 1 << 53  # 8 PiB: 2^50 parameters of 8 bytes
 
-def safetensors_header(path: Path) -> dict[str, Any]:
-    """The JSON header of a safetensors file (its first 8 + N bytes; tensor data is not read).
+
+def _json_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _load_json(text: str | bytes, where: str, constants: bool = False) -> Any:
+    """JSON with NaN and Infinity refused (``parse_constant``; with ``constants``, accepted as Python's json
+    accepts them, as for a config.json read from a local path), nesting and digits bounded by Python's
+    parser (a RecursionError, a 4,300-digit int), each a one-line :class:`SpecError` naming ``where``."""
+    try:
+        return json.loads(text) if constants else json.loads(text, parse_constant=_json_constant)
+    except json.JSONDecodeError as e:
+        raise SpecError(f"{where}: malformed JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
+    except (ValueError, RecursionError) as e:  # 5,000-digit numbers, NaN, objects nested 100,000 deep
+        raise SpecError(f"{where}: JSON kvplan cannot read ({type(e).__name__}: {str(e)[:80]})") from None
+
+
+def _read_json(path: Path, where: str, constants: bool = False) -> Any:
+    from kvplan.textio import read_text as _read_text
+
+    return _load_json(_read_text(path), where, constants)
+
+
+def read_safetensors(path: Path) -> tuple[dict[str, Any], int]:
+    """(the JSON header, bytes of tensor data after it) of a safetensors file: its first 8 + N bytes are read,
+    the data is not.
 
     Raises:
-        SpecError: not a safetensors file, or a header over 100 MiB.
+        SpecError: not a safetensors file (shorter than 8 bytes, a header longer than the file or over 100 MiB,
+            not a JSON object).
     """
     try:
+        size = path.stat().st_size
         with path.open("rb") as f:
             head = f.read(8)
             if len(head) != 8:
@@ -388,87 +415,212 @@ def safetensors_header(path: Path) -> dict[str, Any]:
             n = int.from_bytes(head, "little")
             if n > MAX_HEADER_BYTES:
                 raise SpecError(f"{path}: safetensors header of {n:,} B is larger than {MAX_HEADER_BYTES >> 20} MiB")
-            header = json.loads(f.read(n))
-    except (OSError, ValueError) as e:
+            if n > size - 8:
+                raise SpecError(f"{path}: safetensors header of {n:,} B is longer than the file ({size:,} B)")
+            raw = f.read(n)
+    except OSError as e:
         raise SpecError(f"{path}: cannot read its safetensors header ({type(e).__name__})") from None
+    header = _load_json(raw, f"{path}: safetensors header")
     if not isinstance(header, dict):
         raise SpecError(f"{path}: the safetensors header is not a JSON object")
-    return header
+    return header, size - 8 - n
 
 
-def header_sizes(header: dict[str, Any], where: str) -> tuple[dict[str, int], dict[str, int]]:
-    """(bytes per dtype, elements per dtype) of one safetensors header.
+def safetensors_header(path: Path) -> dict[str, Any]:
+    """The JSON header of a safetensors file (:func:`read_safetensors` without the data size)."""
+    return read_safetensors(path)[0]
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def tensor_size(name: str, t: Any, where: str) -> tuple[str, int, int, int]:
+    """(dtype, elements, begin, end) of one safetensors tensor entry, checked as safetensors checks it.
 
     Raises:
-        SpecError: a tensor entry without dtype, shape or data_offsets, with data_offsets that end before
-            they begin (negative bytes) or begin below 0, or with a negative dimension.
+        SpecError: no dtype, shape or data_offsets; not integers; a dtype safetensors does not know; a negative
+            dimension or offset; more than 2^64 elements; data_offsets whose span is not the shape's bytes
+            (safetensors' TensorInvalidInfo).
+    """
+    if not isinstance(t, dict) or not all(k in t for k in ("dtype", "shape", "data_offsets")):
+        raise SpecError(f"{where}: tensor {name!r} lacks dtype, shape or data_offsets")
+    dtype, shape, offsets = t["dtype"], t["shape"], t["data_offsets"]
+    if not isinstance(shape, list) or not isinstance(offsets, list) or len(offsets) != 2:
+        raise SpecError(f"{where}: tensor {name!r} lacks dtype, shape or data_offsets")
+    if not all(_is_int(x) for x in (*shape, *offsets)):
+        raise SpecError(f"{where}: tensor {name!r}: shape and data_offsets must be integers")
+    bits = SAFETENSORS_DTYPE_BITS.get(dtype) if isinstance(dtype, str) else None
+    if bits is None:
+        raise SpecError(
+            f"{where}: tensor {name!r} has dtype {str(dtype)[:40]!r}; safetensors dtypes: "
+            f"{', '.join(SAFETENSORS_DTYPE_BITS)}"
+        )
+    begin, end = offsets
+    if not 0 <= begin <= end or any(d < 0 for d in shape):
+        raise SpecError(
+            f"{where}: tensor {name!r} has data_offsets {[begin, end]} and shape {shape[:8]}; "
+            "allowed: 0 <= begin <= end and no negative dimension"
+        )
+    count = 1
+    for d in shape:
+        count *= d
+        if count >= MAX_ELEMENTS:
+            raise SpecError(f"{where}: tensor {name!r} has 2^64 elements or more (shape of {len(shape)} dimensions)")
+    nbytes, rest = divmod(count * bits, 8)
+    if rest:
+        raise SpecError(f"{where}: tensor {name!r} is {dtype} of shape {shape[:8]}: {count * bits:,} bits, not bytes")
+    if end - begin != nbytes:
+        raise SpecError(
+            f"{where}: tensor {name!r} is {dtype} of shape {shape[:8]}: {nbytes:,} B, but its data_offsets "
+            f"{[begin, end]} span {end - begin:,} B (safetensors: TensorInvalidInfo)"
+        )
+    return dtype, count, begin, end
+
+
+def header_sizes(
+    header: dict[str, Any], where: str, data_bytes: int | None = None
+) -> tuple[dict[str, int], dict[str, int]]:
+    """(bytes per dtype, elements per dtype) of one safetensors header, checked as the safetensors library
+    checks a file before it loads one (``Metadata::validate``, ``SafeTensors::deserialize``): each tensor as
+    :func:`tensor_size`; sorted by offset, the tensors tile the data from byte 0 with no gap and no overlap
+    (``InvalidOffset``); with ``data_bytes`` (the file's bytes after the header), they end exactly there
+    (``MetadataIncompleteBuffer``). So every byte of data is counted once.
+
+    Raises:
+        SpecError: as :func:`tensor_size`; tensors that overlap, leave a gap, or do not cover the data.
     """
     nbytes: dict[str, int] = {}
     elems: dict[str, int] = {}
+    spans = []
     for name, t in header.items():
         if name == "__metadata__":
             continue
-        try:
-            dtype = str(t["dtype"])
-            begin, end = (int(x) for x in t["data_offsets"])
-            count = 1
-            for d in t["shape"]:
-                count *= int(d)
-        except (KeyError, TypeError, ValueError):
-            raise SpecError(f"{where}: tensor {name!r} lacks dtype, shape or data_offsets") from None
-        if not 0 <= begin <= end or any(int(d) < 0 for d in t["shape"]):
-            raise SpecError(
-                f"{where}: tensor {name!r} has data_offsets {[begin, end]} and shape {list(t['shape'])}; "
-                "allowed: 0 <= begin <= end and no negative dimension"
-            )
+        dtype, count, begin, end = tensor_size(name, t, where)
+        spans.append((begin, end, name))
         nbytes[dtype] = nbytes.get(dtype, 0) + (end - begin)
         elems[dtype] = elems.get(dtype, 0) + count
+    spans.sort()
+    at = 0
+    for begin, end, name in spans:
+        if begin != at:
+            what = "overlaps the tensor before it" if begin < at else "leaves a gap after the tensor before it"
+            raise SpecError(
+                f"{where}: tensor {name!r} starts at data byte {begin:,}, expected {at:,}: it {what} "
+                "(safetensors: InvalidOffset)"
+            )
+        at = end
+    if data_bytes is not None and at != data_bytes:
+        raise SpecError(
+            f"{where}: the tensors cover {at:,} B of data but the file holds {data_bytes:,} B after its header "
+            "(safetensors: MetadataIncompleteBuffer; a truncated or padded file?)"
+        )
     return nbytes, elems
 
 
-def _total(by_dtype: tuple[dict[str, int], dict[str, int]]) -> tuple[int, int | None]:
-    """(bytes, parameters or None when integer-packed tensors make element counts not parameters)."""
+def _file_sizes(path: Path) -> tuple[dict[str, int], dict[str, int]]:
+    header, data_bytes = read_safetensors(path)
+    return header_sizes(header, str(path), data_bytes)
+
+
+def _total(by_dtype: tuple[dict[str, int], dict[str, int]], where: str) -> tuple[int, int | None]:
+    """(bytes, parameters or None when integer-packed tensors make element counts not parameters).
+
+    Raises:
+        SpecError: more than :data:`MAX_CHECKPOINT_BYTES` or :data:`MAX_PARAMS`.
+    """
     nbytes, elems = by_dtype
+    total = sum(nbytes.values())
     params = sum(elems.values()) if set(elems) <= _FLOAT_DTYPES else None
-    return sum(nbytes.values()), params
+    _check_total(where, "the tensors' bytes", total, MAX_CHECKPOINT_BYTES)
+    if params is not None:
+        _check_total(where, "the tensors' elements (parameters)", params, MAX_PARAMS)
+    return total, params
 
 
-def _count(value: Any) -> int | None:
-    """A positive int from JSON (not a bool), else None."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+def _check_total(where: str, what: str, n: int, bound: int) -> int:
+    """``n``, or a SpecError naming ``where`` and ``what`` when it is above ``bound``."""
+    if n > bound:
+        digits = len(str(n))
+        shown = f"{n:,}" if digits <= 24 else f"a {digits:,}-digit number"
+        raise SpecError(f"{where}: {what} is {shown}, beyond kvplan's bound of {bound:,}")
+    return n
 
 
-def _index_weights(index_path: Path, shard_path) -> CheckpointWeights | None:
+def _count(value: Any, where: str, key: str, bound: int) -> int | None:
+    """A positive int from JSON (not a bool) within ``bound``, else None (absent or not a count).
+
+    Raises:
+        SpecError: an int above ``bound``.
+    """
+    if not _is_int(value) or value <= 0:
+        return None
+    return _check_total(where, f"metadata.{key}", value, bound)
+
+
+def _shard_name(name: Any, index_path: Path) -> str:
+    """A weight_map shard name that stays inside the checkpoint (no absolute path, no ``..``).
+
+    Raises:
+        SpecError: an empty, absolute or escaping name.
+    """
+    from pathlib import PurePosixPath, PureWindowsPath
+
+    text = str(name)
+    parts = PurePosixPath(text.replace("\\", "/")).parts
+    if not text or PurePosixPath(text).is_absolute() or PureWindowsPath(text).is_absolute() or ".." in parts:
+        raise SpecError(
+            f"{index_path}: weight_map names the shard {text[:120]!r}, which is not a file inside the checkpoint; "
+            "shard names are file names beside the index"
+        )
+    return text
+
+
+def _index_weights(index_path: Path, shard_path) -> CheckpointWeights | str:
     """The weights of a sharded checkpoint: from every shard's header when ``shard_path(name)`` finds them
-    all, else from the index's metadata (None without a total_size)."""
+    all, else from the index's metadata; when neither tells, the reason (a string).
+
+    Raises:
+        SpecError: an unreadable index, a shard name outside the checkpoint, a bad shard header, a tensor in
+            two shards, or counts beyond kvplan's bounds.
+    """
     index = _read_json(index_path, str(index_path))
     if not isinstance(index, dict):
-        return None
+        return f"{index_path} is not a JSON object (weight_map and metadata)"
     meta = index.get("metadata") if isinstance(index.get("metadata"), dict) else {}
     weight_map = index.get("weight_map") if isinstance(index.get("weight_map"), dict) else {}
-    shards = sorted({str(s) for s in weight_map.values()})
+    shards = sorted({_shard_name(s, index_path) for s in weight_map.values()})
     paths = [shard_path(s) for s in shards]
     if shards and all(p is not None for p in paths):
         nbytes: dict[str, int] = {}
         elems: dict[str, int] = {}
-        for p in paths:
-            b, e = header_sizes(safetensors_header(p), str(p))
+        seen: dict[str, str] = {}
+        for s, p in zip(shards, paths, strict=True):
+            header, data_bytes = read_safetensors(p)
+            for name in header:
+                if name != "__metadata__" and seen.setdefault(name, s) != s:
+                    raise SpecError(f"{p}: tensor {name!r} is in {seen[name]} too; each tensor is in one shard")
+            b, e = header_sizes(header, str(p), data_bytes)
             for k, v in b.items():
                 nbytes[k] = nbytes.get(k, 0) + v
             for k, v in e.items():
                 elems[k] = elems.get(k, 0) + v
-        return CheckpointWeights(*_total((nbytes, elems)))
-    total = _count(meta.get("total_size"))
-    return None if total is None else CheckpointWeights(total, None, _count(meta.get("total_parameters")), False)
+        return CheckpointWeights(*_total((nbytes, elems), str(index_path)))
+    total = _count(meta.get("total_size"), str(index_path), "total_size", MAX_CHECKPOINT_BYTES)
+    params = _count(meta.get("total_parameters"), str(index_path), "total_parameters", MAX_PARAMS)
+    if total is None:
+        missing = "it names no shard" if not shards else "its shards are not all beside it"
+        return f"{index_path} has no metadata.total_size and {missing}"
+    return CheckpointWeights(total, None, params, False)
 
 
-def folder_weight_bytes(folder: Path) -> CheckpointWeights | None:
+def folder_weight_bytes(folder: Path) -> CheckpointWeights | str | None:
     """As :func:`repo_weight_bytes` for a local checkpoint folder: ``model.safetensors``'s header, else
     ``model.safetensors.index.json`` with the shards' headers beside it, else the index's metadata; None
-    when the folder has neither file."""
+    when the folder has neither file, the reason (a string) when the index does not tell the weights."""
     single = folder / "model.safetensors"
     if single.is_file():
-        return CheckpointWeights(*_total(header_sizes(safetensors_header(single), str(single))))
+        return CheckpointWeights(*_total(_file_sizes(single), str(single)))
     index_path = folder / "model.safetensors.index.json"
     if not index_path.is_file():
         return None
@@ -480,15 +632,19 @@ def folder_weight_bytes(folder: Path) -> CheckpointWeights | None:
     return _index_weights(index_path, shard)
 
 
-def repo_weight_bytes(repo: str, revision: str | None) -> CheckpointWeights | None:
-    """The weights of a Hub repo's safetensors (:class:`CheckpointWeights`), or None when unknown.
+def repo_weight_bytes(repo: str, revision: str | None) -> CheckpointWeights | str | None:
+    """The weights of a Hub repo's safetensors (:class:`CheckpointWeights`), None when unknown, or the reason
+    (a string) when a cached or downloaded index does not tell them.
 
     Never raises for a missing file or no network: the weights are then unknown.
+
+    Raises:
+        SpecError: a cached file that is not what it claims (see :func:`header_sizes`, :func:`_index_weights`).
     """
     index_path = _cached(repo, "model.safetensors.index.json", revision)
     single = _cached(repo, "model.safetensors", revision)
     if single is not None:
-        return CheckpointWeights(*_total(header_sizes(safetensors_header(single), str(single))))
+        return CheckpointWeights(*_total(_file_sizes(single), str(single)))
     if index_path is None and not hub_offline():
         try:
             index_path = _download(repo, "model.safetensors.index.json", revision)
@@ -503,13 +659,17 @@ def repo_weight_bytes(repo: str, revision: str | None) -> CheckpointWeights | No
             meta = _hub().get_safetensors_metadata(repo, revision=revision, token=os.environ.get("HF_TOKEN") or None)
     except Exception:  # no safetensors (a .bin repo), no network: weights unknown
         return None
-    nbytes = {}
-    elems = {}
+    nbytes: dict[str, int] = {}
+    elems: dict[str, int] = {}
+    where = f"{_HF_URL}/{repo} (safetensors header)"
     for fmeta in meta.files_metadata.values():
-        for t in fmeta.tensors.values():
-            nbytes[t.dtype] = nbytes.get(t.dtype, 0) + (t.data_offsets[1] - t.data_offsets[0])
-            count = 1
-            for d in t.shape:
-                count *= d
-            elems[t.dtype] = elems.get(t.dtype, 0) + count
-    return CheckpointWeights(*_total((nbytes, elems))) if nbytes else None
+        header = {
+            name: {"dtype": t.dtype, "shape": list(t.shape), "data_offsets": list(t.data_offsets)}
+            for name, t in fmeta.tensors.items()
+        }
+        b, e = header_sizes(header, where)  # the data's size is not known here: offsets are checked, not the end
+        for k, v in b.items():
+            nbytes[k] = nbytes.get(k, 0) + v
+        for k, v in e.items():
+            elems[k] = elems.get(k, 0) + v
+    return CheckpointWeights(*_total((nbytes, elems), where)) if nbytes else None
