@@ -145,6 +145,7 @@ def estimate_json(est) -> dict[str, Any]:
                 "tokens_cached": g.tokens_cached,
                 "bytes_per_token": g.bytes_per_token,
                 "state_bytes": g.state_bytes,
+                "compressed_bytes": g.compressed_bytes,
                 "bytes": g.bytes,
             }
             for g in est.groups
@@ -153,7 +154,10 @@ def estimate_json(est) -> dict[str, Any]:
 
 
 def _per_token_cell(g) -> str:
-    """Bytes per token; ``+ state`` when the layers also keep a fixed state (Falcon-H1's parallel Mamba-2)."""
+    """Bytes per token; ``+ state`` when the layers also keep a fixed state (Falcon-H1's parallel Mamba-2),
+    ``+ compressed`` when they also keep entries per m tokens (DeepSeek-V4)."""
+    if g.compressed_bytes:
+        return f"{g.bytes_per_token:,} + compressed" + (" + state" if g.state_bytes else "")
     if g.bytes_per_token and g.state_bytes:
         return f"{g.bytes_per_token:,} + state"
     return f"{g.bytes_per_token:,}" if g.bytes_per_token else ("state" if g.state_bytes else "0")
