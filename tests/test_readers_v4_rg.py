@@ -163,3 +163,73 @@ def test_verify_refuses_compressed_layers():
 
     with pytest.raises(UsageError, match="compressed layers .* does not allocate"):
         verify(_load("deepseek-v4-flash.json"), 64, device="cpu")
+
+
+# --- the transformers fallback: types it now reads, and the reasons of those it refuses -----------------
+
+
+def test_encoder_types_match_transformers_mappings():
+    pytest.importorskip("transformers")
+    from transformers import AutoConfig
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+    )
+
+    from kvplan.readers.base import ENCODER_TYPES
+
+    # a causal-LM type whose config defaults to an encoder (not an encoder-decoder: BART's decoder is one) and
+    # which transformers maps to a masked-LM class; Reformer is left out: its published causal checkpoints
+    # (google/reformer-crime-and-punishment) set is_decoder true, which its class default lacks
+    def encoder(t):
+        c = AutoConfig.for_model(t)
+        return getattr(c, "is_decoder", None) is False and not getattr(c, "is_encoder_decoder", False)
+
+    bert_family = {
+        t for t in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES if t in MODEL_FOR_MASKED_LM_MAPPING_NAMES and encoder(t)
+    } - {"reformer"}
+    assert bert_family <= set(ENCODER_TYPES), sorted(bert_family - set(ENCODER_TYPES))
+    assert {"big_bird", "roformer", "xmod"} <= bert_family
+
+
+@pytest.fixture
+def layout_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+
+
+def test_fallback_reads_zamba_hybrid_layers_with_their_mamba_state(layout_cache):
+    pytest.importorskip("transformers")
+    spec = spec_from_hf_config({"model_type": "zamba"}, "zamba.json")
+    # ZambaConfig defaults: 76 layers, the shared attention block at 13 of them, Mamba-1 mixers everywhere
+    # (d_inner = mamba_expand 2 x hidden 3712 = 7424, mamba_d_state 16, mamba_d_conv 4); attention 16 heads of
+    # attention_hidden_size 7424 / 16 = 464
+    assert spec.kind_counts() == {"full": 13, "mamba": 63}
+    full = [x for x in spec.layers if x.kind == "full"]
+    assert {(x.num_kv_heads, x.head_dim) for x in full} == {(16, 464)}
+    assert {(x.state.kind, x.state.d_inner, x.state.d_state, x.state.d_conv) for x in full} == {("mamba", 7424, 16, 4)}
+
+
+def test_fallback_reads_kda_as_gdn_with_an_fp32_state(layout_cache):
+    pytest.importorskip("transformers")
+    spec = spec_from_hf_config({"model_type": "bailing_hybrid"}, "ling3.json")
+    # BailingHybridConfig defaults: every 6th layer MLA (kv_lora_rank 512, rope 64), the rest KDA with 32 heads of
+    # 128; vLLM kda_state_shape: conv 3 x 32 x 128 channels, recurrent (32, 128, 128) in float32 (kda_state_dtype)
+    assert spec.kind_counts() == {"mla": 7, "gdn": 35}
+    g = spec.states["gdn"]
+    assert (g.num_k_heads, g.num_v_heads, g.head_k_dim, g.head_v_dim, g.ssm_dtype) == (32, 32, 128, 128, "fp32")
+    assert (spec.mla.kv_lora_rank, spec.mla.qk_rope_head_dim) == (512, 64)
+
+
+@pytest.mark.parametrize(
+    "model_type, reason",
+    [
+        ("rwkv", "outside the Cache"),
+        ("openai-gpt", "keeps no KV cache"),
+        ("zaya", "no state kind kvplan knows"),
+        ("xlstm", "xLSTMCache"),
+    ],
+)
+def test_fallback_refusals_say_why(layout_cache, model_type, reason):
+    pytest.importorskip("transformers")
+    with pytest.raises(SpecError, match=reason):
+        spec_from_hf_config({"model_type": model_type}, f"{model_type}.json")

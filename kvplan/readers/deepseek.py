@@ -246,7 +246,8 @@ def _v4_layer_types(cfg: HFConfig, n: int) -> list[str]:
     types = types[:n]
     bad = next((i for i, t in enumerate(types) if t not in _V4_TYPES), None)
     if bad is not None:
-        raise cfg.error(f"layer_types[{bad}]={types[bad]!r} is not a DeepSeek-V4 layer type; allowed: {', '.join(_V4_TYPES)}")
+        allowed = ", ".join(_V4_TYPES)
+        raise cfg.error(f"layer_types[{bad}]={types[bad]!r} is not a DeepSeek-V4 layer type; allowed: {allowed}")
     return types
 
 
@@ -284,12 +285,18 @@ def read_deepseek_v4(cfg: HFConfig) -> dict:
         if not isinstance(given, dict) or set(given) - set(rates):
             raise cfg.error(f"compress_rates={str(given)[:80]} must map {', '.join(rates)} to a ratio")
         rates.update({k: cfg.check_int(f"compress_rates.{k}", v) for k, v in given.items()})
-    for key, kind in (("compress_rate_csa", "compressed_sparse_attention"), ("compress_rate_hca", "heavily_compressed_attention")):
+    legacy_rates = (
+        ("compress_rate_csa", "compressed_sparse_attention"),
+        ("compress_rate_hca", "heavily_compressed_attention"),
+    )
+    for key, kind in legacy_rates:
         if cfg.has(key):
             rates[kind] = cfg.int(key)
     csa, hca = rates["compressed_sparse_attention"], rates["heavily_compressed_attention"]
     if csa == hca:
-        raise cfg.error(f"compress_rates gives CSA and HCA layers the same ratio ({csa}); kvplan tells them apart by it")
+        raise cfg.error(
+            f"compress_rates gives CSA and HCA layers the same ratio ({csa}); kvplan tells them apart by it"
+        )
     types = _v4_layer_types(cfg, n)
     ratios = [0 if t == "sliding_attention" else rates[t] for t in types]
     cfg.ignore(
@@ -307,12 +314,18 @@ def read_deepseek_v4(cfg: HFConfig) -> dict:
         "dtype": cfg.dtype(),
         "max_model_len": cfg.int("max_position_embeddings", 1048576),
         "layers": ["compressed"] * n,
-        "compressed": {"head_dim": head_dim, "window": window, "ratios": ratios, "csa_ratio": csa,
-                       "index_head_dim": index},  # fmt: skip
+        "compressed": {
+            "head_dim": head_dim,
+            "window": window,
+            "ratios": ratios,
+            "csa_ratio": csa,
+            "index_head_dim": index,
+        },  # fmt: skip
         "notes": (
             f"DeepSeek-V4: {n - n_csa - n_hca} sliding-only, {n_csa} CSA (1 entry per {csa} tokens + a {index}-element "
             f"indexer key) and {n_hca} HCA (1 entry per {hca} tokens) layers, each with one {head_dim}-element K=V "
-            f"vector per token for the last {window} tokens; compressor states sized as vLLM's fp32 CompressorStateCache"
+            f"vector per token for the last {window} tokens; compressor states sized as vLLM's fp32 "
+            "CompressorStateCache"
         ),
     }
 
