@@ -39,7 +39,9 @@ def test_v4_flash_layout_from_compress_ratios():
     assert (ratios.count(0), ratios.count(4), ratios.count(128)) == (2, 21, 20)
     csa = [x.compressed for x in spec.layers if x.compressed.ratio == 4]
     assert all(c.overlap and c.index_head_dim == 128 for c in csa)
-    assert all(not x.compressed.overlap and not x.compressed.index_head_dim for x in spec.layers if x.compressed.ratio != 4)
+    assert all(
+        not x.compressed.overlap and not x.compressed.index_head_dim for x in spec.layers if x.compressed.ratio != 4
+    )
     assert {(x.compressed.head_dim, x.compressed.window) for x in spec.layers} == {(512, 128)}
 
 
