@@ -13,8 +13,13 @@ e.g. Llama-3-8B (L=32, H_kv=8, d=128, bf16): 2 × 32 × 8 × 128 × 2 B = 131,07
 - mla: S tokens of ``row(kv_lora_rank + qk_rope_head_dim)`` bytes, no factor 2 (DeepSeek-V2 paper §2.1;
   vLLM ``MLAAttentionSpec``), kept whole on every tensor-parallel rank; plus ``row(index_head_dim)``
   per token for DeepSeek-V3.2's sparse-attention indexer key;
-- mamba, mamba2, gdn, short_conv, linear_attention: a fixed state per request whatever S, the conv and
-  recurrent tensors of :meth:`kvplan.specs.StateConfig.tensors` (vLLM ``MambaStateShapeCalculator``);
+- mamba, mamba2, gdn, short_conv, linear_attention, rglru: a fixed state per request whatever S, the conv
+  and recurrent tensors of :meth:`kvplan.specs.StateConfig.tensors` (vLLM ``MambaStateShapeCalculator``;
+  rglru: transformers' RecurrentGemma, which no engine serves);
+- compressed (DeepSeek-V4): ``min(S, window)`` tokens of ``row(head_dim)`` (one shared K=V vector), plus
+  ``S // m`` compressed entries of ``row(head_dim)`` and, on CSA layers, ``row(index_head_dim)`` (the
+  indexer key), plus the compressor's fixed fp32 state (:meth:`kvplan.specs.CompressedConfig.state_elements`),
+  all kept whole on every TP rank (vLLM ``max_tp_shards=1``);
 - shared: 0 B (reads an earlier layer's cache); none: 0 B (MLP/MoE-only block);
 - cross: K and V of the request's ``encoder_tokens`` (image tokens), a fixed cost per request whatever S
   (vLLM 0.33 ``CrossAttentionSpec``: one static allocation of ``cdiv(num_encoder_tokens, block_size)``
@@ -35,10 +40,10 @@ from dataclasses import dataclass
 
 from kvplan.dtypes import KVDtype, get_kv_dtype
 from kvplan.errors import UsageError
-from kvplan.specs import CROSS_KIND, KV_HEAD_KINDS, LAYER_KINDS, LayerSpec, ModelSpec
+from kvplan.specs import COMPRESSED_KIND, CROSS_KIND, KV_HEAD_KINDS, LAYER_KINDS, LayerSpec, ModelSpec
 from kvplan.units import MAX_BATCH, MAX_TOKENS
 
-TOKEN_KINDS = ("full", "sliding", "chunked", "mla")
+TOKEN_KINDS = ("full", "sliding", "chunked", "mla", COMPRESSED_KIND)
 
 
 def cdiv(a: int, b: int) -> int:
@@ -63,6 +68,7 @@ _STATE_SPLIT_FIELDS = {
     "gdn": ("num_k_heads", "num_v_heads"),
     "short_conv": ("d_inner",),
     "linear_attention": ("num_heads",),
+    "rglru": ("d_inner",),
 }
 
 
@@ -136,6 +142,8 @@ def layer_token_bytes(layer: LayerSpec, kv_dtype: KVDtype, tensor_parallel_size:
     ``h = max(1, H_kv // TP)`` (the layer's own H_kv and head dims).
     mla: ``row(kv_lora_rank + qk_rope_head_dim)`` (one latent, every rank), plus ``row(index_head_dim)``
     for a DeepSeek-V3.2 indexer key (transformers caches it beside the latent, in the KV dtype).
+    compressed: ``row(head_dim)``, the one K=V vector of a token in the sliding branch (every rank); the
+    compressed entries are :func:`layer_compressed_bytes`.
     """
     if layer.kind in KV_HEAD_KINDS:
         h = kv_heads_per_rank(layer.num_kv_heads, tensor_parallel_size)
@@ -144,7 +152,29 @@ def layer_token_bytes(layer: LayerSpec, kv_dtype: KVDtype, tensor_parallel_size:
         assert layer.mla is not None  # guaranteed by build_spec
         index = kv_dtype.row_bytes(layer.mla.index_head_dim, 1) if layer.mla.index_head_dim else 0
         return kv_dtype.row_bytes(layer.mla.latent_dim, 1) + index
+    if layer.kind == COMPRESSED_KIND:
+        assert layer.compressed is not None  # guaranteed by build_spec
+        return kv_dtype.row_bytes(layer.compressed.head_dim, 1)
     return 0
+
+
+def layer_compressed_bytes(
+    layer: LayerSpec, kv_dtype: KVDtype, seq_len: int, block_size: int | None = None
+) -> int:
+    """Bytes of the compressed entries one request of ``seq_len`` tokens keeps in one ``compressed`` layer (0
+    for other kinds and for ratio 0): ``(S // m) × (row(head_dim) + row(index_head_dim))``, the indexer key
+    on CSA layers only, S rounded up to whole blocks when ``block_size`` is set; every TP rank keeps them.
+
+    Source: transformers 5.23 ``modeling_deepseek_v4.py`` (``DeepseekV4HCACache.update_compressor_states``:
+    one entry per closed window of m tokens, ``compressed_kv["compressor"]`` and, for CSA,
+    ``compressed_kv["indexer"]``); vLLM 0.33 ``vllm/models/deepseek_v4/attention.py`` (``MLAAttentionSpec``
+    with ``tokens_per_state = compress_ratio``, ``max_tp_shards=1``).
+    """
+    c = layer.compressed
+    if layer.kind != COMPRESSED_KIND or c is None or not c.ratio:
+        return 0
+    per_entry = kv_dtype.row_bytes(c.head_dim, 1) + (kv_dtype.row_bytes(c.index_head_dim, 1) if c.index_head_dim else 0)
+    return c.entries(tokens_cached(seq_len, None, block_size)) * per_entry
 
 
 def layer_state_bytes(layer: LayerSpec, model_dtype: str, tensor_parallel_size: int = 1) -> int:
@@ -152,8 +182,12 @@ def layer_state_bytes(layer: LayerSpec, model_dtype: str, tensor_parallel_size: 
 
     The conv and ssm states are kept in their own dtypes (``conv_dtype`` / ``ssm_dtype``, default the
     model dtype), whatever the KV dtype; shapes per :meth:`kvplan.specs.StateConfig.tensors` (vLLM
-    ``MambaStateShapeCalculator``), split across TP ranks.
+    ``MambaStateShapeCalculator``), split across TP ranks. A ``compressed`` layer's compressor state is
+    :meth:`~kvplan.specs.CompressedConfig.state_elements` float32 values (vLLM ``CompressorStateCache``),
+    on every rank.
     """
+    if layer.kind == COMPRESSED_KIND and layer.compressed is not None:
+        return get_kv_dtype("fp32").bytes_for(layer.compressed.state_elements())
     if layer.state is None:
         return 0
     tensors = layer.state.tensors(model_dtype, tensor_parallel_size)
@@ -198,8 +232,9 @@ class LayerGroup:
         tokens_cached: tokens each layer keeps per request (after window and block rounding).
         bytes_per_token: bytes one cached token costs across all layers of the group (0 for state kinds).
         state_bytes: fixed bytes per request across the group (Mamba states, the encoder tokens of
-            ``cross`` layers; else 0).
-        bytes: bytes per request: ``bytes_per_token × tokens_cached + state_bytes``.
+            ``cross`` layers, DeepSeek-V4's compressor states; else 0).
+        bytes: bytes per request: ``bytes_per_token × tokens_cached + state_bytes + compressed_bytes``.
+        compressed_bytes: bytes of the compressed entries of ``compressed`` layers (they grow as S / m).
     """
 
     kind: str
@@ -209,6 +244,7 @@ class LayerGroup:
     bytes_per_token: int
     state_bytes: int
     bytes: int
+    compressed_bytes: int = 0
 
 
 @dataclass(frozen=True, eq=False)
@@ -262,21 +298,23 @@ def layer_groups(
             alike[id(layer)] = [layer, 1]
         else:
             entry[1] += 1
-    sums: dict[str, list[int]] = {}  # kind -> [layers, bytes per token, state bytes]
+    sums: dict[str, list[int]] = {}  # kind -> [layers, bytes per token, state bytes, compressed bytes]
     for layer, n in alike.values():
-        acc = sums.setdefault(layer.kind, [0, 0, 0])
+        acc = sums.setdefault(layer.kind, [0, 0, 0, 0])
         acc[0] += n
         acc[1] += n * layer_token_bytes(layer, kv_dtype, tensor_parallel_size)
         acc[2] += n * layer_state_bytes(layer, spec.dtype, tensor_parallel_size)
         acc[2] += n * layer_cross_bytes(layer, kv_dtype, tensor_parallel_size, block_size)
+        acc[3] += n * layer_compressed_bytes(layer, kv_dtype, seq_len, block_size)
     groups = []
     for kind in LAYER_KINDS:
         if kind not in sums:
             continue
-        n, per_token, state = sums[kind]
+        n, per_token, state, compressed = sums[kind]
         window = spec.window_of(kind)
         tokens = tokens_cached(seq_len, window, block_size) if kind in TOKEN_KINDS else 0
-        groups.append(LayerGroup(kind, n, window, tokens, per_token, state, per_token * tokens + state))
+        total = per_token * tokens + state + compressed
+        groups.append(LayerGroup(kind, n, window, tokens, per_token, state, total, compressed))
     return tuple(groups)
 
 
@@ -356,6 +394,9 @@ def per_head_variant(spec: ModelSpec, num_kv_heads: int) -> ModelSpec:
     if spec.mla is not None:
         full = LayerSpec("full", spec.num_kv_heads, spec.head_dim, spec.v_dim)
         spec = replace(spec, layers=tuple(full if x.kind == "mla" else x for x in spec.layers), mla=None)
+    if COMPRESSED_KIND in spec.layer_kinds:  # DeepSeek-V4: per-head K and V of head_dim for every token
+        full = LayerSpec("full", spec.num_kv_heads, spec.head_dim, spec.v_dim)
+        spec = replace(spec, layers=tuple(full if x.kind == COMPRESSED_KIND else x for x in spec.layers))
     return spec.with_kv_heads(num_kv_heads)
 
 
@@ -378,7 +419,12 @@ def compare_topologies(
     mha_bytes = estimate(variants[0][1], seq_len, batch_size, kv_dtype).total_bytes
     rows: list[TopologyRow] = []
     for label, variant in variants:
-        same = variant.kv_head_counts == spec.kv_head_counts and variant.mla is None and spec.mla is None
+        same = (
+            variant.kv_head_counts == spec.kv_head_counts
+            and variant.mla is None
+            and spec.mla is None
+            and COMPRESSED_KIND not in spec.layer_kinds
+        )
         if same and variant is not spec:
             continue  # the model itself is MHA or MQA: its own row stands for it
         b = estimate(variant, seq_len, batch_size, kv_dtype).total_bytes

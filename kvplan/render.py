@@ -149,23 +149,31 @@ def estimate_json(est) -> dict[str, Any]:
         "total_bytes": est.total_bytes,
         "total_gib": est.total_bytes / GIB,
         "total_gb": est.total_bytes / GB,
-        "groups": [
-            {
-                "kind": g.kind,
-                "layers": g.layers,
-                "window": g.window,
-                "tokens_cached": g.tokens_cached,
-                "bytes_per_token": g.bytes_per_token,
-                "state_bytes": g.state_bytes,
-                "bytes": g.bytes,
-            }
-            for g in est.groups
-        ],
+        "groups": [_group_json(g) for g in est.groups],
     }
 
 
+def _group_json(g) -> dict:
+    """One layer group as JSON; ``compressed_bytes`` only for DeepSeek-V4's compressed layers."""
+    out = {
+        "kind": g.kind,
+        "layers": g.layers,
+        "window": g.window,
+        "tokens_cached": g.tokens_cached,
+        "bytes_per_token": g.bytes_per_token,
+        "state_bytes": g.state_bytes,
+    }
+    if g.compressed_bytes:
+        out["compressed_bytes"] = g.compressed_bytes
+    out["bytes"] = g.bytes
+    return out
+
+
 def _per_token_cell(g) -> str:
-    """Bytes per token; ``+ state`` when the layers also keep a fixed state (Falcon-H1's parallel Mamba-2)."""
+    """Bytes per token; ``+ state`` when the layers also keep a fixed state (Falcon-H1's parallel Mamba-2),
+    ``+ compressed`` when they also keep entries per m tokens (DeepSeek-V4)."""
+    if g.compressed_bytes:
+        return f"{g.bytes_per_token:,} + compressed" + (" + state" if g.state_bytes else "")
     if g.bytes_per_token and g.state_bytes:
         return f"{g.bytes_per_token:,} + state"
     return f"{g.bytes_per_token:,}" if g.bytes_per_token else ("state" if g.state_bytes else "0")

@@ -19,6 +19,12 @@ gdn                Gated DeltaNet state, fixed: conv ``(d_conv − 1) × (2·Hk�
                    (Qwen3-Next, Qwen3.5)
 short_conv         short convolution state, fixed: ``(d_conv − 1) × hidden`` (LFM2)
 linear_attention   lightning / linear attention state, fixed: ``H × d × d`` (MiniMax-Text-01, MiniMax-M1)
+rglru              RG-LRU state, fixed: conv ``(d_conv − 1) × lru_width`` + recurrent ``lru_width`` in fp32
+                   (RecurrentGemma's recurrent blocks; Griffin, arXiv:2402.19427)
+compressed         DeepSeek-V4 attention: one shared K=V vector of ``head_dim`` per token for the last
+                   ``window`` tokens, plus (ratio m > 0) one compressed entry of ``head_dim`` per m tokens of
+                   the whole request, plus (CSA layers) one indexer key per m tokens, plus the compressor's
+                   fixed fp32 state (see :class:`CompressedConfig`)
 shared             nothing of its own: it reads an earlier layer's cache (Gemma 3n / Gemma 4 KV sharing)
 none               nothing at all (MLP- or MoE-only blocks: Nemotron-H ``-`` and ``E``)
 cross              K and V of the request's encoder tokens (image tokens), once per request whatever S:
@@ -62,6 +68,9 @@ Spec YAML format (unknown keys are errors)::
     gdn: {num_k_heads: 16, num_v_heads: 32, head_k_dim: 128, head_v_dim: 128, d_conv: 4}
     short_conv: {d_inner: 2048, d_conv: 3}
     linear_attention: {num_heads: 64, head_dim: 96}
+    rglru: {d_inner: 2560, d_conv: 4}     # RecurrentGemma: d_inner = lru_width; the recurrent state is fp32
+    compressed: {head_dim: 512, window: 128, index_head_dim: 128, csa_ratio: 4,
+                 ratios: [0, 0, 4, 128, ...]}   # DeepSeek-V4: one ratio per layer (0: the sliding branch only)
     cross_attention: {encoder_tokens: 6404}  # encoder (image) tokens a cross layer caches per request
     reader: kvplan mllama reader            # optional: which reader built the spec (shown by the CLI)
     multimodal: {wrapper: mllama, image_tokens_per_image: 6404}  # optional facts about the encoder
@@ -81,9 +90,10 @@ from kvplan.errors import SpecError
 
 ATTENTION_KINDS = ("full", "sliding", "chunked", "mla")
 KV_HEAD_KINDS = ("full", "sliding", "chunked")  # attention kinds with per-head K and V
-STATE_KINDS = ("mamba", "mamba2", "gdn", "short_conv", "linear_attention")
+STATE_KINDS = ("mamba", "mamba2", "gdn", "short_conv", "linear_attention", "rglru")
 CROSS_KIND = "cross"  # cross-attention to the encoder's tokens: a fixed cost per request (Llama 3.2 Vision)
-LAYER_KINDS = (*ATTENTION_KINDS, *STATE_KINDS, "shared", "none", CROSS_KIND)
+COMPRESSED_KIND = "compressed"  # DeepSeek-V4's sliding + compressed attention (CSA / HCA layers)
+LAYER_KINDS = (*ATTENTION_KINDS, *STATE_KINDS, "shared", "none", CROSS_KIND, COMPRESSED_KIND)
 MAX_DIMENSION = 1 << 31  # no count in a spec (layers, heads, dims, tokens) may exceed this
 MAX_LAYERS = 100_000
 MODEL_DTYPES = ("fp32", "fp16", "bf16")
@@ -152,6 +162,12 @@ class StateConfig:
       ssm ``(num_v_heads/TP, head_v_dim, head_k_dim)``.
     - ``short_conv`` (LFM2): conv ``(d_conv − 1, d_inner/TP)``.
     - ``linear_attention`` (MiniMax lightning attention): ssm ``(num_heads // TP, head_dim, head_dim)``.
+    - ``rglru`` (RecurrentGemma's RG-LRU block, ``d_inner`` = ``lru_width``): conv ``(d_conv − 1, d_inner/TP)``,
+      ssm ``(d_inner/TP,)`` in fp32 unless ``ssm_dtype`` says otherwise. No engine kvplan models serves it
+      (vLLM never registered ``RecurrentGemmaForCausalLM``): the shapes and dtypes are transformers 5.23's
+      (``modeling_recurrent_gemma.py`` ``RecurrentGemmaRecurrentBlock``: ``conv1d_state``
+      ``(B, lru_width, conv1d_width − 1)`` in the model dtype, ``rg_lru.recurrent_states`` ``(B, lru_width)``
+      "always computed in full precision").
 
     Source: vLLM 0.33 ``model_executor/layers/mamba/mamba_utils.py`` (``MambaStateShapeCalculator``),
     without speculative-decoding rows; conv states keep ``d_conv − 1`` columns (transformers keeps
@@ -184,6 +200,8 @@ class StateConfig:
         """The state tensors of one request on one of ``tp`` tensor-parallel ranks (vLLM's shapes)."""
         conv = self.conv_dtype or model_dtype
         ssm = self.ssm_dtype or conv  # vLLM MambaStateDtypeCalculator: ssm falls back to the conv dtype
+        if self.kind == "rglru":  # transformers keeps the RG-LRU state in float32 whatever the model dtype
+            ssm = self.ssm_dtype or "fp32"
         k = self.d_conv - 1
         if self.kind == "mamba":
             d = _cdiv(self.d_inner, tp)
@@ -205,6 +223,9 @@ class StateConfig:
             return (StateTensor("conv", (k, _cdiv(self.d_inner, tp)), conv),)
         if self.kind == "linear_attention":
             return (StateTensor("ssm", (self.num_heads // tp, self.head_dim, self.head_dim), ssm),)  # vLLM: floor
+        if self.kind == "rglru":
+            d = _cdiv(self.d_inner, tp)
+            return (StateTensor("conv", (k, d), conv), StateTensor("ssm", (d,), ssm))
         raise ValueError(f"not a state kind: {self.kind}")
 
     def elements(self, tp: int = 1) -> int:
@@ -219,6 +240,7 @@ STATE_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "gdn": (("num_k_heads", "num_v_heads", "head_k_dim", "head_v_dim", "d_conv"), ()),
     "short_conv": (("d_inner", "d_conv"), ()),
     "linear_attention": (("num_heads", "head_dim"), ()),
+    "rglru": (("d_inner", "d_conv"), ()),
 }
 
 
@@ -262,6 +284,54 @@ class MoEConfig:
 
 
 @dataclass(frozen=True)
+class CompressedConfig:
+    """One DeepSeek-V4 attention layer's cache (kind ``compressed``; DeepSeek-V4 report §2.3, transformers 5.23
+    ``DeepseekV4Config`` / ``modeling_deepseek_v4.py``, vLLM 0.33 ``vllm/models/deepseek_v4``).
+
+    Every V4 layer is shared-KV MQA: one vector of ``head_dim`` serves as key and value, kept for the last
+    ``window`` tokens (transformers ``DeepseekV4HCACache.update``: ``values = keys``; vLLM
+    ``DeepseekV4SWACache``, a ``SlidingWindowMLASpec``: "only has one vector instead of K + V"). A layer with a
+    compression ratio m > 0 also keeps one compressed entry of ``head_dim`` per m tokens of the whole request
+    (transformers ``compressed_kv["compressor"]`` ``[B, S // m, head_dim]``; vLLM ``MLAAttentionSpec`` with
+    ``tokens_per_state = m``); a CSA layer (Compressed Sparse Attention, ``overlap``) also keeps one Lightning
+    Indexer key of ``index_head_dim`` per m tokens (transformers ``compressed_kv["indexer"]``; vLLM
+    ``DeepseekV4IndexerCache``).
+
+    The compressor's unfinished window is a fixed state per request. kvplan sizes it as vLLM 0.33 stores it
+    (``vllm/models/deepseek_v4/compressor.py`` ``CompressorStateCache``: ``coff × m`` tokens of ``2 × coff ×
+    head_dim`` float32 values, coff = 2 with overlap, else 1; the indexer's compressor the same at
+    ``index_head_dim``); transformers keeps the same projections of the last ``S mod m`` tokens (plus, with
+    overlap, the previous window's first half) in the model dtype (``buffer_kv`` / ``buffer_gate`` /
+    ``overlap_kv`` / ``overlap_gate``).
+
+    Attributes:
+        head_dim: width of the shared K=V vector and of a compressed entry (elements; 512 in V4).
+        window: tokens of the sliding branch (config.json ``sliding_window``, 128).
+        ratio: tokens per compressed entry (0: the sliding branch only; 4: CSA; 128: HCA in V4).
+        index_head_dim: width of an indexer key (elements) on CSA layers, 0 elsewhere.
+        overlap: CSA's overlapping windows (``coff = 2``).
+    """
+
+    head_dim: int
+    window: int
+    ratio: int = 0
+    index_head_dim: int = 0
+    overlap: bool = False
+
+    def entries(self, seq_len: int) -> int:
+        """Compressed entries one request of ``seq_len`` tokens has made: ``S // ratio`` (0 without a ratio)."""
+        return seq_len // self.ratio if self.ratio else 0
+
+    def state_elements(self) -> int:
+        """fp32 elements of the compressor state one request keeps (vLLM ``CompressorStateCache``): ``coff × m
+        × 2 × coff × head_dim``, plus the indexer's compressor at ``index_head_dim``; 0 without a ratio."""
+        if not self.ratio:
+            return 0
+        coff = 2 if self.overlap else 1
+        return coff * self.ratio * 2 * coff * (self.head_dim + self.index_head_dim)
+
+
+@dataclass(frozen=True)
 class LayerSpec:
     """What one decoder layer caches, with its own geometry.
 
@@ -280,6 +350,7 @@ class LayerSpec:
         attends_as: for ``shared`` layers, the attention kind it runs (``sliding`` / ``full``).
         encoder_tokens: for ``cross`` layers, the encoder tokens (image tokens) it caches K and V of, once
             per request (a fixed cost, not per generated token); 0 for other kinds.
+        compressed: for ``compressed`` layers (DeepSeek-V4), the layer's :class:`CompressedConfig`.
     """
 
     kind: str
@@ -293,6 +364,7 @@ class LayerSpec:
     shared_from: int | None = None
     attends_as: str | None = None
     encoder_tokens: int = 0
+    compressed: CompressedConfig | None = None
 
     def geometry(self) -> str:
         """Short text of the layer's geometry: ``8×256``, ``latent 576 + idx 128``, ``state``."""
@@ -302,6 +374,11 @@ class LayerSpec:
         if self.kind == "mla" and self.mla is not None:
             idx = f" + idx {self.mla.index_head_dim}" if self.mla.index_head_dim else ""
             return f"latent {self.mla.latent_dim}{idx}"
+        if self.kind == COMPRESSED_KIND and self.compressed is not None:
+            c = self.compressed
+            ratio = f" + c{c.ratio}" if c.ratio else ""
+            idx = f" + idx {c.index_head_dim}" if c.index_head_dim else ""
+            return f"1×{c.head_dim} k=v{ratio}{idx}"
         return ""
 
 
@@ -423,7 +500,13 @@ class ModelSpec:
     def kv_head_counts(self) -> tuple[int, ...]:
         """The distinct H_kv of the model's attention layers (per-head kinds), ascending."""
         return tuple(
-            sorted({layer.num_kv_heads for layer in self.layers if layer.kind in (*KV_HEAD_KINDS, CROSS_KIND)})
+            sorted(
+                {
+                    layer.num_kv_heads
+                    for layer in self.layers
+                    if layer.kind in (*KV_HEAD_KINDS, CROSS_KIND, COMPRESSED_KIND)
+                }
+            )
         )
 
     @property
@@ -451,6 +534,8 @@ class ModelSpec:
             return self.sliding_window
         if kind == "chunked":
             return self.attention_chunk_size
+        if kind == COMPRESSED_KIND:  # the sliding branch of DeepSeek-V4's layers (one window per model)
+            return next((x.compressed.window for x in self.layers if x.compressed is not None), None)
         return None
 
     def with_kv_heads(self, num_kv_heads: int, name: str | None = None) -> ModelSpec:
@@ -504,6 +589,7 @@ _TOP_KEYS = {
     "moe",
     "notes",
     "cross_attention",
+    "compressed",
     "reader",
     "multimodal",
 }
@@ -724,6 +810,36 @@ def _cross_attention(where: str, value: Any) -> int | None:
     return _pos_int(where, "cross_attention.encoder_tokens", m.get("encoder_tokens"))
 
 
+_COMPRESSED_KEYS = {"head_dim", "window", "ratios", "csa_ratio", "index_head_dim"}
+
+
+def _compressed_block(where: str, value: Any, num_layers: int) -> dict | None:
+    """The ``compressed:`` block (DeepSeek-V4): ``head_dim``, ``window``, ``ratios`` (one per layer, >= 0; 0 is
+    the sliding branch only), optional ``csa_ratio`` (layers of this ratio are CSA: overlapping windows and,
+    with ``index_head_dim``, an indexer key per entry)."""
+    if value is None:
+        return None
+    m = _mapping(where, "compressed", value, "head_dim, window, ratios")
+    _check_keys(where, m, _COMPRESSED_KEYS, "compressed.")
+    ratios = m.get("ratios")
+    if not isinstance(ratios, list) or len(ratios) != num_layers:
+        raise SpecError(f"{where}: compressed.ratios must list {num_layers} ratios (one per layer, 0 for none)")
+    return {
+        "head_dim": _pos_int(where, "compressed.head_dim", m.get("head_dim")),
+        "window": _pos_int(where, "compressed.window", m.get("window")),
+        "ratios": [_pos_int(where, f"compressed.ratios[{i}]", r, minimum=0) for i, r in enumerate(ratios)],
+        "csa_ratio": _pos_int(where, "compressed.csa_ratio", m.get("csa_ratio"), allow_none=True),
+        "index_head_dim": _pos_int(where, "compressed.index_head_dim", m.get("index_head_dim"), allow_none=True),
+    }
+
+
+def _compressed_layer(block: dict, i: int) -> CompressedConfig:
+    ratio = block["ratios"][i]
+    csa = bool(ratio) and ratio == block["csa_ratio"]
+    index = (block["index_head_dim"] or 0) if csa else 0
+    return CompressedConfig(block["head_dim"], block["window"], ratio, index, csa)
+
+
 def _one_line(where: str, key: str, value: Any) -> str:
     """An optional one-line text field ("" when absent)."""
     if value is None:
@@ -823,6 +939,7 @@ def build_spec(data: Any, where: str) -> ModelSpec:
     states = {k: _state_config(where, k, data[k]) for k in STATE_KINDS if data.get(k) is not None}
     moe = None if data.get("moe") is None else _moe_config(where, data["moe"], num_layers, param_count)
     encoder_tokens = _cross_attention(where, data.get("cross_attention"))
+    compressed = _compressed_block(where, data.get("compressed"), num_layers)
 
     default_kind = "mla" if mla is not None else "full"
     kinds = _resolve_layers(where, data.get("layers"), num_layers, default_kind)
@@ -832,6 +949,7 @@ def build_spec(data: Any, where: str) -> ModelSpec:
         "mla": (mla, "mla"),
         **{k: (states.get(k), k) for k in STATE_KINDS},
         CROSS_KIND: (encoder_tokens, "cross_attention"),
+        COMPRESSED_KIND: (compressed, "compressed"),
     }
     for kind, (value, key) in needs.items():
         if kind in kinds and value is None:
@@ -852,6 +970,8 @@ def build_spec(data: Any, where: str) -> ModelSpec:
             raise SpecError(f"{where}: {kind} is given but no layer is of kind {kind}")
     if encoder_tokens is not None and CROSS_KIND not in kinds:
         raise SpecError(f"{where}: cross_attention is given but no layer is of kind cross")
+    if compressed is not None and COMPRESSED_KIND not in kinds:
+        raise SpecError(f"{where}: compressed is given but no layer is of kind compressed")
 
     geometry = _kind_geometry(where, data)
     per_layer = _per_layer_geometry(where, data, num_layers)
@@ -900,6 +1020,9 @@ def build_spec(data: Any, where: str) -> ModelSpec:
                                     encoder_tokens=encoder_tokens))
         elif kind in plain:
             layers.append(plain[kind])
+        elif kind == COMPRESSED_KIND:
+            c = _compressed_layer(compressed, i)
+            layers.append(LayerSpec(kind, 1, c.head_dim, c.head_dim, True, c.window, compressed=c))
         else:
             layers.append(plain.setdefault(kind, LayerSpec(kind)))
     for kind in geometry:

@@ -1090,6 +1090,29 @@ class _AttentionCheck:
 # --- verify ------------------------------------------------------------------------------------------
 
 
+# Layer kinds kvplan's static cache (kvplan.kvcache) allocates nothing for yet: kind -> what they are.
+UNALLOCATED_KINDS = {
+    "compressed": "DeepSeek-V4 compressed attention",
+    "cross": "cross-attention to the encoder's tokens",
+}
+
+
+def _refuse_unallocated_kinds(spec: ModelSpec, n_layers: int) -> None:
+    """Refuse a model whose first ``n_layers`` layers include a kind :data:`UNALLOCATED_KINDS` names: its
+    allocation could not equal the formula.
+
+    Raises:
+        UsageError: naming the model, the kind and what to use instead.
+    """
+    kinds = {layer.kind for layer in spec.layers[:n_layers]}
+    for kind, what in UNALLOCATED_KINDS.items():
+        if kind in kinds:
+            raise UsageError(
+                f"verify: {spec.name} has {kind} layers ({what}), which kvplan's static cache does not allocate yet; "
+                "verify cannot measure them (kvplan estimate gives their bytes, checked against transformers 5.23)"
+            )
+
+
 def verify(
     spec: ModelSpec,
     seq_len: int,
@@ -1119,7 +1142,8 @@ def verify(
         A :class:`VerifyResult`.
 
     Raises:
-        UsageError: bad seq/batch/layers/dtype/device (names the flag).
+        UsageError: bad seq/batch/layers/dtype/device (names the flag), or a layer kind the static cache does
+            not allocate (:data:`UNALLOCATED_KINDS`).
         DoesNotFit: the cache (plus the check's scratch) exceeds free device memory; nothing is allocated.
     """
     t_start = time.perf_counter()
@@ -1129,6 +1153,7 @@ def verify(
     n_layers = spec.num_layers if layers is None else layers
     if isinstance(n_layers, bool) or not isinstance(n_layers, int) or not 1 <= n_layers <= spec.num_layers:
         raise UsageError(f"--layers: {layers!r} must be an integer in 1..{spec.num_layers} ({spec.name})")
+    _refuse_unallocated_kinds(spec, n_layers)
     dtype = resolve_kv_dtype(spec, kv_dtype)
     dev = resolve_device(device)
     formula = sum(g.bytes for g in layer_groups(spec, seq_len, dtype, layers=range(n_layers))) * batch_size

@@ -28,6 +28,16 @@ checkpoint's weights are stored; it does not change the cache) is dropped before
 Model types transformers 5.23 has no config class for are mapped by :data:`ORACLE_ALIASES` (each with
 its reason); any other unknown model_type raises :class:`OracleUnavailable`.
 
+Two families keep what they cache outside a StaticCache, and are read where they keep it:
+
+- :data:`DYNAMIC_CACHE_TYPES` (DeepSeek-V4): the model refuses a StaticCache, so the forward runs
+  ``max_cache_len`` tokens into its own ``DynamicCache`` (its layers are V4's ``DeepseekV4CSACache`` /
+  ``DeepseekV4HCACache``), and the tensors are what that cache holds after those tokens: ``keys`` (and
+  ``values`` unless they are the same tensor), ``compressed_kv[compressor|indexer]``, the unfinished window
+  ``buffer_kv`` / ``buffer_gate`` and the CSA ``overlap_kv`` / ``overlap_gate``;
+- state held by the token mixer module itself (RecurrentGemma's ``conv1d_state`` and
+  ``rg_lru.recurrent_states``): recorded as ``conv_states[0]`` / ``recurrent_states[0]`` of that layer.
+
 Results are cached (``functools.lru_cache``) per (config, max_cache_len). torch and transformers are imported
 on first use only.
 """
@@ -60,6 +70,15 @@ ORACLE_ALIASES: dict[str, tuple[str, dict[str, str], str]] = {
     ),
 }
 
+# model_type -> why its cache is read from a DynamicCache filled with max_cache_len tokens.
+DYNAMIC_CACHE_TYPES: dict[str, str] = {
+    "deepseek_v4": "DeepseekV4PreTrainedModel: the compressor state lives on V4's own cache layers "
+    "(DeepseekV4HCACache / DeepseekV4CSACache) and 'isn't compatible with StaticCache' (modeling_deepseek_v4.py)",
+}
+
+# Module attributes in which a token mixer keeps its own recurrent state (RecurrentGemmaRecurrentBlock).
+_MODULE_STATES = (("conv1d_state", "conv_states[0]"), ("recurrent_states", "recurrent_states[0]"))
+
 # Child attribute names under which a decoder layer keeps its token mixer (attention, Mamba, conv ...).
 _MIXER_NAMES = (
     "cross_attn",
@@ -73,6 +92,7 @@ _MIXER_NAMES = (
     "conv",
     "short_conv",
     "token_mixer",
+    "temporal_block",
 )
 
 # Config attributes worth reporting, read from transformers' resolved text config (its defaults applied).
@@ -89,6 +109,7 @@ _CONFIG_ATTRS = (
     "index_head_dim",
     "max_position_embeddings",
     "num_kv_shared_layers",
+    "compress_rates",
 )
 
 
@@ -231,7 +252,12 @@ def _read_cached(config_json: str, max_cache_len: int) -> OracleReading:
     except Exception as e:  # noqa: BLE001
         raise OracleUnavailable(f"{model_type}: building the model on meta failed: {type(e).__name__}: {e}") from e
 
-    cache = StaticCache(config=text, max_cache_len=max_cache_len)
+    dynamic = model_type in DYNAMIC_CACHE_TYPES
+    if dynamic:
+        notes.append(f"read from a DynamicCache after {max_cache_len} tokens: {DYNAMIC_CACHE_TYPES[model_type]}")
+        cache = transformers.DynamicCache(config=text)
+    else:
+        cache = StaticCache(config=text, max_cache_len=max_cache_len)
     extra: dict = {}
     if getattr(text, "cross_attention_layers", None) and model_type == "mllama":
         # the cross-attention layers cache the vision states: transformers' own cache for them
@@ -251,7 +277,7 @@ def _read_cached(config_json: str, max_cache_len: int) -> OracleReading:
         return update(key_states, value_states, layer_idx, *args, **kwargs)
 
     cache.update = recording_update
-    ids = torch.zeros((1, 2), dtype=torch.long, device="meta")
+    ids = torch.zeros((1, max_cache_len if dynamic else 2), dtype=torch.long, device="meta")
     try:
         with torch.no_grad():
             model(input_ids=ids, **{_cache_kwarg(model): cache}, use_cache=True, **extra)
@@ -280,7 +306,7 @@ def _read_cached(config_json: str, max_cache_len: int) -> OracleReading:
                 num_kv_heads=k[1] if k else None,
                 head_dim=k[-1] if k else None,
                 v_head_dim=v[-1] if v else None,
-                tensors=_layer_tensors(cache_layer),
+                tensors=_layer_tensors(cache_layer) + _module_states(blocks[i] if blocks is not None else None),
                 attends_as=attends_as,
                 shared_from=shared_from,
             )
@@ -291,7 +317,7 @@ def _read_cached(config_json: str, max_cache_len: int) -> OracleReading:
         config_class=type(text).__name__,
         model_class=type(model).__name__,
         max_cache_len=max_cache_len,
-        method="meta forward",
+        method="meta forward (DynamicCache)" if dynamic else "meta forward",
         layers=tuple(layers),
         config=tuple((a, _plain(_attr(text, a))) for a in _CONFIG_ATTRS),
         notes=tuple(notes),
@@ -320,6 +346,8 @@ def _plain(value: Any) -> Any:
         return value
     if isinstance(value, (list, tuple)):
         return tuple(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((str(k), _plain(v)) for k, v in value.items()))
     return str(value)
 
 
@@ -349,11 +377,28 @@ def _layer_tensors(layer) -> tuple[OracleTensor, ...]:
     out = []
     for name in ("keys", "values", "indexer_keys"):
         t = getattr(layer, name, None)
-        if t is not None:
+        if t is not None and not (name == "values" and t is getattr(layer, "keys", None)):  # V4: values = keys
             out.append(_tensor(name, t))
-    for name in ("conv_states", "recurrent_states"):
+    # recurrent states (LinearAttentionLayer), and DeepSeek-V4's compressor entries and unfinished windows
+    for name in ("conv_states", "recurrent_states", "compressed_kv", "buffer_kv", "buffer_gate", "overlap_kv",
+                 "overlap_gate"):  # fmt: skip
         states = getattr(layer, name, None) or {}
         for idx, t in sorted(states.items()):
             if t is not None:
                 out.append(_tensor(f"{name}[{idx}]", t))
+    return tuple(out)
+
+
+def _module_states(block) -> tuple[OracleTensor, ...]:
+    """State tensors a decoder layer's own modules hold (:data:`_MODULE_STATES`), outside the Cache object."""
+    import torch
+
+    if block is None:
+        return ()
+    out = []
+    for _, module in block.named_modules():
+        for attr, name in _MODULE_STATES:
+            t = module.__dict__.get(attr)
+            if isinstance(t, torch.Tensor):
+                out.append(_tensor(name, t))
     return tuple(out)

@@ -24,7 +24,14 @@ from pathlib import Path
 
 import pytest
 
-from kvplan.calc import estimate, layer_cross_bytes, layer_state_bytes, layer_token_bytes, tokens_cached
+from kvplan.calc import (
+    estimate,
+    layer_compressed_bytes,
+    layer_cross_bytes,
+    layer_state_bytes,
+    layer_token_bytes,
+    tokens_cached,
+)
 from kvplan.dtypes import get_kv_dtype
 from kvplan.readers import REGISTRY, spec_from_hf_config
 from kvplan.readers.base import HFConfig
@@ -63,6 +70,26 @@ KNOWN_DIFFERENCES: dict[str, tuple[tuple[str, ...] | None, str]] = {
         "transformers' MiMoV2FlashConfig caches sliding_window_size + 1 tokens (the SGLang reference attends to "
         "the window plus the query); vLLM 0.33's mimo_v2.py passes sliding_window_size as the layer's window, "
         "which kvplan follows",
+    ),
+    "dynamic-sliding-window": (
+        ("deepseek_v4",),
+        "DeepSeek-V4 is read from transformers' DynamicCache (tests/oracle.py DYNAMIC_CACHE_TYPES), whose "
+        "sliding layers keep window - 1 tokens after a forward (DynamicSlidingWindowLayer: the next token is "
+        "appended before attending); kvplan counts the window, as vLLM's sliding specs hold it while decoding",
+    ),
+    "v4-sliding-kv-copy": (
+        ("deepseek_v4",),
+        "transformers caches DeepSeek-V4's sliding-only layers in a plain DynamicSlidingWindowLayer, which stores "
+        "the one K=V vector twice (keys and values); its CSA/HCA cache layers and vLLM 0.33's DeepseekV4SWACache "
+        "(a SlidingWindowMLASpec: 'only has one vector instead of K + V') store it once, which kvplan follows",
+    ),
+    "v4-compressor-state": (
+        ("deepseek_v4",),
+        "transformers keeps a V4 compressor's unfinished window (the last S mod m tokens' kv and gate projections, "
+        "coff x head_dim wide each, plus the CSA overlap) in the model dtype; vLLM 0.33 keeps a fixed fp32 ring of "
+        "coff x m tokens of both (vllm/models/deepseek_v4/compressor.py CompressorStateCache: state_dim = "
+        "2 * coff * head_dim, sliding_window = coff * compress_ratio, float32), which kvplan follows: the widths "
+        "are checked against transformers' buffers, the bytes are vLLM's ring",
     ),
     "recurrent-state-dtype": (
         None,
@@ -158,6 +185,7 @@ STATE_MIXERS: tuple[tuple[str, str], ...] = (
     ("DeltaAttention", "gdn"),  # Kimi Linear KDA: per-head q/k/v convs and an H x dk x dv state, as GDN
     ("ShortConv", "short_conv"),  # LFM2
     ("LightningAttention", "linear_attention"),  # MiniMax-Text-01
+    ("RecurrentGemmaRecurrentBlock", "rglru"),  # RecurrentGemma's RG-LRU block (state held by the module)
 )
 
 _TF_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
@@ -254,6 +282,8 @@ def transformers_kind(reading: OracleReading, layer: OracleLayer) -> str:
     t = layer.layer_type
     if "CrossAttention" in layer.mixer:  # Mllama's cross-attention layers cache the vision states
         return "cross"
+    if "DeepseekV4Attention" in layer.mixer:  # sliding, CSA and HCA layers: one K=V vector + compressor
+        return "compressed"
     if t in ("hybrid", "hybrid_sliding"):
         return "sliding" if t == "hybrid_sliding" else "full"
     if t == "full_attention":
@@ -275,7 +305,8 @@ def transformers_kind(reading: OracleReading, layer: OracleLayer) -> str:
 def _kvplan_layer_bytes(spec: ModelSpec, layer: LayerSpec, n: int) -> int:
     bf16 = get_kv_dtype("bf16")
     token = layer_token_bytes(layer, bf16) * tokens_cached(n, spec.window_of(layer.kind))
-    return token + layer_state_bytes(layer, spec.dtype) + layer_cross_bytes(layer, bf16)
+    compressed = layer_compressed_bytes(layer, bf16, n)
+    return token + layer_state_bytes(layer, spec.dtype) + layer_cross_bytes(layer, bf16) + compressed
 
 
 def _conv_channels_columns(layer: LayerSpec, model_dtype: str) -> tuple[int | None, int, str] | None:
@@ -363,12 +394,73 @@ def compare_layers(spec: ModelSpec, reading: OracleReading, model_type: str) -> 
                 c.fail(i, f"mla (kv_lora_rank, qk_rope_head_dim, index_head_dim): kvplan {got}, transformers {exp}")
         elif ours.kind in STATE_KINDS:
             _compare_state(c, spec, ours, tf, model_type)
+        elif ours.kind == "compressed":
+            _compare_compressed(c, reading, ours, tf, model_type)
         elif ours.kind == "shared":
             got = (ours.shared_from, ours.attends_as)
             exp = (tf.shared_from, transformers_kind(reading, _as_type(tf, tf.attends_as)))
             if got != exp:
                 c.fail(i, f"shared (shared_from, attends_as): kvplan {got}, transformers {exp}")
     return c
+
+
+def _compare_compressed(c: Comparison, reading: OracleReading, ours: LayerSpec, tf: OracleLayer, model_type: str) -> None:
+    """A DeepSeek-V4 layer: the one K=V head, the window, entries per ratio, the indexer, overlap and the
+    compressor's widths, against the DynamicCache transformers filled with ``max_cache_len`` tokens."""
+    i, cc, n = tf.index, ours.compressed, reading.max_cache_len
+    got = (ours.num_kv_heads, cc.head_dim, cc.head_dim)
+    exp = (tf.num_kv_heads, tf.head_dim, tf.v_head_dim)
+    if got != exp:
+        c.fail(i, f"compressed (H_kv, K dim, V dim = K): kvplan {got}, transformers {exp}")
+    window = reading.attr("sliding_window")
+    if cc.window != window:
+        c.fail(i, f"compressed window: kvplan {cc.window}, transformers sliding_window {window}")
+    held = tf.tensor("keys").shape[2]
+    if held == min(n, cc.window - 1) and _allowed("dynamic-sliding-window", model_type):
+        c.known.add("dynamic-sliding-window")
+    elif held != min(n, cc.window):
+        c.fail(i, f"compressed window tokens held: transformers {held}, kvplan {min(n, cc.window)}")
+    if tf.tensor("values") is not None:
+        if _allowed("v4-sliding-kv-copy", model_type) and tf.tensor("values").shape == tf.tensor("keys").shape:
+            c.known.add("v4-sliding-kv-copy")
+        else:
+            c.fail(i, "compressed: transformers caches values besides the shared K=V keys")
+    rates = dict(reading.attr("compress_rates") or ())
+    comp, idx = tf.tensor("compressed_kv[compressor]"), tf.tensor("compressed_kv[indexer]")
+    exp = (rates.get(tf.layer_type, 0), comp.shape[1] if comp else 0, comp.shape[-1] if comp else None,
+           idx.shape[-1] if idx else 0, idx.shape[1] if idx else 0, tf.tensor("overlap_kv") is not None)  # fmt: skip
+    got = (cc.ratio, cc.entries(n), cc.head_dim if cc.ratio else None, cc.index_head_dim,
+           cc.entries(n) if cc.index_head_dim else 0, cc.overlap)  # fmt: skip
+    if got != exp:
+        c.fail(i, f"compressed (ratio, entries, width, index width, index entries, overlap): kvplan {got}, "
+                  f"transformers {exp}")  # fmt: skip
+    coff = 2 if cc.overlap else 1
+    for name, width in (("compressor", cc.head_dim), ("indexer", cc.index_head_dim)):
+        for part in ("buffer_kv", "buffer_gate"):
+            t = tf.tensor(f"{part}[{name}]")
+            if (t is None) != (not (cc.ratio and width)) or (t is not None and t.shape[-1] != coff * width):
+                c.fail(i, f"compressed {part}[{name}] width: transformers {t and t.shape}, kvplan coff x {width}")
+    if cc.ratio and _allowed("v4-compressor-state", model_type):
+        c.known.add("v4-compressor-state")
+
+
+def _translated_compressed_bytes(reading: OracleReading, ours: LayerSpec, tf: OracleLayer) -> int:
+    """transformers' DeepSeek-V4 layer in kvplan's terms: the K=V vector for ``min(N, window)`` tokens
+    (dynamic-sliding-window) and once (v4-sliding-kv-copy), the compressed entries as they are, and each
+    compressor's unfinished window as vLLM's fp32 ring of ``coff × m`` tokens of its kv and gate widths, read
+    from transformers' buffers (v4-compressor-state)."""
+    n = reading.max_cache_len
+    keys = tf.tensor("keys")
+    total = keys.nbytes // keys.shape[2] * min(n, ours.compressed.window)
+    total += sum(t.nbytes for t in tf.tensors if t.name.startswith("compressed_kv"))
+    ratio = dict(reading.attr("compress_rates") or ()).get(tf.layer_type, 0)
+    for t in tf.tensors:
+        if t.name.startswith("buffer_kv["):
+            name = t.name[len("buffer_kv[") : -1]
+            coff = 2 if tf.tensor(f"overlap_kv[{name}]") is not None else 1
+            gate = tf.tensor(f"buffer_gate[{name}]")
+            total += coff * ratio * (t.shape[-1] + gate.shape[-1]) * 4  # float32
+    return total
 
 
 def _mimo_window(spec: ModelSpec, ours: LayerSpec, tf: OracleLayer, model_type: str) -> bool:
@@ -445,6 +537,8 @@ def expected_kvplan_bytes(spec: ModelSpec, reading: OracleReading, model_type: s
             out.append(None)
         elif ours.kind in STATE_KINDS:
             out.append(_translated_state_bytes(spec, ours, tf))
+        elif ours.kind == "compressed":
+            out.append(_translated_compressed_bytes(reading, ours, tf))
         elif ours.state is not None:  # parallel_state: the K/V tensors as they are, the state translated
             kv = sum(t.nbytes for t in tf.tensors if not t.name.startswith(_STATE_TENSORS))
             out.append(kv + _translated_state_bytes(spec, ours, tf))
@@ -462,7 +556,8 @@ _STATE_TENSORS = ("conv_states", "recurrent_states")
 
 def _translated_state_bytes(spec: ModelSpec, ours: LayerSpec, tf: OracleLayer) -> int:
     """transformers' conv / recurrent state tensors of one layer in kvplan's terms: conv keeps d_conv - 1
-    columns (conv-state-window); each tensor in kvplan's state dtype (recurrent-state-dtype)."""
+    columns (conv-state-window, where transformers keeps d_conv); each tensor in kvplan's state dtype
+    (recurrent-state-dtype)."""
     total = 0
     dtypes = {t.name: t.dtype for t in ours.state.tensors(spec.dtype)}
     for t in tf.tensors:
@@ -470,7 +565,8 @@ def _translated_state_bytes(spec: ModelSpec, ours: LayerSpec, tf: OracleLayer) -
             continue
         elements = t.nbytes // t.itemsize
         if t.name.startswith("conv"):
-            elements = elements // t.shape[-1] * (t.shape[-1] - 1)
+            if t.shape[-1] == ours.state.d_conv:  # transformers keeps d_conv columns, vLLM d_conv - 1
+                elements = elements // t.shape[-1] * (t.shape[-1] - 1)
             total += elements * _ITEMSIZE[dtypes.get("conv", "fp32")]
         else:
             total += elements * _ITEMSIZE[dtypes.get("ssm", "fp32")]

@@ -490,6 +490,9 @@ class EngineRules:
     max_batch_size: int = 0
     quantized_kv: str = "fp8"
     gguf_weights: bool = False
+    #: layer kinds the engine does not serve, or whose cache kvplan has no rule for: kind -> the reason
+    #: (DeepSeek-V4's ``compressed`` layers, RecurrentGemma's ``rglru`` blocks). ``check`` refuses them.
+    unplanned_kinds: dict[str, str] = {}
 
     # --- versions ---------------------------------------------------------------------------------------
 
@@ -555,12 +558,27 @@ class EngineRules:
         context from it): the sweep then plans each length on its own, through the same functions."""
         return False
 
+    def check_kinds(self, spec: ModelSpec) -> None:
+        """Refuse a model with a layer kind in :attr:`unplanned_kinds`, with the engine's reason.
+
+        Raises:
+            UsageError: naming the engine, the kind and why.
+        """
+        for kind, reason in self.unplanned_kinds.items():
+            if kind in spec.layer_kinds:
+                raise UsageError(
+                    f"--engine {self.engine.value}: {spec.name} has {kind} layers: {reason}; kvplan will not guess "
+                    "how the engine caches them (kvplan estimate gives their bytes without an engine)"
+                )
+
     def check(self, spec: ModelSpec, opts: FitOptions, settings: Settings) -> None:
-        """Refuse what the engine does not take for this model (speculative decoding outside vLLM ≥ 0.33).
+        """Refuse what the engine does not take for this model: a layer kind it has no rule for
+        (:meth:`check_kinds`), speculative decoding outside vLLM ≥ 0.33.
 
         Raises:
             UsageError: naming the flag.
         """
+        self.check_kinds(spec)
         check_int("--num-speculative-tokens", opts.num_speculative_tokens, 0)
         check_int("--num-mtp-layers", opts.num_mtp_layers, 0)
         if opts.num_speculative_tokens or opts.speculative_model is not None or opts.num_mtp_layers:

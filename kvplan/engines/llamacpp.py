@@ -705,6 +705,11 @@ class LlamacppEngine(EngineRules):
 
     engine = Engine.llamacpp
     display_name = "llama.cpp"
+    unplanned_kinds = {
+        "compressed": "llama.cpp's deepseek4 architecture (src/llama-arch.cpp LLM_ARCH_DEEPSEEK4) keeps a cache "
+        "kvplan does not model",
+        "rglru": "llama.cpp has no RecurrentGemma architecture (src/llama-arch.cpp)",
+    }
     block_size = PAD
     utilization = 1.0
     max_num_batched_tokens = DEFAULT_N_UBATCH

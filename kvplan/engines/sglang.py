@@ -198,6 +198,10 @@ class SglangEngine(EngineRules):
 
     engine = Engine.sglang
     display_name = "SGLang"
+    unplanned_kinds = {
+        "compressed": "SGLang 0.5.23 serves DeepSeek-V4 (srt/models/deepseek_v4.py) with pools kvplan does not model",
+        "rglru": "SGLang 0.5.23 has no RecurrentGemma model (srt/models/ has none)",
+    }
     block_size = PAGE_SIZE
     utilization = 0.88
     max_num_batched_tokens = 8192

@@ -149,6 +149,10 @@ class TrtllmEngine(EngineRules):
 
     engine = Engine.trtllm
     display_name = "TensorRT-LLM"
+    unplanned_kinds = {
+        "compressed": "kvplan has no TensorRT-LLM rule for DeepSeek-V4's compressed attention (its source not read)",
+        "rglru": "kvplan has no TensorRT-LLM rule for RecurrentGemma's recurrent state (its source not read)",
+    }
     block_size = 32
     utilization = 0.9
     max_num_batched_tokens = 8192

@@ -946,6 +946,14 @@ class VllmEngine(EngineRules):
     block_size = DEFAULT_BLOCK_SIZE
     utilization = 0.9
     max_num_batched_tokens = OLD_DEFAULT_BATCHED_TOKENS
+    unplanned_kinds = {
+        "compressed": "vLLM serves DeepSeek-V4 from 0.20.0 (model_executor/models/registry.py: DeepseekV4ForCausalLM) "
+        "with cache specs of its own (0.33: vllm/models/deepseek_v4/attention.py DeepseekV4SWACache, an "
+        "MLAAttentionSpec with tokens_per_state, DeepseekV4IndexerCache; compressor.py CompressorStateCache) that "
+        "kvplan does not model yet",
+        "rglru": "vLLM does not serve RecurrentGemma (no release from 0.5.5 to 0.33.0 registers "
+        "RecurrentGemmaForCausalLM in model_executor/models/registry.py)",
+    }
 
     def resolve_rules(self, version: str | None) -> VllmRules:
         return resolve_rules(version)
@@ -989,6 +997,7 @@ class VllmEngine(EngineRules):
         return (s.max_num_batched_tokens, s.max_num_seqs, s.extra["family"])
 
     def check(self, spec: ModelSpec, opts: FitOptions, settings: Settings) -> None:
+        self.check_kinds(spec)
         check_speculative(spec, opts, settings.rules.kv_cache_groups)
 
     def activation_bytes(self, spec: ModelSpec, settings: Settings, opts: FitOptions) -> int:

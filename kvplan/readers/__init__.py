@@ -105,6 +105,8 @@ REGISTRY: dict[str, str] = {
     "glm_moe_dsa": "deepseek",
     "mamba": "hybrid",
     "openelm": "openelm",
+    "deepseek_v4": "deepseek",
+    "recurrent_gemma": "recurrent_gemma",
     # --- end issue 17 section ---
     # --- mla / hybrid / linear readers (deepseek.py, hybrid.py, linear.py) ---
     "deepseek_v2": "deepseek",

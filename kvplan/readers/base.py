@@ -69,6 +69,10 @@ LAYOUT_KEYS = (
 )
 
 # Model types whose configs are encoder-only or bidirectional: they keep no KV cache when serving.
+# Encoder-only model types: no KV cache to plan. Besides encoders transformers maps to no causal-LM class,
+# the BERT family whose config class defaults to an encoder (``is_decoder`` False) and which transformers also
+# maps to a masked-LM class: their causal-LM class is the ``is_decoder`` variant of an encoder, not a published
+# decoder (tests/test_readers_v4_rg.py checks this list against transformers 5.23's mappings).
 ENCODER_TYPES = (
     "bert",
     "roberta",
@@ -83,6 +87,15 @@ ENCODER_TYPES = (
     "camembert",
     "ernie",
     "nomic_bert",
+    "big_bird",
+    "megatron-bert",
+    "rembert",
+    "roformer",
+    "xmod",
+    "roberta-prelayernorm",
+    "data2vec-text",
+    "xlm-roberta-xl",
+    "roc_bert",
 )
 
 # config.json dtype names -> kvplan's model dtypes. vLLM's dtype=auto serves float32 checkpoints in a

@@ -223,7 +223,115 @@ def read_glm_moe_dsa(cfg: HFConfig) -> dict:
     return read_deepseek_v32(cfg)
 
 
+_V4_TYPES = ("sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention")
+_V4_LEGACY_RATIOS = {0: "sliding_attention", 4: "compressed_sparse_attention", 128: "heavily_compressed_attention"}
+
+
+def _v4_layer_types(cfg: HFConfig, n: int) -> list[str]:
+    """DeepseekV4Config's ``layer_types``: explicit, else the legacy per-layer ``compress_ratios`` (0 / 4 / 128
+    name the three types; the list also covers the MTP layer, cut to ``num_hidden_layers``), else the class
+    default (two HCA layers, then HCA / CSA alternating)."""
+    types = cfg.get("layer_types")
+    legacy = cfg.get("compress_ratios")
+    if types is None and legacy is not None:
+        if not isinstance(legacy, list) or any(r not in _V4_LEGACY_RATIOS for r in legacy):
+            raise cfg.error(f"compress_ratios={str(legacy)[:80]} must list 0, 4 or 128 per layer (DeepseekV4Config)")
+        types = [_V4_LEGACY_RATIOS[r] for r in legacy]
+    if types is None:
+        types = ["heavily_compressed_attention"] * min(n, 2) + [
+            "compressed_sparse_attention" if i % 2 else "heavily_compressed_attention" for i in range(max(n - 2, 0))
+        ]
+    if not isinstance(types, list) or len(types) < n:
+        raise cfg.error(f"layer_types / compress_ratios must give at least num_hidden_layers={n} layer types")
+    types = types[:n]
+    bad = next((i for i, t in enumerate(types) if t not in _V4_TYPES), None)
+    if bad is not None:
+        allowed = ", ".join(_V4_TYPES)
+        raise cfg.error(f"layer_types[{bad}]={types[bad]!r} is not a DeepSeek-V4 layer type; allowed: {allowed}")
+    return types
+
+
+def read_deepseek_v4(cfg: HFConfig) -> dict:
+    """DeepSeek-V4 (``deepseek_v4``): every layer is shared-KV MQA over a sliding window, most also compress
+    the whole request (kind ``compressed``, :class:`kvplan.specs.CompressedConfig`).
+
+    Mirrors transformers 5.23's ``DeepseekV4Config`` with its defaults for absent keys: 43 layers, 64 query
+    heads, ``head_dim`` 512 (the one K=V head; ``num_key_value_heads`` is not read by the attention: its
+    ``kv_proj`` projects to one head of ``head_dim``), ``sliding_window`` 128, ``index_head_dim`` 128,
+    ``compress_rates`` ``{compressed_sparse_attention: 4, heavily_compressed_attention: 128}`` (legacy
+    ``compress_rate_csa`` / ``compress_rate_hca`` override them), ``layer_types`` explicit, else the legacy
+    ``compress_ratios`` (what DeepSeek-V4-Flash's file ships), else two HCA layers then HCA / CSA alternating,
+    ``max_position_embeddings`` 1048576. vLLM 0.33 reads the same config class
+    (``vllm/models/deepseek_v4/attention.py``: ``compress_ratio = max(1, compress_rates.get(layer_type, 0))``, an
+    indexer on ratio-4 layers only; ``transformers_utils/deepseek_v4_utils.py get_compress_ratios``).
+
+    Per layer type: ``sliding_attention`` keeps the sliding branch only (ratio 0); ``compressed_sparse_attention``
+    (CSA) also one entry per ``compress_rates[CSA]`` tokens with overlapping windows and an indexer key;
+    ``heavily_compressed_attention`` (HCA) one entry per ``compress_rates[HCA]`` tokens. The MTP layer
+    (``num_nextn_predict_layers``) is not a decoder layer and is not counted.
+
+    Raises:
+        SpecError: a layer type or ratio DeepseekV4Config does not take, equal CSA and HCA rates (kvplan tells
+            them apart by their ratio), or a bad dimension.
+    """
+    n = cfg.int("num_hidden_layers", 43)
+    heads = cfg.int("num_attention_heads", 64)
+    head_dim = cfg.int("head_dim", 512)
+    window = cfg.int("sliding_window", 128)
+    index = cfg.int("index_head_dim", 128)
+    rates = {"compressed_sparse_attention": 4, "heavily_compressed_attention": 128}
+    given = cfg.get("compress_rates")
+    if given is not None:
+        if not isinstance(given, dict) or set(given) - set(rates):
+            raise cfg.error(f"compress_rates={str(given)[:80]} must map {', '.join(rates)} to a ratio")
+        rates.update({k: cfg.check_int(f"compress_rates.{k}", v) for k, v in given.items()})
+    legacy_rates = (
+        ("compress_rate_csa", "compressed_sparse_attention"),
+        ("compress_rate_hca", "heavily_compressed_attention"),
+    )
+    for key, kind in legacy_rates:
+        if cfg.has(key):
+            rates[kind] = cfg.int(key)
+    csa, hca = rates["compressed_sparse_attention"], rates["heavily_compressed_attention"]
+    if csa == hca:
+        raise cfg.error(
+            f"compress_rates gives CSA and HCA layers the same ratio ({csa}); kvplan tells them apart by it"
+        )
+    types = _v4_layer_types(cfg, n)
+    ratios = [0 if t == "sliding_attention" else rates[t] for t in types]
+    cfg.ignore(
+        "num_key_value_heads", "q_lora_rank", "o_lora_rank", "o_groups", "index_n_heads", "index_topk",
+        "qk_rope_head_dim", "partial_rotary_factor", "compress_rope_theta", "num_hash_layers", "mlp_layer_types",
+        "num_nextn_predict_layers", "hc_mult", "hc_sinkhorn_iters", "hc_eps", "swiglu_limit", "expert_dtype",
+    )  # fmt: skip
+    n_csa, n_hca = types.count("compressed_sparse_attention"), types.count("heavily_compressed_attention")
+    return {
+        "num_layers": n,
+        "num_q_heads": heads,
+        "num_kv_heads": 1,
+        "head_dim": head_dim,
+        "hidden_size": cfg.int("hidden_size", 4096),
+        "dtype": cfg.dtype(),
+        "max_model_len": cfg.int("max_position_embeddings", 1048576),
+        "layers": ["compressed"] * n,
+        "compressed": {
+            "head_dim": head_dim,
+            "window": window,
+            "ratios": ratios,
+            "csa_ratio": csa,
+            "index_head_dim": index,
+        },  # fmt: skip
+        "notes": (
+            f"DeepSeek-V4: {n - n_csa - n_hca} sliding-only, {n_csa} CSA (1 entry per {csa} tokens + a {index}-element "
+            f"indexer key) and {n_hca} HCA (1 entry per {hca} tokens) layers, each with one {head_dim}-element K=V "
+            f"vector per token for the last {window} tokens; compressor states sized as vLLM's fp32 "
+            "CompressorStateCache"
+        ),
+    }
+
+
 READERS = {
+    "deepseek_v4": read_deepseek_v4,
     "glm4_moe_lite": read_deepseek,
     "glm_moe_dsa": read_glm_moe_dsa,
     "deepseek_v2": read_deepseek,

@@ -16,6 +16,17 @@ by vLLM's ``MambaStateShapeCalculator`` rules, not by transformers' tensors: vLL
 columns where transformers keeps ``d_conv``, and keeps the recurrent state in the model dtype where
 transformers keeps float32 (each spec says so in its notes). A layer transformers caches in a way kvplan has
 no engine rule for (an unknown recurrent mixer, KV sharing, several windows) is refused, never guessed.
+KDA (Kimi Delta Attention: Kimi Linear, Ling-3 ``bailing_hybrid``) is Gated DeltaNet's state shapes with one
+head count and one head dim (vLLM ``MambaStateShapeCalculator.kda_state_shape``) and a float32 recurrent
+state (``MambaStateDtypeCalculator.kda_state_dtype`` with ``mamba_ssm_cache_dtype`` auto). A layer that runs
+attention and a recurrent mixer side by side (transformers' ``hybrid`` cache layer: Zamba) keeps both: an
+attention kind with ``parallel_state`` (the mixer found among the layer's modules), as vLLM registers
+Falcon-H1's and Zamba2's parallel mixers.
+
+Where the forward on meta stops at a data-dependent check that only warns (``warn_if_padding_and_no_attention_mask``)
+it is skipped; a model whose meta forward mixes dtypes (XLNet) is built in float32 instead; X-MOD gets its first
+language as the default. What transformers cannot build or run on meta, or a cache with no kvplan rule, is
+refused with transformers' error or the reason (:data:`NO_RULE_REASONS`).
 
 The spec is labelled ``reader: "transformers 5.23.0 (no kvplan reader)"``.
 """
@@ -30,7 +41,7 @@ from typing import Any
 
 from kvplan.errors import SpecError
 
-SCHEMA = 1  # bump when the cached layout's fields change
+SCHEMA = 2  # bump when the cached layout's fields change
 EXTRA = "pip install 'kvplan[transformers]' (transformers==5.23.0 and torch)"
 
 # token mixer class name (substring) of a transformers recurrent layer -> kvplan state kind; first match wins
@@ -42,11 +53,44 @@ STATE_MIXERS: tuple[tuple[str, str], ...] = (
     ("Zamba2MambaMixer", "mamba2"),
     ("MambaMixer", "mamba"),
     ("GatedDeltaNet", "gdn"),
+    ("DeltaAttention", "gdn"),  # KDA: vLLM kda_state_shape is GDN's with Hk = Hv, dk = dv
     ("ShortConv", "short_conv"),
     ("LightningAttention", "linear_attention"),
 )
+# mixer (substring) -> the recurrent state dtype vLLM keeps whatever the model dtype
+STATE_DTYPES = {"DeltaAttention": "fp32"}  # vLLM mamba_utils.py MambaStateDtypeCalculator.kda_state_dtype: float32
+
+# Why a buildable model_type is still refused: model_type -> the reason (what transformers keeps, which engine
+# serves it). Said after the generic refusal, so a future transformers that caches them differently is read.
+NO_RULE_REASONS = {
+    "openai-gpt": "transformers' OpenAIGPTModel keeps no KV cache (its forward takes no past_key_values: every step "
+    "recomputes all tokens) and no engine kvplan models serves GPT-1 (vLLM 0.33, SGLang 0.5.23, llama.cpp)",
+    "rwkv": "transformers' RWKV-4 keeps its state outside the Cache (RwkvModel.forward: 5 tensors of (batch, hidden, "
+    "layers), three in float32) and no engine kvplan models serves RWKV-4 (vLLM 0.33 none; llama.cpp only RWKV-6/7)",
+    "xlstm": "transformers' xLSTM keeps its own xLSTMCache (rnn_state: per layer (heads, qk_head_dim, v_head_dim), "
+    "(heads, qk_head_dim) and (heads, 1)), not a StaticCache, and no engine kvplan models serves xLSTM",
+    "zaya": "ZAYA's attention (ZayaAttention) keeps, beside its K/V, a conv state and a recurrent vector that are no "
+    "state kind kvplan knows, and no engine kvplan models serves ZAYA (vLLM 0.33's registry has no Zaya class)",
+    "inkling_text": "Inkling's attention layers keep short-conv states on K, V and the residual stream beside their "
+    "K/V (transformers: 4 conv states per layer in float32; vLLM 0.33 vllm/models/inkling/configs.py "
+    "mamba2_cache_params: 6 per layer, sized for both attention geometries, bf16): kvplan has no kind for it yet",
+    "inkling2_text": "as inkling_text (Inkling 2: short-conv states beside the K/V of every attention layer)",
+    "jetmoe": "its MoE router reads expert sizes as Python numbers (modeling_jetmoe.py: expert_size.tolist()), which "
+    "a meta-device forward cannot give",
+    "longcat_flash": "its MoE routing calls torch.nonzero, whose output size a meta-device forward cannot know",
+    "mpt": "its ALiBi bias reads a tensor as a Python number (modeling_mpt.py build_mpt_alibi_tensor / position "
+    "bias slicing), which a meta-device forward cannot give",
+    "xlm": "XLMModel.forward asserts on lengths.max().item(), which a meta-device forward cannot give",
+    "xmod": "X-MOD routes each token to its language adapter with torch.nonzero, whose output size a meta-device "
+    "forward cannot know",
+    "xlnet": "XLNet keeps its own memory (mems), not a Cache, and its meta forward mixes a float32 tensor into a "
+    "16-bit matmul (and, built in float32, a CPU tensor into the meta ones)",
+    "cpmant": "CPM-Ant prepends its prompt tokens (prompt_length 32) to the input, so its 2-token forward does not "
+    "fit the shapes of a StaticCache",
+    "prophetnet": "ProphetNet's decoder runs ngram streams beside the main stream, which do not fit a StaticCache",
+}
 _MIXER_NAMES = ("self_attn", "attn", "attention", "self_attention", "linear_attn", "mamba", "mixer", "conv",
-                "short_conv", "token_mixer")  # fmt: skip
+                "short_conv", "token_mixer", "temporal_block")  # fmt: skip
 _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp16"}  # vLLM serves fp32 checkpoints in 16 bit
 
 
@@ -113,7 +157,7 @@ def read_layout(config: dict, where: str, known: tuple[str, ...] = ()) -> dict:
 
     import torch
     import transformers
-    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, StaticCache
+    from transformers import AutoConfig, StaticCache
     from transformers.cache_utils import get_layer_types_and_kwargs
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
@@ -131,41 +175,41 @@ def read_layout(config: dict, where: str, known: tuple[str, ...] = ()) -> dict:
             "(remote code only?); kvplan will not guess its layout: write a spec YAML (see README, 'Spec format')"
         )
     raw.pop("quantization_config", None)
+    why = NO_RULE_REASONS.get(str(model_type))
+    because = f"; {why}" if why else ""
     try:
         text = copy.deepcopy(AutoConfig.for_model(model_type, **raw).get_text_config(decoder=True))
         text._attn_implementation = "eager"
         layer_types, layer_kwargs = get_layer_types_and_kwargs(text)
-        with torch.device("meta"):
-            try:  # a wrapper's text config (Qwen3VLTextConfig ...) has no causal-LM class: its base text model
-                model = AutoModelForCausalLM.from_config(text, dtype=torch.bfloat16)
-            except ValueError:
-                model = AutoModel.from_config(text, dtype=torch.bfloat16)
-        cache = StaticCache(config=text, max_cache_len=64)
     except Exception as e:  # noqa: BLE001 - transformers' own reason, in one line
         raise SpecError(
             f"{where}: transformers {v} cannot build {model_type!r} ({type(e).__name__}: {str(e)[:160]}); "
             "kvplan has no reader for it and will not guess its layout"
         ) from None
-    seen: dict[int, tuple] = {}
-    update = cache.update
-
-    def recording_update(key_states, value_states, layer_idx, *args, **kwargs):
-        if key_states is not None and value_states is not None:
-            seen.setdefault(layer_idx, (tuple(key_states.shape), tuple(value_states.shape)))
-        return update(key_states, value_states, layer_idx, *args, **kwargs)
-
-    cache.update = recording_update
-    try:
-        with torch.no_grad():
-            import inspect
-
-            params = inspect.signature(model.forward).parameters  # Mamba takes its cache as cache_params
-            arg = "cache_params" if "cache_params" in params and "past_key_values" not in params else "past_key_values"
-            model(input_ids=torch.zeros((1, 2), dtype=torch.long, device="meta"), **{arg: cache}, use_cache=True)
-    except Exception as e:  # noqa: BLE001
+    error = None
+    for dtype in (torch.bfloat16, torch.float32):  # XLNet mixes a float32 tensor into a 16-bit model's matmul
+        try:
+            model = _build(transformers, text, dtype)
+            cache = StaticCache(config=text, max_cache_len=64)
+        except Exception as e:  # noqa: BLE001
+            raise SpecError(
+                f"{where}: transformers {v} cannot build {model_type!r} ({type(e).__name__}: {str(e)[:160]}); "
+                "kvplan has no reader for it and will not guess its layout"
+            ) from None
+        seen: dict[int, tuple] = {}
+        try:
+            _run(model, cache, seen)
+            error = None
+            break
+        except Exception as e:  # noqa: BLE001
+            error = e
+            if "expected scalar type" not in str(e):
+                break
+    if error is not None:
+        e = error
         raise SpecError(
             f"{where}: transformers {v} cannot run {model_type!r} into a StaticCache on meta "
-            f"({type(e).__name__}: {str(e)[:160]}); kvplan will not guess its layout"
+            f"({type(e).__name__}: {str(e)[:160]}){because}; kvplan will not guess its layout"
         ) from None
     n = text.num_hidden_layers
     blocks = next((m for _, m in model.named_modules() if isinstance(m, torch.nn.ModuleList) and len(m) == n), None)
@@ -189,6 +233,7 @@ def read_layout(config: dict, where: str, known: tuple[str, ...] = ()) -> dict:
         layers.append({
             "type": layer_type, "window": kwargs.get("sliding_window"), "mixer": mixer, "shared": sharing[i] == "reuse",
             "k": list(k) if k else None, "v": list(vv) if vv else None, "tensors": tensors,
+            "state_mixer": _state_mixer(blocks[i] if blocks is not None else None),
         })  # fmt: skip
 
     def attr(name: str):
@@ -216,19 +261,94 @@ def read_layout(config: dict, where: str, known: tuple[str, ...] = ()) -> dict:
     }
 
 
+def _build(transformers, text, dtype):
+    """The causal LM of ``text`` on the meta device: its auto class, else ``<Name>ForCausalLM`` for a decoder config
+    the auto mapping lacks (``Emu3TextConfig`` -> ``Emu3ForCausalLM``, ``MusicgenDecoderConfig`` ->
+    ``MusicgenForCausalLM``), else the base model (a wrapper's text config)."""
+    import torch
+    from transformers import AutoModel, AutoModelForCausalLM
+
+    with torch.device("meta"):
+        try:
+            model = AutoModelForCausalLM.from_config(text, dtype=dtype)
+        except ValueError:
+            name = type(text).__name__
+            for suffix in ("TextConfig", "DecoderConfig", "Config"):
+                causal = getattr(transformers, name.replace(suffix, "ForCausalLM"), None) if suffix in name else None
+                if causal is not None:
+                    model = causal(text).to(dtype)
+                    break
+            else:
+                model = AutoModel.from_config(text, dtype=dtype)
+    languages = getattr(text, "languages", None)
+    if hasattr(model, "set_default_language") and languages:  # X-MOD: one adapter must be chosen
+        model.set_default_language(languages[0])
+    return model
+
+
+def _run(model, cache, seen: dict) -> None:
+    """A 2-token forward on meta into ``cache``, recording the K/V shapes each layer hands to it in ``seen``.
+    ``warn_if_padding_and_no_attention_mask`` (a warning that reads token values) is skipped."""
+    import inspect
+
+    import torch
+    from transformers import PreTrainedModel
+
+    update = cache.update
+
+    def recording_update(key_states, value_states, layer_idx, *args, **kwargs):
+        if key_states is not None and value_states is not None:
+            seen.setdefault(layer_idx, (tuple(key_states.shape), tuple(value_states.shape)))
+        return update(key_states, value_states, layer_idx, *args, **kwargs)
+
+    cache.update = recording_update
+    params = inspect.signature(model.forward).parameters  # Mamba takes its cache as cache_params
+    arg = "cache_params" if "cache_params" in params and "past_key_values" not in params else "past_key_values"
+    rows = getattr(model.config, "num_codebooks", None) or 1  # MusicGen's decoder reads one row per codebook
+    warn = PreTrainedModel.warn_if_padding_and_no_attention_mask
+    PreTrainedModel.warn_if_padding_and_no_attention_mask = lambda *a, **k: None
+    try:  # on meta as the default device too: tensors a forward creates land beside the weights (XLNet)
+        with torch.no_grad(), torch.device("meta"):
+            model(input_ids=torch.zeros((rows, 2), dtype=torch.long), **{arg: cache}, use_cache=True)
+    finally:
+        PreTrainedModel.warn_if_padding_and_no_attention_mask = warn
+
+
+def _state_mixer(block) -> str:
+    """The class name of the first module of a decoder layer that is a recurrent mixer kvplan knows
+    (:data:`STATE_MIXERS`), or ""."""
+    if block is None:
+        return ""
+    for _, module in block.named_modules():
+        name = type(module).__name__
+        if any(needle in name for needle, _ in STATE_MIXERS):
+            return name
+    return ""
+
+
 def _state(where: str, i: int, layer: dict) -> tuple[str, dict]:
     """(kvplan state kind, its block) of a recurrent layer, from the mixer and transformers' tensor shapes.
 
     Raises:
         SpecError: a mixer kvplan has no engine rule for, or shapes that do not fit the kind.
     """
-    kind = next((k for needle, k in STATE_MIXERS if needle in layer["mixer"]), None)
+    mixer = layer.get("state_mixer") or layer["mixer"]
+    kind = next((k for needle, k in STATE_MIXERS if needle in mixer), None)
     conv = next((s for name, (s, _) in layer["tensors"].items() if name.startswith("conv")), None)
     rec = next((s for name, (s, _) in layer["tensors"].items() if name.startswith("recurrent")), None)
+    shapes = ", ".join(f"{name} {tuple(shape)}" for name, (shape, _) in layer["tensors"].items()
+                       if name.startswith(("conv", "recurrent")))  # fmt: skip
     bad = SpecError(
-        f"{where}: layer {i} keeps a recurrent state ({layer['mixer'] or layer['type']}) that kvplan has no "
+        f"{where}: layer {i} keeps a recurrent state ({mixer or layer['type']}: {shapes}) that kvplan has no "
         "engine rule for; it will not guess its size"
     )
+    convs = [n for n in layer["tensors"] if n.startswith("conv")]
+    recs = [n for n in layer["tensors"] if n.startswith("recurrent")]
+    if len(convs) > 1 or len(recs) > 1:  # Inkling: conv states on K, V and the stream; no kind keeps several
+        raise SpecError(
+            f"{where}: layer {i} keeps {len(convs)} conv and {len(recs)} recurrent states ({shapes}); a kvplan state "
+            "kind keeps one of each: it will not guess how the engine sizes the others"
+        )
     try:
         if kind == "mamba":  # conv (1, d_inner, d_conv), ssm (1, d_inner, d_state)
             return kind, {"d_inner": conv[1], "d_conv": conv[-1], "d_state": rec[-1]}
@@ -253,18 +373,41 @@ def build_from_layout(layout: dict, config: dict, where: str, name: str | None, 
     """Turn a cached transformers layout into a spec (kvplan's kinds, the engine's state rules).
 
     Raises:
-        SpecError: as :func:`spec_from_transformers`.
+        SpecError: as :func:`spec_from_transformers`, with :data:`NO_RULE_REASONS`' reason for the model_type.
     """
+    why = NO_RULE_REASONS.get(str(layout.get("model_type")))
+    try:
+        return _build_from_layout(layout, config, where, name, version)
+    except SpecError as e:
+        if why and why not in str(e):
+            raise SpecError(f"{e}; {why}") from None
+        raise
+
+
+_ATTENTION_KINDS = {"sliding_attention": "sliding", "chunked_attention": "chunked", "hybrid_sliding": "sliding"}
+
+
+def _state_block(where: str, i: int, layer: dict) -> tuple[str, dict]:
+    """:func:`_state`, with the recurrent state dtype vLLM keeps for the mixer (:data:`STATE_DTYPES`)."""
+    kind, block = _state(where, i, layer)
+    mixer = layer.get("state_mixer") or layer["mixer"]
+    dtype = next((d for needle, d in STATE_DTYPES.items() if needle in mixer), None)
+    return kind, ({**block, "ssm_dtype": dtype} if dtype else block)
+
+
+def _build_from_layout(layout: dict, config: dict, where: str, name: str | None, version: str):
     from kvplan.specs import build_spec
 
     kinds, heads, dims, vdims, states, notes = [], [], [], [], {}, []
+    parallel, hybrid = None, set()  # the state hybrid layers keep beside their KV; which layers are hybrid
     windows: dict[str, set] = {"sliding": set(), "chunked": set()}
     mla = None
     for i, layer in enumerate(layout["layers"]):
         t = layer["type"]
         if layer["shared"]:
             raise SpecError(f"{where}: layer {i} reuses another layer's cache (KV sharing); kvplan will not guess")
-        if t in ("full_attention", "sliding_attention", "chunked_attention", "indexed_attention", "hybrid"):
+        if t in ("full_attention", "sliding_attention", "chunked_attention", "indexed_attention", "hybrid",
+                 "hybrid_sliding"):  # fmt: skip
             k, v = layer["k"], layer["v"]
             if k is None or v is None:
                 raise SpecError(f"{where}: layer {i} ({t}) handed no K/V to transformers' cache; kvplan will not guess")
@@ -275,16 +418,20 @@ def build_from_layout(layout: dict, config: dict, where: str, name: str | None, 
                 kinds.append("mla")
                 heads.append(None), dims.append(None), vdims.append(None)
                 continue
-            kind = {"sliding_attention": "sliding", "chunked_attention": "chunked"}.get(t, "full")
+            kind = _ATTENTION_KINDS.get(t, "full")
             if kind in windows:
                 windows[kind].add(layer["window"])
             kinds.append(kind)
             heads.append(k[1]), dims.append(k[-1]), vdims.append(v[-1])
-            if t == "hybrid":
-                raise SpecError(f"{where}: layer {i} runs attention and a recurrent mixer side by side; kvplan will "
-                                "not guess which state it keeps")  # fmt: skip
+            if t in ("hybrid", "hybrid_sliding"):  # attention and a recurrent mixer side by side (Zamba)
+                skind, block = _state_block(where, i, layer)
+                if states.setdefault(skind, block) != block or parallel not in (None, skind):
+                    raise SpecError(f"{where}: layer {i}: hybrid layers with different states; kvplan has one "
+                                    "parallel state per model")  # fmt: skip
+                parallel = skind
+                hybrid.add(i)
         elif t in ("linear_attention", "conv"):
-            kind, block = _state(where, i, layer)
+            kind, block = _state_block(where, i, layer)
             if states.setdefault(kind, block) != block:
                 raise SpecError(f"{where}: {kind} layers of different sizes; kvplan has one {kind} block per model")
             kinds.append(kind)
@@ -298,6 +445,9 @@ def build_from_layout(layout: dict, config: dict, where: str, name: str | None, 
         if len(ws) > 1 or None in ws:
             raise SpecError(f"{where}: {kind} layers with windows {sorted(map(str, ws))}; kvplan has one per kind")
     attn = [i for i, k in enumerate(kinds) if k in ("full", "sliding", "chunked")]
+    if parallel and set(attn) != hybrid:
+        raise SpecError(f"{where}: some attention layers keep a {parallel} state beside their KV and some do not; "
+                        "kvplan's parallel_state is every attention layer's")  # fmt: skip
     q = layout.get("num_attention_heads") or 1
     kv0 = heads[attn[0]] if attn else 1
     d0 = dims[attn[0]] if attn else 1
@@ -336,6 +486,8 @@ def build_from_layout(layout: dict, config: dict, where: str, name: str | None, 
             data["num_kv_heads"] = data["num_q_heads"] = q
             data["head_dim"] = mla["kv_lora_rank"]
     data.update(states)
+    if parallel:
+        data["parallel_state"] = parallel
     archs = config.get("architectures")
     if isinstance(archs, list) and archs and isinstance(archs[0], str) and archs[0].isidentifier():
         data["architecture"] = archs[0]
