@@ -504,8 +504,8 @@ def test_sweep_table_counts_wide_characters_as_rich_does(tmp_path):
 def test_a_table_wider_than_the_terminal_is_left_to_rich():
     import io
 
-    from kvplan.render import console, print_simple_head_table
     from kvplan.loader import load_bundled
+    from kvplan.render import console, print_simple_head_table
 
     con = console(io.StringIO(), width=20)
     assert print_simple_head_table(con, "t", [("a", "left"), ("b", "right")], [("x" * 30, "1")]) is False
