@@ -24,6 +24,9 @@ typed (engine)                            kvplan flag                  where the
 ``--quantization``, ``-q``                ``--weights-dtype``          vLLM (fp8, awq, gptq, mxfp4, ...)
 ``--kv-cache-memory-bytes``               ``--kv-cache-memory``        vLLM
 ``--page-size``                           ``--block-size``             SGLang
+``-dp``, ``--dp``, ``--attn-dp-size``,     ``--data-parallel-size``     vLLM (``-dp``), SGLang (``--attn-dp-size``;
+``--dp-size``                                                          ``--dp-size`` with ``--enable-dp-attention``)
+``--expert-parallel-size``, ``--ep``      ``--ep-size``                SGLang
 ========================================  ===========================  ==========================================
 
 vLLM's ``--dtype`` sets the model dtype (``ModelConfig.dtype``; vLLM 0.33 ``config/model.py``
@@ -66,9 +69,15 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "-q": ("--weights-dtype",),
     "--kv-cache-memory-bytes": ("--kv-cache-memory",),
     "--page-size": ("--block-size",),
+    "-dp": ("--data-parallel-size",),
+    "--dp": ("--data-parallel-size",),
+    "--attn-dp-size": ("--data-parallel-size",),
+    "--dp-size": ("--data-parallel-size",),
+    "--expert-parallel-size": ("--ep-size",),
+    "--ep": ("--ep-size",),
 }
 
-COMMA_LISTS = ("--seq", "-s", "--tp", "--gpu", "-g", "--kv-dtype")
+COMMA_LISTS = ("--seq", "-s", "--tp", "--pp", "--gpu", "-g", "--kv-dtype")
 KV_FLAGS = ("--kv-dtype", "--kv-cache-dtype")
 
 # vLLM's --dtype values -> kvplan weight dtype names (None: the model's own dtype, i.e. no flag)
@@ -144,6 +153,11 @@ def _value(flag: str, typed: str, value: str, argv: list[str]) -> str | None:
                 f"{', '.join(QUANTIZATION_VALUES)}, or give --weights-dtype (bf16, fp8, int8, int4, mxfp4, nvfp4)"
             )
         return QUANTIZATION_VALUES[key]
+    if typed == "--dp-size" and "--enable-dp-attention" not in argv:
+        raise UsageError(
+            "--dp-size: SGLang's --dp-size alone runs that many replicas behind a router, which kvplan counts itself; "
+            "for attention data parallelism give --enable-dp-attention with it (or --attn-dp-size N)"
+        )
     if typed == "--mem-fraction-static" and _engine(argv) != "sglang":
         raise UsageError(
             "--mem-fraction-static: SGLang's fraction; give it with --engine sglang "

@@ -81,6 +81,13 @@ class FitOptions:
         async_scheduling, enable_prefix_caching, hybrid_kv_cache_manager: vLLM settings (None: default).
         pp_layer_partition: layers per PP stage (vLLM ``VLLM_PP_LAYER_PARTITION``).
         num_speculative_tokens, speculative_model, num_mtp_layers: speculative decoding (vLLM).
+        data_parallel_size: attention data-parallel ranks in one replica, each holding its own requests' KV
+            (vLLM ``--data-parallel-size``: D engine ranks of TP GPUs each, D × TP GPUs; SGLang
+            ``--attn-dp-size`` / ``--dp-size`` with ``--enable-dp-attention``: D groups within the TP GPUs).
+        enable_expert_parallel: split the routed experts over every GPU of a stage instead of TP-slicing them
+            (vLLM ``--enable-expert-parallel``: EP = TP × DP; SGLang: ``--ep-size`` = TP).
+        expert_parallel_size: SGLang ``--ep-size`` (a divisor of TP); None: 1, or TP × DP with
+            ``enable_expert_parallel``.
     """
 
     engine: Engine = Engine.vllm
@@ -108,6 +115,59 @@ class FitOptions:
     num_speculative_tokens: int = 0
     speculative_model: ModelSpec | None = None
     num_mtp_layers: int = 0
+    data_parallel_size: int = 1
+    enable_expert_parallel: bool = False
+    expert_parallel_size: int | None = None
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """How an engine lays one replica over its GPUs (one PP stage; every stage alike).
+
+    The routed experts of a stage are spread over all its GPUs: ``ep × moe_tp == attn_tp × attn_dp``.
+
+    Attributes:
+        attn_tp: GPUs one attention group spans: its KV heads are split over them (an MLA latent is not).
+        attn_dp: attention groups per stage, each serving its own requests with its own KV pool.
+        pp: pipeline stages.
+        ep: GPUs the routed experts are split over, whole experts each (1: no expert parallelism).
+        moe_tp: GPUs each routed expert is sliced over (its intermediate dimension).
+        flags: the engine's own flags for this layout (``--tp 8 --enable-expert-parallel``).
+    """
+
+    attn_tp: int
+    attn_dp: int = 1
+    pp: int = 1
+    ep: int = 1
+    moe_tp: int = 0
+    flags: str = ""
+
+    @property
+    def gpus_per_stage(self) -> int:
+        """GPUs of one pipeline stage: attention TP × attention DP."""
+        return self.attn_tp * self.attn_dp
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of one replica."""
+        return self.gpus_per_stage * self.pp
+
+    @property
+    def expert_slicing(self) -> int:
+        """``moe_tp``, defaulting to every GPU of the stage (TP-sliced experts)."""
+        return self.moe_tp or self.gpus_per_stage
+
+    @property
+    def name(self) -> str:
+        """A short label: ``TP 8``, ``TP 8 × PP 2``, ``TP 1 × DP 8, EP 8``."""
+        out = f"TP {self.attn_tp}"
+        if self.attn_dp > 1:
+            out += f" × DP {self.attn_dp}"
+        if self.pp > 1:
+            out += f" × PP {self.pp}"
+        if self.ep > 1:
+            out += f", EP {self.ep}"
+        return out
 
 
 FLAG_LIMITS = {  # upper bounds that keep every count far inside exact int64 / float64 arithmetic
@@ -122,6 +182,8 @@ FLAG_LIMITS = {  # upper bounds that keep every count far inside exact int64 / f
     "--max-num-seqs": 1 << 24,
     "--num-speculative-tokens": 1 << 10,
     "--num-mtp-layers": 1 << 10,
+    "--data-parallel-size": 1 << 16,
+    "--ep-size": 1 << 16,
 }
 
 

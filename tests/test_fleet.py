@@ -42,11 +42,14 @@ def test_single_class_equals_fit():
 def test_class_too_big_for_any_replica_is_said_plainly():
     spec = load_bundled("llama3.1-8b")
     wl = workload_from_data({"classes": [{"name": "book", "concurrency": 1, "tokens": "1m"}]}, "w.yaml")
-    rows = plan_fleet(spec, wl, [get_gpu("l4")], FitOptions())
+    rows = plan_fleet(spec, wl, [get_gpu("l4")], FitOptions(), pps=[1])
     assert not any(r.fits for r in rows)
     assert rows[0].reason.startswith(
         "one request of class book (1,048,576 tokens) needs 128 GiB of KV per GPU, more than the "
     )
+    # the default search tries PP too: 128 GiB of KV (32 layers × 4 MiB per 1k tokens) split over TP 8 × PP 2
+    best = plan_fleet(spec, wl, [get_gpu("l4")], FitOptions())[0]
+    assert (best.fits, best.layout, best.gpus) == (True, "TP 8 × PP 2", 16)
 
 
 def test_best_per_gpu_and_sorting_by_cost():
@@ -116,27 +119,31 @@ def test_fleet_cli_example(cli):
     assert {r["gpu"] for r in best} == {"h100-sxm-80gb", "h200-sxm-141gb"}
     for r in d["layouts"]:
         if r["fits"]:
-            assert r["gpus"] == r["replicas"] * r["tensor_parallel_size"]
+            assert r["gpus"] == r["replicas"] * r["gpus_per_replica"]
+            assert r["gpus_per_replica"] == r["tensor_parallel_size"] * r["pipeline_parallel_size"]
 
 
 def test_fleet_nothing_fits_is_exit_1(cli):
-    code, out, err = cli("fleet", "llama3.1-8b", "--concurrency", "4", "--seq", "1m", "--gpu", "l4")
+    code, out, err = cli("fleet", "llama3.1-8b", "--concurrency", "4", "--seq", "1m", "--gpu", "l4", "--pp", "1")
     assert code == 1
-    assert "l4-24gb: cannot serve this workload at any TP tried (1, 2, 4, 8): one request of class requests" in out
+    assert (
+        "l4-24gb: cannot serve this workload at any layout tried (TP 1, TP 2, TP 4, TP 8): one request of class "
+        "requests" in out
+    )
     assert err.splitlines() == [
         "kvplan: warning: requests of 1,048,576 tokens are beyond llama3.1-8b's max context of 131,072 tokens "
         "(computed anyway)",
-        "kvplan: error: no GPU and TP tried can serve this workload on llama3.1-8b (reasons above)",
+        "kvplan: error: no GPU and layout tried can serve this workload on llama3.1-8b (reasons above)",
     ]
     # --json: the reasons are in the JSON on stdout, not "above"
-    code, out, err = cli("fleet", "llama3.1-8b", "--concurrency", "4", "--seq", "1m", "--gpu", "l4", "--json")
+    code, out, err = cli("fleet", "llama3.1-8b", "--concurrency", "4", "--seq", "1m", "--gpu", "l4", "--pp", "1", "--json")
     assert code == 1
     reasons = [r["reason"] for r in json.loads(out)["layouts"]]
     assert len(reasons) == 4 and all(r.startswith("one request of class requests (1,048,576 tokens)") for r in reasons)
     assert err.splitlines()[-1] == (
-        "kvplan: error: no GPU and TP tried can serve this workload on llama3.1-8b (reasons in the JSON's layouts)"
+        "kvplan: error: no GPU and layout tried can serve this workload on llama3.1-8b (reasons in the JSON's layouts)"
     )
-    code, out, err = cli("fleet", "llama3.1-8b", "--concurrency", "4", "--seq", "1m", "--gpu", "l4", "--csv")
+    code, out, err = cli("fleet", "llama3.1-8b", "--concurrency", "4", "--seq", "1m", "--gpu", "l4", "--pp", "1", "--csv")
     assert code == 1 and "above" not in err and err.splitlines()[-1].endswith("(reasons in the CSV's reason column)")
 
 
@@ -204,7 +211,7 @@ def test_cost_is_exact_decimal_and_reason_null(cli):
         "h100=2.49", "--json",
     )  # fmt: skip
     assert code == 0, err
-    rows = {r["tensor_parallel_size"]: r for r in json.loads(out)["layouts"]}
+    rows = {r["tensor_parallel_size"]: r for r in json.loads(out)["layouts"] if r["pipeline_parallel_size"] == 1}
     assert rows[4]["gpus"] == 156 and rows[4]["cost_usd_per_hour"] == 388.44 and '"cost_usd_per_hour": 388.44,' in out
     assert rows[8]["gpus"] == 112 and rows[8]["cost_usd_per_hour"] == 278.88
     assert 156 * 2.49 != 388.44  # the float noise the exact product avoids
@@ -214,7 +221,7 @@ def test_cost_is_exact_decimal_and_reason_null(cli):
     assert rows[8]["requests_per_replica"] == 240 and rows[8]["requests_per_replica_mean"] == 2200 / 14
     code, out, _ = cli(
         "fleet", "llama3.1-70b", "--workload", ROOT / "examples/chat-and-rag.yaml", "--gpu", "h100", "--price",
-        "h100=2.49", "--tp", "8",
+        "h100=2.49", "--tp", "8", "--pp", "1",
     )  # fmt: skip
     assert "240 / 157.1" in out and "278.88" in out
 

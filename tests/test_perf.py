@@ -47,14 +47,14 @@ def test_dense_gqa_llama3_8b():
     assert r.decode_step_flops == 64_240_000_000 + 2_097_152_000
     # memory-bound: 16,584,288,000 B / 3.35e12 B/s = 4.950534 ms; compute 66.337e9 / 989e12 = 0.067 ms
     assert r.bound_by == "memory"
-    assert r.tpot_ms_bound == pytest.approx(16_584_288_000 / 3.35e12 * 1e3, rel=1e-12)
-    assert r.decode_tokens_per_s_bound == pytest.approx(4 / (16_584_288_000 / 3.35e12), rel=1e-12)
+    assert r.tpot_ms == pytest.approx(16_584_288_000 / 3.35e12 * 1e3, rel=1e-12)
+    assert r.decode_tokens_per_s == pytest.approx(4 / (16_584_288_000 / 3.35e12), rel=1e-12)
     # TP 2: half the weights and KV heads per GPU; all-reduce 2 per layer × 2(2−1)/2 × 4 tokens × 4,096 × 2 B
     # × 32 layers = 2,097,152 B over NVLink 450 GB/s = 4.66 µs
     r2 = bound("llama3-8b", "h100", 2, 4, 1000)
     assert r2.weights_read_bytes == 8_030_000_000 and r2.kv_read_bytes == 262_144_000
     assert r2.allreduce_bytes == 2_097_152
-    assert r2.tpot_ms_bound == pytest.approx((8_292_144_000 / 3.35e12 + 2_097_152 / 450e9) * 1e3, rel=1e-12)
+    assert r2.tpot_ms == pytest.approx((8_292_144_000 / 3.35e12 + 2_097_152 / 450e9) * 1e3, rel=1e-12)
 
 
 def test_done_when_llama3_8b_h100_cli(cli):
@@ -184,10 +184,10 @@ def derive(row) -> tuple[int, float, float]:
     else:
         f = plan_fit(spec, g, FitOptions(tensor_parallel_size=tp, weights_dtype=wd, kv_dtype=kd, max_model_len=t))
     if metric == "ttft":
-        lim = perf.bound(spec, g, f, 1, t, t, 1.0, 1.0).ttft_ms_bound
-        return n, lim, perf.bound(spec, g, f, 1, t, t).ttft_ms_bound
-    lim = perf.bound(spec, g, f, n, t, mbu=1.0, mfu=1.0).decode_tokens_per_s_bound
-    return n, lim, perf.bound(spec, g, f, n, t).decode_tokens_per_s_bound
+        lim = perf.bound(spec, g, f, 1, t, t, 1.0, 1.0).ttft_ms
+        return n, lim, perf.bound(spec, g, f, 1, t, t).ttft_ms
+    lim = perf.bound(spec, g, f, n, t, mbu=1.0, mfu=1.0).decode_tokens_per_s
+    return n, lim, perf.bound(spec, g, f, n, t).decode_tokens_per_s
 
 
 def _num(x: float) -> str:
@@ -262,10 +262,10 @@ def _fit(model: str, tp: int):
 )
 def test_more_context_or_concurrency_never_lowers_tpot(model, tp, n, dn, t, dt, mbu):
     spec, g, f = _fit(model, tp)
-    base = perf.bound(spec, g, f, n, t, mbu=mbu).tpot_ms_bound
-    assert perf.bound(spec, g, f, n + dn, t, mbu=mbu).tpot_ms_bound >= base
-    assert perf.bound(spec, g, f, n, t + dt, mbu=mbu).tpot_ms_bound >= base
-    assert perf.bound(spec, g, f, n + dn, t + dt, mbu=mbu).tpot_ms_bound >= base
+    base = perf.bound(spec, g, f, n, t, mbu=mbu).tpot_ms
+    assert perf.bound(spec, g, f, n + dn, t, mbu=mbu).tpot_ms >= base
+    assert perf.bound(spec, g, f, n, t + dt, mbu=mbu).tpot_ms >= base
+    assert perf.bound(spec, g, f, n + dn, t + dt, mbu=mbu).tpot_ms >= base
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
