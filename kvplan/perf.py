@@ -248,8 +248,9 @@ def estimate_efficiency(engine: str, gpu, mbu: float | None = None, mfu: float |
     :data:`kvplan.data.speed_estimate.CALIBRATION` (written by ``scripts/calibrate_speed.py`` from
     tests/fixtures/throughput_measurements.yaml); --mbu / --mfu override its fractions.
 
-    The calibration holds per-engine values and per-GPU-class bandwidth factors; an engine or class without
-    measurements takes the pooled values (the ``*`` entries).
+    The calibration holds per-engine values (fractions of peak and fixed costs) and per-GPU-class factors (on
+    the fractions, and on the fixed costs); an engine or class without measurements takes the pooled values
+    (the ``*`` entries).
 
     Raises:
         UsageError: --mbu / --mfu outside [0.01, 1].
@@ -260,17 +261,20 @@ def estimate_efficiency(engine: str, gpu, mbu: float | None = None, mfu: float |
 
     engines = CALIBRATION["engines"]
     e = dict(engines.get(engine) or engines["*"])
-    factor = CALIBRATION["gpu_classes"].get(gpu_class(gpu), CALIBRATION["gpu_classes"]["*"])
+    classes = CALIBRATION["gpu_classes"]
+    cls = gpu_class(gpu)
+    c = classes.get(cls) or classes["*"]
+    f, g = c["efficiency"], c["fixed"]
     eff = Efficiency(
         name="estimate",
-        basis=f"{engine} on {gpu_class(gpu)}" + ("" if engine in engines else " (pooled)"),
-        mbu=min(1.0, e["mbu"] * factor),
-        mfu=min(1.0, e["mfu"] * factor),
+        basis=f"{engine} on {cls}" + ("" if engine in engines and cls in classes else " (pooled)"),
+        mbu=min(1.0, e["mbu"] * f),
+        mfu=min(1.0, e["mfu"] * f),
         link=e["link"],
-        layer_us=e["layer_us"],
-        moe_layer_us=e["moe_layer_us"],
-        collective_us=e["collective_us"],
-        step_us=e["step_us"],
+        layer_us=e["layer_us"] * g,
+        moe_layer_us=e["moe_layer_us"] * g,
+        collective_us=e["collective_us"] * g,
+        step_us=e["step_us"] * g,
         median_abs_error=CALIBRATION["median_abs_error"],
         measurements=CALIBRATION["measurements"],
     )
@@ -412,6 +416,30 @@ def _weights(spec: ModelSpec, fit) -> _Weights:
     return _Weights(fit.weights_bytes, per_expert / (par.expert_slicing * par.pp))
 
 
+def _embedding_unread(spec: ModelSpec, fit) -> int:
+    """Bytes of the input embedding table per GPU that a step does not read: an embedding lookup reads one
+    row per token, not the table (``vocab_size × hidden_size`` parameters, split over the attention TP as
+    vLLM's ``VocabParallelEmbedding``, spread over the stages as the weights are). In the model dtype when the
+    checkpoint keeps its unquantized parameters there (``param_count_unquantized``), else in the weights' format.
+    0 without ``vocab_size`` or ``hidden_size``. A tied LM head reads the table anyway: leaving it out then only
+    makes the figures faster, so the limit stays a bound."""
+    vocab, hidden = spec.vocab_size, spec.hidden_size
+    if not vocab or not hidden or not spec.param_count:
+        return 0
+    from kvplan.dtypes import get_weight_dtype
+
+    params = vocab * hidden
+    par = fit.parallel
+    try:
+        wd = get_weight_dtype(fit.weights_dtype)
+        model = get_weight_dtype(spec.dtype)
+        kept = spec.param_count_unquantized >= params and wd.bits != model.bits
+        total = (model if kept else wd).bytes_for(params)
+    except UsageError:  # given / checkpoint bytes: the average bytes per parameter
+        total = params * fit.weights_bytes * par.gpus / spec.param_count
+    return int(total // (par.attn_tp * par.pp))
+
+
 def _allreduce_bytes(spec: ModelSpec, layers: int, tp: int, tokens: int) -> int:
     """Bytes one GPU sends for the step's all-reduces: 2 per layer, each ``2(TP−1)/TP × tokens × hidden``
     activations (ring)."""
@@ -473,6 +501,7 @@ class _Stage:
         self.spec, self.fit, self.hw, self.layers, self.par = spec, fit, hw, layers, par
         moe = spec.moe
         self.w = _weights(spec, fit)
+        self.embedding_unread = _embedding_unread(spec, fit)
         self.moe_layers = 0.0 if moe is None else moe.num_moe_layers * len(layers) / spec.num_layers
         active = spec.active_param_count or 0
         routed = 0 if moe is None else moe.experts_per_token * moe.expert_param_count * moe.num_moe_layers
@@ -490,7 +519,7 @@ class _Stage:
         pp = par.pp
         total = tokens if prefill else tokens * par.attn_dp  # tokens through the experts: every group's (decode)
         moe = spec.moe
-        weights_read = self.w.per_gpu
+        weights_read = self.w.per_gpu - self.embedding_unread
         if moe is not None and self.w.expert_bytes_per_gpu:
             local = cdiv(moe.num_experts, par.ep)
             touched = experts_touched(moe.num_experts, moe.experts_per_token, total)

@@ -36,6 +36,8 @@ Spec YAML format (unknown keys are errors)::
     num_kv_heads: 8          # the default geometry of attention layers ...
     head_dim: 256            # v_head_dim: optional, defaults to head_dim
     hidden_size: 2816        # optional; sizes the activation estimate in `fit`
+    vocab_size: 32000        # optional (config.json): the sampler's logits in the engine's profile run
+    intermediate_size: 5632  # optional (config.json): the dense MLP's width, in the profile run
     dtype: bf16
     param_count: 25800000000 # optional; needed by `fit` for weights
     weights_dtype: bf16      # optional: how the checkpoint ships (fp8, mxfp4 ...); default: dtype
@@ -322,6 +324,10 @@ class ModelSpec:
         head_dim: default K head dim (d_head).
         v_head_dim: default V head dim (defaults to head_dim).
         hidden_size: model width, or None (only the activation estimate of ``fit`` uses it).
+        vocab_size: vocabulary size (config.json ``vocab_size``), or None: the engine's profile run samples
+            logits over it (the activation estimate of ``fit``).
+        intermediate_size: the dense MLP's width (config.json ``intermediate_size``), or None (the activation
+            estimate then derives it from the parameter count).
         dtype: model activation dtype, the default KV dtype (canonical name, e.g. ``bf16``).
         param_count: total parameters (MoE: all experts), or None when unknown.
         weights_dtype: the dtype the checkpoint's weights ship in (``fp8``, ``mxfp4``), or None: ``dtype``.
@@ -366,6 +372,8 @@ class ModelSpec:
     layers: tuple[LayerSpec, ...]
     v_head_dim: int | None = None
     hidden_size: int | None = None
+    vocab_size: int | None = None
+    intermediate_size: int | None = None
     param_count: int | None = None
     weights_dtype: str | None = None
     param_count_unquantized: int = 0
@@ -478,6 +486,8 @@ _TOP_KEYS = {
     "head_dim",
     "v_head_dim",
     "hidden_size",
+    "vocab_size",
+    "intermediate_size",
     "dtype",
     "param_count",
     "weights_dtype",
@@ -787,6 +797,8 @@ def build_spec(data: Any, where: str) -> ModelSpec:
     v_head_dim = _pos_int(where, "v_head_dim", data.get("v_head_dim"), allow_none=True)
     max_model_len = _pos_int(where, "max_model_len", data["max_model_len"])
     hidden_size = _pos_int(where, "hidden_size", data.get("hidden_size"), allow_none=True)
+    vocab_size = _pos_int(where, "vocab_size", data.get("vocab_size"), allow_none=True)
+    intermediate_size = _pos_int(where, "intermediate_size", data.get("intermediate_size"), allow_none=True)
     param_count = _pos_int(where, "param_count", data.get("param_count"), allow_none=True, maximum=1 << 50)
     kept = _pos_int(
         where, "param_count_unquantized", data.get("param_count_unquantized", 0), minimum=0, maximum=1 << 50
@@ -924,6 +936,8 @@ def build_spec(data: Any, where: str) -> ModelSpec:
         head_dim=head_dim,
         v_head_dim=v_head_dim,
         hidden_size=hidden_size,
+        vocab_size=vocab_size,
+        intermediate_size=intermediate_size,
         dtype=dtype,
         param_count=param_count,
         weights_dtype=weights_dtype,

@@ -639,7 +639,7 @@ def fp8_dense_checks(spec: ModelSpec, tp: int, engine: str, source: str) -> None
         return
     block_k = spec.weight_block_size[1]
     widths = [("o_proj", spec.num_q_heads * spec.v_dim)]
-    dense = getattr(spec, "intermediate_size", None)  # the dense MLP's width, where the spec has it
+    dense = spec.intermediate_size  # the dense MLP's width, where the spec has it
     if dense and (spec.moe is None or spec.moe.num_moe_layers < spec.num_layers):
         widths.append(("down_proj", dense))
     for layer, width in widths:
