@@ -323,6 +323,8 @@ def fit(
         if json_out:
             render.print_json(render.fit_json(e.result, reason=e.reason, suggestions=e.suggestions))
         raise
+    for note in result.load_notes:
+        render.warn(note)
     if result.max_model_len > spec.max_model_len:
         render.warn(
             f"--max-model-len {result.max_model_len:,} is beyond {spec.name}'s max context of "

@@ -685,16 +685,20 @@ def why_best(best: FleetRow, rows: list[FleetRow], sort: str = "gpus") -> str:
     runner = min(others, key=_key(sort))
     plain = [r for r in others if r.pipeline_parallel_size == 1 and r.layout == f"TP {r.tensor_parallel_size}"]
     ref = min(plain, key=_key(sort)) if plain and best.layout != f"TP {best.tensor_parallel_size}" else runner
-    if sort == "cost" and best.cost_usd_per_hour is not None and ref.cost_usd_per_hour is not None:
-        head = f"${best.cost_usd_per_hour:,.2f}/h vs ${ref.cost_usd_per_hour:,.2f}/h for {ref.layout}"
+    costs = (best.cost_usd_per_hour, ref.cost_usd_per_hour)
+    priced = None not in costs
+    cost_tie = f" and ${costs[0]:,.2f}/h" if priced and costs[0] == costs[1] else ""
+    if sort == "cost" and priced and costs[0] < costs[1]:
+        head = f"${costs[0]:,.2f}/h vs ${costs[1]:,.2f}/h for {ref.layout}"
     elif best.gpus < ref.gpus:
         head = f"{best.gpus:,} GPUs vs {ref.gpus:,} for {ref.layout}"
     elif best.gpus_per_replica < ref.gpus_per_replica:
-        head = f"ties {ref.layout} at {best.gpus:,} GPUs with smaller replicas ({best.gpus_per_replica} vs {ref.gpus_per_replica} GPUs)"
+        head = (f"ties {ref.layout} at {best.gpus:,} GPUs{cost_tie} with smaller replicas ({best.gpus_per_replica} vs "
+                f"{ref.gpus_per_replica} GPUs)")  # fmt: skip
     elif best.pipeline_parallel_size < ref.pipeline_parallel_size:
-        head = f"ties {ref.layout} at {best.gpus:,} GPUs with fewer pipeline stages"
+        head = f"ties {ref.layout} at {best.gpus:,} GPUs{cost_tie} with fewer pipeline stages"
     else:
-        head = f"ties {ref.layout} at {best.gpus:,} GPUs with a simpler layout"
+        head = f"ties {ref.layout} at {best.gpus:,} GPUs{cost_tie} with a simpler layout"
     parts = []
     gib = 1 << 30
     if abs(best.kv_budget_bytes - ref.kv_budget_bytes) > 0.05 * max(ref.kv_budget_bytes, 1):

@@ -605,8 +605,12 @@ def fit_table(r, con, speed=None) -> None:
         if r.pipeline_parallel_size > 1
         else ""
     )
+    par = r.parallel
+    layout = ""
+    if par.attn_dp > 1 or par.ep > 1 or par.attn_tp != r.tensor_parallel_size:
+        layout = f" ({par.name}: {par.gpus} GPUs per replica)"
     title = (
-        f"{r.model} on {r.gpu_name} ({r.gpu}), TP={r.tensor_parallel_size}{stage}, {r.engine} convention, "
+        f"{r.model} on {r.gpu_name} ({r.gpu}), TP={r.tensor_parallel_size}{stage}{layout}, {r.engine} convention, "
         f"max_model_len {r.max_model_len:,}, KV {r.kv_dtype}"
     )
     t = Table(title=title, title_justify="left")
@@ -637,7 +641,8 @@ def fit_table(r, con, speed=None) -> None:
         )
     else:
         row("usable", r.usable_bytes, f"× {r.gpu_memory_utilization}")
-    row("weights", r.weights_bytes, f"{r.weights_dtype}, / (TP × PP)")
+    split = "/ (TP × PP)" if par.ep == 1 and par.attn_dp == 1 else f"experts / EP {par.ep}, the rest / (TP {par.attn_tp} × PP)"
+    row("weights", r.weights_bytes, f"{r.weights_dtype}, {split}")
     row("activation peak", r.activation_bytes, f"at {plural(r.max_num_batched_tokens, 'batched token')}")
     row("non-torch overhead", r.overhead_bytes)
     t.add_section()
@@ -650,6 +655,11 @@ def fit_table(r, con, speed=None) -> None:
     con.print(t)
     for line in fit_lines(r):
         con.print(line)
+    if par.attn_dp > 1:
+        con.print(
+            f"Attention data parallelism: {par.attn_dp} groups of {par.attn_tp} GPU(s) per stage, each holding its own "
+            f"requests' KV: {par.attn_dp} × the requests above per replica."
+        )
     if speed is not None:
         for line in fit_speed_lines(speed):
             con.print(line)
