@@ -5,7 +5,7 @@
 CALIBRATION = {
     "measurements": 66,
     "median_abs_error": 0.1356,
-    "loo_median_abs_error": None,
+    "loo_median_abs_error": 0.1766,
     "engines": {
         "vllm": {"mbu": 0.5116, "mfu": 0.2832, "layer_us": 20.04, "moe_layer_us": 391.6, "collective_us": 9.567, "link": 1.0, "step_us": 0.0},
         "sglang": {"mbu": 0.3979, "mfu": 0.4924, "layer_us": 20.13, "moe_layer_us": 416.6, "collective_us": 11.29, "link": 1.0, "step_us": 0.0},
