@@ -411,13 +411,19 @@ def fleet(
         False, "--disaggregated", help="Plan prefill and decode on separate pools, with the KV transfer between them."
     ),
     kv_link_gbs: float = typer.Option(
-        50.0, "--kv-link-gbs", help="--disaggregated: KV transfer bandwidth per GPU between the pools, GB/s (50 = 400 Gb/s)."
+        50.0,
+        "--kv-link-gbs",
+        help="--disaggregated: KV transfer bandwidth per GPU between the pools, GB/s (50 = 400 Gb/s).",
     ),
     prompt_len: Optional[str] = typer.Option(
         None, "--prompt-len", help="Prompt tokens of classes without prompt_tokens/output_tokens (default: all tokens)."
     ),
-    mbu: Optional[float] = typer.Option(None, "--mbu", help="The estimate's fraction of peak bandwidth (default: calibrated)."),
-    mfu: Optional[float] = typer.Option(None, "--mfu", help="The estimate's fraction of peak FLOP/s (default: calibrated)."),
+    mbu: Optional[float] = typer.Option(
+        None, "--mbu", help="The estimate's fraction of peak bandwidth (default: calibrated)."
+    ),
+    mfu: Optional[float] = typer.Option(
+        None, "--mfu", help="The estimate's fraction of peak FLOP/s (default: calibrated)."
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
     csv_out: bool = typer.Option(False, "--csv", help="Print CSV."),
 ) -> None:

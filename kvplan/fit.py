@@ -251,8 +251,14 @@ def fit_plan(spec: ModelSpec, gpu: GPU, opts: FitOptions):
     at_attn = opts if par.attn_tp == tp else replace(opts, tensor_parallel_size=par.attn_tp)
     cache = eng.plan(spec, kv_dtype, at_attn, settings, max_len)
     result = _result(spec, gpu, opts, settings, budget, cache, kv_dtype.name, max_len)
-    layout = dict(attention_tensor_parallel_size=par.attn_tp, data_parallel_size=par.attn_dp, expert_parallel_size=par.ep,
-                  moe_tensor_parallel_size=par.expert_slicing, parallel_flags=par.flags, load_notes=notes)  # fmt: skip
+    layout = dict(
+        attention_tensor_parallel_size=par.attn_tp,
+        data_parallel_size=par.attn_dp,
+        expert_parallel_size=par.ep,
+        moe_tensor_parallel_size=par.expert_slicing,
+        parallel_flags=par.flags,
+        load_notes=notes,
+    )
     return replace(result, **layout), cache
 
 

@@ -512,9 +512,10 @@ def _speed(spec: ModelSpec, gpu: GPU, fit: FitResult, workload: Workload, slo: S
                 ms = model.seconds({i: 1}) * 1e3
                 if ms > targets[i] * 1e3:
                     why = " (no system is faster)" if never else ""
-                    return _Speed(reason=f"TPOT {what} {ms:,.2f} ms for one request of class {c.name} "
-                                         f"({fmt_tokens(contexts[i])} cached) exceeds its target {targets[i] * 1e3:g} ms"
-                                         f"{why}", **out)  # fmt: skip
+                    cached = fmt_tokens(contexts[i])
+                    reason = (f"TPOT {what} {ms:,.2f} ms for one request of class {c.name} ({cached} cached) exceeds "
+                              f"its target {targets[i] * 1e3:g} ms{why}")  # fmt: skip
+                    return _Speed(reason=reason, **out)
     return _Speed(**out)
 
 
@@ -572,8 +573,15 @@ def plan_layout(
                         data_parallel_size=par.attn_dp, expert_parallel_size=par.ep, replica_gpus=par.gpus,
                         layout=par.name, parallel_flags=par.flags, **base)  # fmt: skip
     par = fit.parallel
-    base.update(kv_budget_bytes=fit.kv_budget_bytes, data_parallel_size=par.attn_dp, expert_parallel_size=par.ep,
-                replica_gpus=par.gpus, layout=par.name, parallel_flags=par.flags, load_notes=fit.load_notes)  # fmt: skip
+    base.update(
+        kv_budget_bytes=fit.kv_budget_bytes,
+        data_parallel_size=par.attn_dp,
+        expert_parallel_size=par.ep,
+        replica_gpus=par.gpus,
+        layout=par.name,
+        parallel_flags=par.flags,
+        load_notes=fit.load_notes,
+    )
 
     def no(reason: str) -> FleetRow:
         return FleetRow(fits=False, reason=reason, replicas=0, gpus=0, kv_bytes_needed=0, kv_utilization=0.0,
@@ -890,8 +898,11 @@ def _decode_rate(row: FleetRow, workload: Workload, slo: SLO) -> list[float]:
 def _transfer(spec: ModelSpec, gpu: GPU, opts: FitOptions, decode: FleetRow, workload: Workload, slo: SLO,
               link_gbs: float, rates: list[float]) -> tuple[KvTransfer, ...]:  # fmt: skip
     """The KV each class's prompt hands over, from the engine's cache model at the decode layout."""
-    layout = dict(tensor_parallel_size=decode.tensor_parallel_size, pipeline_parallel_size=decode.pipeline_parallel_size,
-                  data_parallel_size=decode.data_parallel_size)  # fmt: skip
+    layout = dict(
+        tensor_parallel_size=decode.tensor_parallel_size,
+        pipeline_parallel_size=decode.pipeline_parallel_size,
+        data_parallel_size=decode.data_parallel_size,
+    )
     o = replace(opts, **layout, max_model_len=workload.max_tokens, shared_prefix_tokens=0)
     fit, cache = fit_plan(spec, gpu, o)
     whole, whole_cache = fit_plan(spec, gpu, replace(o, pipeline_parallel_size=1, pp_layer_partition=None))
@@ -951,9 +962,9 @@ def plan_prefill(spec: ModelSpec, gpu: GPU, workload: Workload, opts: FitOptions
         alone = perf.step_bound(spec, fit, hw, [(1, p)], prefill=True).seconds * 1e3 + xfer
         target = slo.ttft(c)
         if target is not None and alone > target:
-            return PrefillRow(**row, fits=False, price_usd_per_hour=price_f,
-                              reason=f"TTFT estimate {alone:,.1f} ms (prefill + KV transfer {xfer:,.1f} ms) for a "
-                                     f"{p:,}-token prompt of class {c.name} exceeds its target {target:g} ms")  # fmt: skip
+            reason = (f"TTFT estimate {alone:,.1f} ms (prefill + KV transfer {xfer:,.1f} ms) for a {p:,}-token prompt "
+                      f"of class {c.name} exceeds its target {target:g} ms")  # fmt: skip
+            return PrefillRow(**row, fits=False, price_usd_per_hour=price_f, reason=reason)
         if alone > worst_ttft:
             worst_ttft, worst_transfer = alone, xfer
         batch = max(1, fit.max_num_batched_tokens // p)

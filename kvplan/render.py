@@ -434,7 +434,8 @@ def fit_speed_lines(speed) -> list[str]:
     gpus = p.decode_tokens_per_s / p.decode_tokens_per_s_per_gpu if p.decode_tokens_per_s_per_gpu else 1
     peak = "no FLOP/s peak" if p.peak_tflops is None else f"{p.peak_tflops:,g} TFLOP/s {p.compute_dtype}"
     err = e.efficiency.median_abs_error
-    err_text = "" if err is None else f", median |error| {err:.0%} on {e.efficiency.measurements} published measurements"
+    n = e.efficiency.measurements
+    err_text = "" if err is None else f", median |error| {err:.0%} on {n} published measurements"
     lines = [
         f"Speed ({p.bandwidth_tbs:g} TB/s, {peak}), {plural(p.concurrency, 'request')} at "
         f"{fmt_tokens(p.context_tokens)} cached:",
@@ -641,7 +642,9 @@ def fit_table(r, con, speed=None) -> None:
         )
     else:
         row("usable", r.usable_bytes, f"× {r.gpu_memory_utilization}")
-    split = "/ (TP × PP)" if par.ep == 1 and par.attn_dp == 1 else f"experts / EP {par.ep}, the rest / (TP {par.attn_tp} × PP)"
+    split = "/ (TP × PP)"
+    if par.ep > 1 or par.attn_dp > 1:
+        split = f"experts / EP {par.ep}, the rest / (TP {par.attn_tp} × PP)"
     row("weights", r.weights_bytes, f"{r.weights_dtype}, {split}")
     row("activation peak", r.activation_bytes, f"at {plural(r.max_num_batched_tokens, 'batched token')}")
     row("non-torch overhead", r.overhead_bytes)
@@ -836,7 +839,8 @@ def disaggregated_table(model: str, workload, plan, con) -> None:
             f"prefill: {pre.replicas:,} × {pre.replica_gpus} {pre.gpu} ({pre.layout}) = {pre.gpus:,} GPUs"
             f"{cost(pre.cost_usd_per_hour)}: {pre.prompt_tokens_per_s_needed:,.0f} prompt tokens/s needed, "
             f"{pre.prompt_tokens_per_s_per_replica:,.0f} per replica (estimate), utilization {pre.utilization:.0%}; "
-            f"TTFT ~{pre.ttft_ms_estimate:,.0f} ms for the longest prompt incl. KV transfer {pre.kv_transfer_ms:,.1f} ms"
+            f"TTFT ~{pre.ttft_ms_estimate:,.0f} ms for the longest prompt incl. KV transfer "
+            f"{pre.kv_transfer_ms:,.1f} ms"
         )
     else:
         reason = plan.prefill[0].reason if plan.prefill else "no decode pool to feed"
@@ -861,7 +865,8 @@ def disaggregated_table(model: str, workload, plan, con) -> None:
     agg = plan.aggregated
     if agg is not None:
         con.print(
-            f"aggregated (same workload and targets): {agg.replicas:,} × {agg.gpus_per_replica} {agg.gpu} ({agg.layout}) "
+            f"aggregated (same workload and targets): {agg.replicas:,} × {agg.gpus_per_replica} {agg.gpu} "
+            f"({agg.layout}) "
             f"= {agg.gpus:,} GPUs{cost(agg.cost_usd_per_hour)}, limit {agg.limit}"
         )
     else:

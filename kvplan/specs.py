@@ -723,7 +723,9 @@ def _block_size(where: str, value: Any) -> tuple[int, int] | None:
     if value is None:
         return None
     if not isinstance(value, (list, tuple)) or len(value) != 2:
-        raise SpecError(f"{where}: weight_block_size={value!r} must be two integers [block_n, block_k], e.g. [128, 128]")
+        raise SpecError(
+            f"{where}: weight_block_size={value!r} must be two integers [block_n, block_k], e.g. [128, 128]"
+        )
     n, k = (_pos_int(where, f"weight_block_size[{i}]", v, maximum=1 << 20) for i, v in enumerate(value))
     return (n, k)
 

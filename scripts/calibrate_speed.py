@@ -81,14 +81,15 @@ def fit(terms: list, sweeps: int = SWEEPS) -> dict:
     params = {k: bounds(k)[2] for k in keys()}
     used_engines = {engine_of(t) for t in terms}
     used_classes = {t.gpu_class for t in terms}
-    free = [k for k in keys() if (k[0] == "engine" and k[1] in used_engines) or (k[0] == "class" and k[1] in used_classes)]
+    used = {("engine", e) for e in used_engines} | {("class", c) for c in used_classes}
+    free = [k for k in keys() if k[:2] in used]
     phi = (math.sqrt(5) - 1) / 2
     for _ in range(sweeps):
         for k in free:
             lo, hi, _ = bounds(k)
             a, b = math.log(lo), math.log(hi)
 
-            def f(x: float) -> float:
+            def f(x: float, k: tuple = k) -> float:
                 params[k] = math.exp(x)
                 return loss(params, terms)
 
@@ -131,9 +132,13 @@ def calibration_source(params: dict, n: int, mae: float, loo: float | None) -> s
         '    "engines": {',
     ]
     pooled = {p: median(params[("engine", e, p)] for e in ENGINES) for p, *_ in ENGINE_PARAMS}
-    for name, vals in [*((e, {p: params[("engine", e, p)] for p, *_ in ENGINE_PARAMS}) for e in ENGINES), ("*", pooled)]:
+    per_engine = [(e, {p: params[("engine", e, p)] for p, *_ in ENGINE_PARAMS}) for e in ENGINES]
+    for name, vals in [*per_engine, ("*", pooled)]:
         body = ", ".join(f'"{p}": {r(v)}' for p, v in vals.items())
-        lines.append(f'        "{name}": {{{body}, "link": 1.0, "step_us": 0.0}},')
+        lines.append(f'        "{name}": {{')
+        lines.append(f"            {body},")
+        lines.append('            "link": 1.0, "step_us": 0.0,')
+        lines.append("        },")
     lines.append("    },")
     lines.append('    "gpu_classes": {')
     lines.append('        "nvidia-hopper": {"efficiency": 1.0, "fixed": 1.0},')
@@ -169,13 +174,22 @@ def summary(derived: list, params: dict, loo: float | None) -> list[str]:
             rows = [d for d in derived if group(d) == key]
             parts.append(f"{key} {median(abs(d.error) for d in rows):.0%} ({len(rows)})")
         out.append(f"- median |error| by {label}: " + ", ".join(parts) + ".")
-    out += ["", "The calibrated estimate (`kvplan/data/speed_estimate.py`):", "",
-            "| engine | MBU | MFU | µs per layer | µs per MoE layer | µs per all-reduce |", "|---|---:|---:|---:|---:|---:|"]
+    out += [
+        "",
+        "The calibrated estimate (`kvplan/data/speed_estimate.py`):",
+        "",
+        "| engine | MBU | MFU | µs per layer | µs per MoE layer | µs per all-reduce |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     for e in ENGINES:
         v = [params[("engine", e, p)] for p, *_ in ENGINE_PARAMS]
         out.append(f"| {e} | {v[0]:.2f} | {v[1]:.2f} | {v[2]:.1f} | {v[3]:.1f} | {v[4]:.1f} |")
-    out += ["", "| GPU class | factor on MBU and MFU | factor on fixed costs |", "|---|---:|---:|",
-            "| nvidia-hopper | 1 | 1 |"]
+    out += [
+        "",
+        "| GPU class | factor on MBU and MFU | factor on fixed costs |",
+        "|---|---:|---:|",
+        "| nvidia-hopper | 1 | 1 |",
+    ]
     for c in CLASSES:
         out.append(f"| {c} | {params[('class', c, 'efficiency')]:.2f} | {params[('class', c, 'fixed')]:.2f} |")
     return out
@@ -249,13 +263,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.loo:
         out = []
         for i in range(len(terms)):
-            p = fit(terms[:i] + terms[i + 1:], sweeps=6)
+            p = fit(terms[:i] + terms[i + 1 :], sweeps=6)
             out.append(abs(errors(p, [terms[i]])[0]))
             print(f"  leave-one-out {i + 1}/{len(terms)}: {ms[i].id} {out[-1]:.2f}", file=sys.stderr)
         loo = median(out)
     source, doc = render(params, ms, setups, loo)
     mae = source.split('"median_abs_error": ', 1)[1].split(",", 1)[0]
-    print(f"{len(ms)} measurements; median |error| {float(mae):.1%}" + ("" if loo is None else f", leave-one-out {loo:.1%}"))
+    tail = "" if loo is None else f", leave-one-out {loo:.1%}"
+    print(f"{len(ms)} measurements; median |error| {float(mae):.1%}{tail}")
     if args.check:
         return 0 if DATA.read_text() == source and DOC.read_text() == doc else 1
     DATA.write_text(source)

@@ -64,9 +64,10 @@ def test_pack_limited_asks_the_time_check_about_the_mix_a_replica_holds():
     assert sorted(sorted(c.items()) for _, c in groups) == [[(0, 2)], [(0, 4), (1, 1)], [(1, 3)]]
     assert used == (6 * 1 + 4 * 2,) and most == 5
     # a check that never binds gives the plain packing
-    assert pack_limited(10, [(6, 1, 0), (4, 2, 0)], time_ok=lambda c: True)[:3] == pack_limited(
-        10, [(6, 1, 0), (4, 2, 0)]
-    )[:3]
+    assert (
+        pack_limited(10, [(6, 1, 0), (4, 2, 0)], time_ok=lambda c: True)[:3]
+        == pack_limited(10, [(6, 1, 0), (4, 2, 0)])[:3]
+    )
 
 
 CLASS = st.fixed_dictionaries(
@@ -135,8 +136,12 @@ def test_more_concurrency_never_needs_fewer_replicas(conc, more, prompt, output,
 
 def test_workload_per_class_targets_and_derived_tokens():
     wl = workload_from_data(
-        {"classes": [{"name": "chat", "concurrency": 10, "prompt_tokens": "1k", "output_tokens": 256, "tpot_ms": 40},
-                     {"name": "batch", "concurrency": 5, "tokens": "8k", "ttft_ms": 5000}]},  # fmt: skip
+        {
+            "classes": [
+                {"name": "chat", "concurrency": 10, "prompt_tokens": "1k", "output_tokens": 256, "tpot_ms": 40},
+                {"name": "batch", "concurrency": 5, "tokens": "8k", "ttft_ms": 5000},
+            ]
+        },  # fmt: skip
         "w.yaml",
     )
     chat, batch = wl.classes
@@ -147,7 +152,10 @@ def test_workload_per_class_targets_and_derived_tokens():
         ({"concurrency": 1, "prompt_tokens": 100}, "classes[0] is missing tokens (or prompt_tokens and output_tokens"),
         ({"concurrency": 1, "tokens": 10, "tpot_ms": 0}, "classes[0].tpot_ms: 0 must be a number of milliseconds > 0"),
         ({"concurrency": 1, "tokens": 10, "ttft_ms": "fast"}, "classes[0].ttft_ms: 'fast' must be a number"),
-        ({"concurrency": 1, "tokens": 10, "prompt_tokens": 4, "output_tokens": 4}, "classes[0]: prompt_tokens + output_tokens must"),
+        (
+            {"concurrency": 1, "tokens": 10, "prompt_tokens": 4, "output_tokens": 4},
+            "classes[0]: prompt_tokens + output_tokens must",
+        ),
     ):
         with pytest.raises(UsageError, match=re.escape("w.yaml: " + message)):
             workload_from_data({"classes": [data]}, "w.yaml")
@@ -194,7 +202,10 @@ def test_vllm_layouts_and_expert_split_weights():
     layouts = eng.layouts(spec, [1, 8], [1])
     assert dict(tensor_parallel_size=8, pipeline_parallel_size=1) in layouts
     assert dict(tensor_parallel_size=8, pipeline_parallel_size=1, enable_expert_parallel=True) in layouts
-    assert dict(tensor_parallel_size=1, pipeline_parallel_size=1, data_parallel_size=8, enable_expert_parallel=True) in layouts
+    assert (
+        dict(tensor_parallel_size=1, pipeline_parallel_size=1, data_parallel_size=8, enable_expert_parallel=True)
+        in layouts
+    )
     assert eng.layouts(load_bundled("llama3-8b"), [1, 8], [1]) == [
         dict(tensor_parallel_size=t, pipeline_parallel_size=1) for t in (1, 8)
     ]
@@ -226,7 +237,10 @@ def test_sglang_layouts_and_its_refusals():
                                         expert_parallel_size=8))  # fmt: skip
     assert (par.attn_tp, par.attn_dp, par.ep, par.moe_tp, par.gpus) == (2, 4, 8, 1, 8)
     for opts, message in (
-        (dict(tensor_parallel_size=8, data_parallel_size=3), "--attn-dp-size 3: SGLang runs attention DP inside the TP"),
+        (
+            dict(tensor_parallel_size=8, data_parallel_size=3),
+            "--attn-dp-size 3: SGLang runs attention DP inside the TP",
+        ),
         (dict(tensor_parallel_size=8, expert_parallel_size=3), "--ep-size: tp_size 8 must be divisible by ep_size 3"),
     ):
         with pytest.raises(UsageError, match=message):

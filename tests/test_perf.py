@@ -16,13 +16,11 @@ from hypothesis import strategies as st
 
 from kvplan import perf
 from kvplan.errors import SpecError, UsageError
-from kvplan.fit import FitOptions, get_engine, plan_fit
+from kvplan.fit import FitOptions, plan_fit
 from kvplan.fleet import SLO, plan_layout, workload_from_data
 from kvplan.gpus import get_gpu
 from kvplan.loader import load_bundled
 from kvplan.specs import build_spec
-
-
 
 
 def bound(model: str, gpu: str, tp: int, n: int, t: int, mbu=1.0, mfu=1.0, **opts) -> perf.PerfResult:

@@ -7,12 +7,30 @@ CALIBRATION = {
     "median_abs_error": 0.1356,
     "loo_median_abs_error": 0.1766,
     "engines": {
-        "vllm": {"mbu": 0.5116, "mfu": 0.2832, "layer_us": 20.04, "moe_layer_us": 391.6, "collective_us": 9.567, "link": 1.0, "step_us": 0.0},
-        "sglang": {"mbu": 0.3979, "mfu": 0.4924, "layer_us": 20.13, "moe_layer_us": 416.6, "collective_us": 11.29, "link": 1.0, "step_us": 0.0},
-        "trtllm": {"mbu": 0.5684, "mfu": 0.4945, "layer_us": 20.28, "moe_layer_us": 197.0, "collective_us": 133.2, "link": 1.0, "step_us": 0.0},
-        "llamacpp": {"mbu": 0.5427, "mfu": 0.5, "layer_us": 20.31, "moe_layer_us": 27.22, "collective_us": 10.0, "link": 1.0, "step_us": 0.0},
-        "gpt-fast": {"mbu": 0.7286, "mfu": 0.5, "layer_us": 20.38, "moe_layer_us": 25.52, "collective_us": 17.57, "link": 1.0, "step_us": 0.0},
-        "*": {"mbu": 0.5427, "mfu": 0.4945, "layer_us": 20.28, "moe_layer_us": 197.0, "collective_us": 11.29, "link": 1.0, "step_us": 0.0},
+        "vllm": {
+            "mbu": 0.5116, "mfu": 0.2832, "layer_us": 20.04, "moe_layer_us": 391.6, "collective_us": 9.567,
+            "link": 1.0, "step_us": 0.0,
+        },
+        "sglang": {
+            "mbu": 0.3979, "mfu": 0.4924, "layer_us": 20.13, "moe_layer_us": 416.6, "collective_us": 11.29,
+            "link": 1.0, "step_us": 0.0,
+        },
+        "trtllm": {
+            "mbu": 0.5684, "mfu": 0.4945, "layer_us": 20.28, "moe_layer_us": 197.0, "collective_us": 133.2,
+            "link": 1.0, "step_us": 0.0,
+        },
+        "llamacpp": {
+            "mbu": 0.5427, "mfu": 0.5, "layer_us": 20.31, "moe_layer_us": 27.22, "collective_us": 10.0,
+            "link": 1.0, "step_us": 0.0,
+        },
+        "gpt-fast": {
+            "mbu": 0.7286, "mfu": 0.5, "layer_us": 20.38, "moe_layer_us": 25.52, "collective_us": 17.57,
+            "link": 1.0, "step_us": 0.0,
+        },
+        "*": {
+            "mbu": 0.5427, "mfu": 0.4945, "layer_us": 20.28, "moe_layer_us": 197.0, "collective_us": 11.29,
+            "link": 1.0, "step_us": 0.0,
+        },
     },
     "gpu_classes": {
         "nvidia-hopper": {"efficiency": 1.0, "fixed": 1.0},

@@ -594,7 +594,8 @@ class EngineRules:
     def layouts(self, spec: ModelSpec, tps: list[int], pps: list[int]) -> list[dict]:
         """The layouts ``kvplan fleet`` tries by default: :class:`~kvplan.options.FitOptions` overrides, one
         dict each. The default: every (TP, PP) of ``tps`` × ``pps`` with PP not above the layers."""
-        return [dict(tensor_parallel_size=t, pipeline_parallel_size=p) for p in pps for t in tps if p <= spec.num_layers]
+        layers = spec.num_layers
+        return [dict(tensor_parallel_size=t, pipeline_parallel_size=p) for p in pps for t in tps if p <= layers]
 
     def load_check(self, spec: ModelSpec, opts: FitOptions, par: Parallel) -> list[str]:
         """The engine's own load-time checks that depend on the layout (block-quantized checkpoints, expert

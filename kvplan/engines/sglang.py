@@ -227,15 +227,15 @@ def parallel(spec: ModelSpec, opts: FitOptions) -> Parallel:
     ep = opts.expert_parallel_size or (tp if opts.enable_expert_parallel else 1)
     if ep > 1 and spec.moe is None:
         raise UsageError(
-            f"--ep-size {ep}: {spec.name} has no moe facts (a dense model, or a spec without a moe block), so there are "
-            "no routed experts to split"
+            f"--ep-size {ep}: {spec.name} has no moe facts (a dense model, or a spec without a moe block), so "
+            "there are no routed experts to split"
         )
     if tp % ep:
         raise UsageError(f"--ep-size: tp_size {tp} must be divisible by ep_size {ep} (SGLang moe_ep_setup.py)")
     if ep > 1 and spec.moe.num_experts % ep:
         raise UsageError(
-            f"--ep-size {ep}: SGLang needs the {spec.moe.num_experts} routed experts of {spec.name} divisible by the EP "
-            "size (layers/moe/fused_moe_triton/layer.py: _num_global_routed % ep_size == 0)"
+            f"--ep-size {ep}: SGLang needs the {spec.moe.num_experts} routed experts of {spec.name} divisible by "
+            "the EP size (layers/moe/fused_moe_triton/layer.py: _num_global_routed % ep_size == 0)"
         )
     flags = parallel_flags(("--tp", tp), ("--pp", pp), ("--attn-dp-size", dp), ("--ep-size", ep))
     return Parallel(tp // dp, dp, pp, ep, tp // ep, flags)

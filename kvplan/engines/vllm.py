@@ -973,9 +973,14 @@ def fp8_moe_check(spec: ModelSpec, moe_tp: int, version: str | None) -> list[str
             "(fused_moe/oracle/fp8.py refine_fp8_moe_block_shape; Triton MoE kernels only)"
         ]
     if ispp % block_n:
-        engine = f"The output_size of gate's and up's weight = {ispp} is not divisible by weight quantization block_n = {block_n}."
+        engine = (
+            f"The output_size of gate's and up's weight = {ispp} is not divisible by weight quantization "
+            f"block_n = {block_n}."
+        )
     else:
-        engine = f"The input_size of down's weight = {ispp} is not divisible by weight quantization block_k = {block_k}."
+        engine = (
+            f"The input_size of down's weight = {ispp} is not divisible by weight quantization block_k = {block_k}."
+        )
     raise LoadRefused(
         f"--tp: vLLM refuses to load {where}: \"{engine}\" (quantization/utils/fp8_utils.py "
         "validate_fp8_block_shape_moe); use expert parallelism (--enable-expert-parallel) or a TP whose slice is a "
@@ -1045,7 +1050,8 @@ class VllmEngine(EngineRules):
         for p in pps:
             if p > spec.num_layers:
                 continue
-            out += [dict(tensor_parallel_size=t, pipeline_parallel_size=p, enable_expert_parallel=True) for t in tps if t > 1]
+            ep = [t for t in tps if t > 1]
+            out += [dict(tensor_parallel_size=t, pipeline_parallel_size=p, enable_expert_parallel=True) for t in ep]
             for g in EP_GROUP_SIZES:
                 out += [dict(tensor_parallel_size=t, pipeline_parallel_size=p, data_parallel_size=g // t,
                              enable_expert_parallel=True) for t in tps if g % t == 0 and g // t > 1]  # fmt: skip
