@@ -25,6 +25,9 @@ typed (engine)                            kvplan flag                  where the
 ``--quantization``, ``-q``                ``--weights-dtype``          vLLM (fp8, awq, gptq, mxfp4, ...)
 ``--kv-cache-memory-bytes``               ``--kv-cache-memory``        vLLM
 ``--page-size``                           ``--block-size``             SGLang
+``-dp``, ``--dp``, ``--attn-dp-size``,     ``--data-parallel-size``     vLLM (``-dp``), SGLang (``--attn-dp-size``;
+``--dp-size``                                                          ``--dp-size`` with ``--enable-dp-attention``)
+``--expert-parallel-size``, ``--ep``      ``--ep-size``                SGLang
 ========================================  ===========================  ==========================================
 
 With ``--engine llamacpp`` (or ``ollama``, ``llama-server``) llama.cpp's own spellings mean what they mean to
@@ -74,6 +77,12 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "-q": ("--weights-dtype",),
     "--kv-cache-memory-bytes": ("--kv-cache-memory",),
     "--page-size": ("--block-size",),
+    "-dp": ("--data-parallel-size",),
+    "--dp": ("--data-parallel-size",),
+    "--attn-dp-size": ("--data-parallel-size",),
+    "--dp-size": ("--data-parallel-size",),
+    "--expert-parallel-size": ("--ep-size",),
+    "--ep": ("--ep-size",),
 }
 
 # llama.cpp's spellings, with --engine llamacpp (common/arg.cpp: -c, -np, -ctk, -ctv, -fa, -ub, -b, -kvu, -no-kvu)
@@ -92,7 +101,7 @@ LLAMACPP_ALIASES: dict[str, tuple[str, ...]] = {
 # with any other engine (or a command without --engine): --ctx-size is the request length, as before
 OTHER_ENGINE_ALIASES: dict[str, tuple[str, ...]] = {"--ctx-size": ("--max-model-len", "--seq")}
 
-COMMA_LISTS = ("--seq", "-s", "--tp", "--gpu", "-g", "--kv-dtype")
+COMMA_LISTS = ("--seq", "-s", "--tp", "--pp", "--gpu", "-g", "--kv-dtype")
 KV_FLAGS = ("--kv-dtype", "--kv-cache-dtype")
 
 # vLLM's --dtype values -> kvplan weight dtype names (None: the model's own dtype, i.e. no flag)
@@ -190,6 +199,11 @@ def _value(flag: str, typed: str, value: str, argv: list[str]) -> str | None:
                 f"{', '.join(QUANTIZATION_VALUES)}, or give --weights-dtype (bf16, fp8, int8, int4, mxfp4, nvfp4)"
             )
         return QUANTIZATION_VALUES[key]
+    if typed == "--dp-size" and "--enable-dp-attention" not in argv:
+        raise UsageError(
+            "--dp-size: SGLang's --dp-size alone runs that many replicas behind a router, which kvplan counts itself; "
+            "for attention data parallelism give --enable-dp-attention with it (or --attn-dp-size N)"
+        )
     if typed == "--mem-fraction-static" and _engine(argv) != "sglang":
         raise UsageError(
             "--mem-fraction-static: SGLang's fraction; give it with --engine sglang "

@@ -126,6 +126,9 @@ def fit_options(
     flash_attn: str | None = None,
     n_batch: int | None = None,
     llama_tool: str | None = None,
+    dp: int = 1,
+    enable_expert_parallel: bool = False,
+    ep_size: int | None = None,
 ):
     """The :class:`kvplan.options.FitOptions` of a plan: the one place they are built, for the API and every
     CLI command (``fit``, ``fleet``, ``sweep``, ``plot``, ``verify --fit``).
@@ -154,6 +157,10 @@ def fit_options(
             ``--kv-unified``, ``-ctk``, ``-ctv``, ``-fa`` (on/off/auto), ``-b``, and whose defaults apply
             (``server``: llama-server, ``cli``: llama-cli); None: the tool's defaults. llama.cpp's ``-ub`` is
             ``max_num_batched_tokens``.
+        dp: attention data-parallel ranks per replica (vLLM ``--data-parallel-size``, SGLang ``--attn-dp-size``).
+        enable_expert_parallel: split the routed experts over the GPUs of a stage (vLLM
+            ``--enable-expert-parallel``; SGLang: ``--ep-size`` = TP).
+        ep_size: SGLang's ``--ep-size``.
 
     Raises:
         UsageError: an unknown engine, a malformed count or size, a llama.cpp setting under another engine;
@@ -198,6 +205,9 @@ def fit_options(
         flash_attn=flash_attn,
         n_batch=n_batch,
         llama_tool=llama_tool,
+        data_parallel_size=dp,
+        enable_expert_parallel=enable_expert_parallel,
+        expert_parallel_size=ep_size,
     )
     check_engine_fields(opts)
     return opts
@@ -251,7 +261,7 @@ def fleet(
     seq=None,
     gpus=None,
     tps: list[int] | None = None,
-    pp: int = 1,
+    pp: int | list[int] | None = None,
     engine: str = "vllm",
     kv_dtype: str = "auto",
     weights_dtype: str | None = None,
@@ -259,8 +269,11 @@ def fleet(
     kv_cache_memory_bytes=None,
     prices: dict[str, float] | None = None,
     sort: str = "gpus",
+    tpot_ms: float | None = None,
+    ttft_ms: float | None = None,
+    **settings,
 ):
-    """Replicas and GPUs a workload needs per GPU type and TP, as ``kvplan fleet`` ranks them.
+    """Replicas and GPUs a workload needs per GPU type and parallel layout, as ``kvplan fleet`` ranks them.
 
     Args:
         model: a ModelSpec or a MODEL string (see :func:`load_model`).
@@ -269,8 +282,12 @@ def fleet(
         gpus: candidate GPUs (names or GPU objects); None: the whole catalog.
         tps: candidate TPs; None: every TP ≤ 8 the heads allow.
         kv_cache_memory_bytes: a KV budget per GPU (int or ``"40GiB"``) that bypasses the budget model (exact).
+        pp: candidate PP degree(s); None: 1, 2 and 4 (:data:`kvplan.fleet.DEFAULT_PPS`).
         prices: USD per GPU-hour by GPU name (``{"h100": 2.49}``).
         sort: ``gpus`` or ``cost``.
+        tpot_ms, ttft_ms: latency targets of classes without their own (ms).
+        settings: other keywords of :func:`fit_options` (``dp=8, enable_expert_parallel=True``,
+            ``engine_version``, ``max_num_seqs`` ...).
 
     Returns:
         A list of :class:`kvplan.fleet.FleetRow`, feasible first, the best layout per GPU with
@@ -296,10 +313,12 @@ def fleet(
         wl = fleetmod.workload_from_data(workload, "workload")
     else:
         wl = fleetmod.load_workload(Path(workload))
-    opts = fit_options(
-        engine=engine, pp=pp, kv_dtype=kv_dtype, weights_dtype=weights_dtype,
-        gpu_memory_utilization=gpu_memory_utilization, kv_cache_memory_bytes=kv_cache_memory_bytes,
-    )  # fmt: skip
+    pps = None if pp is None else [pp] if isinstance(pp, int) else list(pp)
+    opts = _options(dict(settings, engine=engine, pp=pps[0] if pps else 1, kv_dtype=kv_dtype,
+                         weights_dtype=weights_dtype, gpu_memory_utilization=gpu_memory_utilization,
+                         kv_cache_memory_bytes=kv_cache_memory_bytes))  # fmt: skip
     candidates = [get_gpu(g) for g in gpus] if gpus else load_catalog()
     price_ids = {get_gpu(name).id: float(usd) for name, usd in (prices or {}).items()}
-    return fleetmod.plan_fleet(_spec(model), wl, candidates, opts, tps=tps or None, prices=price_ids, sort=sort)
+    slo = fleetmod.SLO(fleetmod.check_ms("tpot_ms", tpot_ms), fleetmod.check_ms("ttft_ms", ttft_ms))
+    return fleetmod.plan_fleet(_spec(model), wl, candidates, opts, tps=tps or None, prices=price_ids, sort=sort,
+                               slo=slo, pps=pps)  # fmt: skip

@@ -42,6 +42,15 @@ def _gib(text: str | None, flag: str) -> int | None:
     return None if text is None else parse_size_default_gib(text, flag)
 
 
+DP_HELP = (
+    "Attention data-parallel ranks per replica, each with its own requests' KV (vLLM: D engine ranks of TP GPUs; "
+    "SGLang's attention DP size: D groups within --tp). Engine spellings accepted (see kvplan.aliases)."
+)
+EP_HELP = "Split the routed experts over the GPUs of a stage (vLLM; SGLang: --ep-size = --tp)."
+EP_SIZE_HELP = "SGLang's EP size: GPUs the routed experts are split over (divides --tp)."
+DPA_HELP = "SGLang's spelling, accepted: kvplan's --data-parallel-size is attention data parallelism."
+
+
 def _load_model(ref: str):
     """:func:`kvplan.loader.load_model`, its warnings printed on stderr (the core returns them, never prints)."""
     from kvplan import render
@@ -309,8 +318,12 @@ def fit(
     num_mtp_layers: int = typer.Option(
         0, "--num-mtp-layers", help="vLLM: MTP modules (DeepSeek-V3: 1), each a layer like the target's last one."
     ),
+    data_parallel_size: int = typer.Option(1, "--data-parallel-size", help=DP_HELP),
+    enable_expert_parallel: bool = typer.Option(False, "--enable-expert-parallel", help=EP_HELP),
+    ep_size: Optional[int] = typer.Option(None, "--ep-size", help=EP_SIZE_HELP),
+    enable_dp_attention: bool = typer.Option(False, "--enable-dp-attention", help=DPA_HELP),
     concurrency: Optional[int] = typer.Option(
-        None, "--concurrency", help="Speed bound: requests decoding together (default: the most that fit)."
+        None, "--concurrency", help="Speed: requests decoding together in one group (default: the most that fit)."
     ),
     context: Optional[str] = typer.Option(
         None, "--context", help="Speed bound: tokens cached per request while decoding (default: max_model_len)."
@@ -319,13 +332,16 @@ def fit(
         None, "--prompt-len", help="TTFT bound: prompt tokens (default: --context)."
     ),
     mbu: Optional[float] = typer.Option(
-        None, "--mbu", help="Fraction of peak memory bandwidth (default 0.7; 1 = limit)."
+        None, "--mbu", help="The estimate's fraction of peak memory bandwidth (default: calibrated; the limit is 1)."
     ),
-    mfu: Optional[float] = typer.Option(None, "--mfu", help="Fraction of peak FLOP/s (default 0.5; 1 = limit)."),
+    mfu: Optional[float] = typer.Option(
+        None, "--mfu", help="The estimate's fraction of peak FLOP/s (default: calibrated; the limit is 1)."
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """How many requests of --max-model-len fit on one GPU of a replica, as the engine would count them, and how
-    fast they can decode (--concurrency, --context, --prompt-len, --mbu, --mfu: see kvplan.perf)."""
+    fast they decode: the physical limit and the calibrated estimate (--concurrency, --context, --prompt-len,
+    --mbu, --mfu: see kvplan.perf)."""
     from kvplan import api, render
     from kvplan import fit as fitmod
     from kvplan.errors import DoesNotFit
@@ -345,7 +361,8 @@ def fit(
         enable_prefix_caching=enable_prefix_caching, hybrid_kv_cache_manager=hybrid_kv_cache_manager,
         pp_layer_partition=pp_layer_partition, num_speculative_tokens=num_speculative_tokens,
         speculative_model=None if speculative_model is None else _load_model(speculative_model),
-        num_mtp_layers=num_mtp_layers,
+        num_mtp_layers=num_mtp_layers, dp=data_parallel_size, enable_expert_parallel=enable_expert_parallel,
+        ep_size=ep_size,
         **_llama_settings(
             ctx_size, n_parallel, kv_unified, cache_type_k, cache_type_v, flash_attn, n_batch, llama_tool
         ),
@@ -360,6 +377,8 @@ def fit(
         if json_out:
             render.print_json(render.fit_json(e.result, reason=e.reason, suggestions=e.suggestions))
         raise
+    for note in result.load_notes:
+        render.warn(note)
     if result.max_model_len > spec.max_model_len:
         render.warn(
             f"--max-model-len {result.max_model_len:,} is beyond {spec.name}'s max context of "
@@ -370,7 +389,7 @@ def fit(
     if asked or json_out:  # the table shows the speed bound only when asked; JSON always carries its keys
         from kvplan import perf
 
-        speed, notes = perf.fit_bound(
+        speed, notes = perf.fit_speed(
             spec, g, result, opts, concurrency, None if context is None else parse_tokens(context, "--context"),
             None if prompt_len is None else parse_tokens(prompt_len, "--prompt-len"), mbu, mfu,
         )  # fmt: skip
@@ -403,7 +422,13 @@ def fleet(
         help="Candidate GPU (repeat); default: every catalog GPU that holds the model at some TP <= 8.",
     ),
     tp: List[int] = typer.Option([], "--tp", help="Candidate TP (repeat); default: every TP <= 8 the heads allow."),
-    pp: int = typer.Option(1, "--pp", help="pipeline_parallel_size."),
+    pp: List[int] = typer.Option([], "--pp", help="Candidate PP (repeat); default: 1, 2 and 4."),
+    data_parallel_size: int = typer.Option(
+        1, "--data-parallel-size", help=DP_HELP + " Default: searched for MoE models (with expert parallelism)."
+    ),
+    enable_expert_parallel: bool = typer.Option(False, "--enable-expert-parallel", help=EP_HELP),
+    ep_size: Optional[int] = typer.Option(None, "--ep-size", help=EP_SIZE_HELP),
+    enable_dp_attention: bool = typer.Option(False, "--enable-dp-attention", help=DPA_HELP),
     pp_layer_partition: Optional[str] = typer.Option(
         None, "--pp-layer-partition", help="Layers per PP stage, e.g. 41,39 (vLLM VLLM_PP_LAYER_PARTITION)."
     ),
@@ -441,23 +466,40 @@ def fleet(
         [], "--price", help="GPU=USD_PER_HOUR per GPU (repeat, or a comma list), e.g. h100=2.49,h200=3.5."
     ),
     sort: str = typer.Option("gpus", "--sort", help="gpus or cost."),
-    show_all: bool = typer.Option(False, "--all", help="List every TP that fits, not only the best layout per GPU."),
+    show_all: bool = typer.Option(
+        False, "--all", help="List every layout that fits, not only the best layout per GPU."
+    ),
     tpot_ms: Optional[float] = typer.Option(
-        None, "--tpot-ms", help="SLO: time per output token (ms); replicas keep only the requests that meet it."
+        None, "--tpot-ms", help="SLO: time per output token (ms) of classes without tpot_ms; replicas keep only "
+        "the requests whose estimated step meets it."
     ),
     ttft_ms: Optional[float] = typer.Option(
-        None, "--ttft-ms", help="SLO: time to first token of the longest prompt (ms)."
+        None, "--ttft-ms", help="SLO: time to first token (ms) of classes without ttft_ms (each prompt alone)."
+    ),
+    disaggregated: bool = typer.Option(
+        False, "--disaggregated", help="Plan prefill and decode on separate pools, with the KV transfer between them."
+    ),
+    kv_link_gbs: float = typer.Option(
+        50.0,
+        "--kv-link-gbs",
+        help="--disaggregated: KV transfer bandwidth per GPU between the pools, GB/s (50 = 400 Gb/s).",
     ),
     prompt_len: Optional[str] = typer.Option(
         None, "--prompt-len", help="Prompt tokens of classes without prompt_tokens/output_tokens (default: all tokens)."
     ),
-    mbu: Optional[float] = typer.Option(None, "--mbu", help="Fraction of peak memory bandwidth (default 0.7)."),
-    mfu: Optional[float] = typer.Option(None, "--mfu", help="Fraction of peak FLOP/s (default 0.5)."),
+    mbu: Optional[float] = typer.Option(
+        None, "--mbu", help="The estimate's fraction of peak bandwidth (default: calibrated)."
+    ),
+    mfu: Optional[float] = typer.Option(
+        None, "--mfu", help="The estimate's fraction of peak FLOP/s (default: calibrated)."
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
     csv_out: bool = typer.Option(False, "--csv", help="Print CSV."),
 ) -> None:
-    """Replicas and GPUs a workload needs, per GPU type and TP, ranked by GPUs or cost; with --tpot-ms /
-    --ttft-ms, by the tighter of memory and the latency targets (see kvplan.perf)."""
+    """Replicas and GPUs a workload needs, per GPU type and parallel layout (TP × PP, and expert / attention data
+    parallelism for MoE models), ranked by GPUs or cost; with latency targets (--tpot-ms / --ttft-ms, or per
+    class in the workload), by the tighter of memory and the targets under the speed estimate (kvplan.perf).
+    --disaggregated: prefill and decode pools apart."""
     from kvplan import api, render
     from kvplan import fleet as fleetmod
     from kvplan.errors import UsageError
@@ -479,13 +521,20 @@ def fleet(
         raise UsageError("--workload: give --workload FILE, or --concurrency N with --seq S")
     if weights_gib is not None and len(tp) != 1:
         raise UsageError("--weights-gib: weights per GPU depend on TP, so give one --tp with it (each TP its own run)")
+    if weights_gib is not None and len(pp) > 1:
+        raise UsageError("--weights-gib: weights per GPU depend on PP, so give one --pp with it (each PP its own run)")
+    if weights_gib is not None and not pp:
+        pp = [1]  # the weights given are those of one layout: no PP search
+    if pp_layer_partition is not None and len(pp) != 1:
+        raise UsageError("--pp-layer-partition: give one --pp with it (the partition has one count per stage)")
     from kvplan.units import parse_bytes
 
     opts = api.fit_options(
-        engine=engine, pp=pp, weights_bytes=_gib(weights_gib, "--weights-gib"), kv_dtype=kv_dtype,
-        kv_cache_memory_bytes=None if kv_cache_memory is None else parse_bytes(kv_cache_memory, "--kv-cache-memory"),
+        engine=engine, pp=pp[0] if pp else 1, weights_bytes=_gib(weights_gib, "--weights-gib"), kv_dtype=kv_dtype,
         weights_dtype=weights_dtype, gpu_memory_utilization=gpu_memory_utilization, engine_version=engine_version,
-        max_num_seqs=max_num_seqs, pp_layer_partition=pp_layer_partition,
+        max_num_seqs=max_num_seqs, pp_layer_partition=pp_layer_partition, dp=data_parallel_size,
+        enable_expert_parallel=enable_expert_parallel, ep_size=ep_size,
+        kv_cache_memory_bytes=None if kv_cache_memory is None else parse_bytes(kv_cache_memory, "--kv-cache-memory"),
         max_num_batched_tokens=max_num_batched_tokens, swa_full=swa_full,
         **_llama_settings(
             ctx_size, n_parallel, kv_unified, cache_type_k, cache_type_v, flash_attn, n_batch, llama_tool
@@ -501,14 +550,26 @@ def fleet(
     from kvplan.perf import check_fraction
     from kvplan.units import parse_tokens
 
-    for flag, ms in (("--tpot-ms", tpot_ms), ("--ttft-ms", ttft_ms)):
-        if ms is not None and not 0 < ms < 1e9:  # also refuses nan
-            raise UsageError(f"--{flag.strip('-')}: {ms!r} must be a number of milliseconds > 0")
     slo = fleetmod.SLO(
-        tpot_ms, ttft_ms, None if prompt_len is None else parse_tokens(prompt_len, "--prompt-len"),
+        fleetmod.check_ms("--tpot-ms", tpot_ms), fleetmod.check_ms("--ttft-ms", ttft_ms),
+        None if prompt_len is None else parse_tokens(prompt_len, "--prompt-len"),
         check_fraction("--mbu", mbu), check_fraction("--mfu", mfu),
     )  # fmt: skip
-    rows = fleetmod.plan_fleet(spec, wl, gpus, opts, tps=tp or None, prices=prices, sort=sort, slo=slo)
+    if disaggregated and csv_out:
+        raise UsageError("--csv: not with --disaggregated (two pools); use --json")
+    if disaggregated:
+        plan = fleetmod.plan_disaggregated(spec, wl, gpus, opts, tps=tp or None, prices=prices, sort=sort, slo=slo,
+                                           pps=pp or None, link_gbs=kv_link_gbs)  # fmt: skip
+        if json_out:
+            render.print_json(render.disaggregated_json(spec.name, wl, plan))
+        else:
+            render.disaggregated_table(spec.name, wl, plan, render.console())
+        if not plan.gpus:
+            from kvplan.errors import DoesNotFit
+
+            raise DoesNotFit(f"no prefill and decode pools tried can serve this workload on {spec.name}")
+        return
+    rows = fleetmod.plan_fleet(spec, wl, gpus, opts, tps=tp or None, prices=prices, sort=sort, slo=slo, pps=pp or None)
     if wl.max_tokens > spec.max_model_len:
         render.warn(
             f"requests of {wl.max_tokens:,} tokens are beyond {spec.name}'s max context of "
@@ -519,13 +580,13 @@ def fleet(
     elif csv_out:
         render.print_csv([render.fleet_row_dict(r) for r in rows])
     else:
-        speed = tpot_ms is not None or ttft_ms is not None
+        speed = slo.wants_speed(wl)
         render.fleet_table(spec.name, wl, rows, render.console(), show_all=show_all, sort=sort, speed=speed)
     if not any(r.fits for r in rows):
         from kvplan.errors import DoesNotFit
 
         where = "in the JSON's layouts" if json_out else "in the CSV's reason column" if csv_out else "above"
-        raise DoesNotFit(f"no GPU and TP tried can serve this workload on {spec.name} (reasons {where})")
+        raise DoesNotFit(f"no GPU and layout tried can serve this workload on {spec.name} (reasons {where})")
 
 
 # --- verify --------------------------------------------------------------------------------------

@@ -29,3 +29,8 @@ class DoesNotFit(KvplanError):
 
 class MissingExtra(UsageError):
     """An optional dependency (torch, matplotlib) is not installed."""
+
+
+class LoadRefused(UsageError):
+    """The engine refuses to load the checkpoint at this layout (its own load-time check: block-quantized
+    weights, expert counts); the message quotes the engine. ``kvplan fleet`` shows it as the layout's reason."""

@@ -100,6 +100,13 @@ class FitResult:
         engine_settings: the engine's own settings and figures under its own names, where kvplan's fields do
             not say them (llama.cpp: ``n_ctx``, ``n_parallel``, ``kv_unified``, each cache's cells and bytes,
             the largest ``-c`` that fits ...); empty for the other engines.
+        attention_tensor_parallel_size, data_parallel_size, expert_parallel_size, moe_tensor_parallel_size,
+            parallel_flags: the replica's layout (:class:`kvplan.options.Parallel`, the engine's
+            :meth:`~kvplan.engines.base.EngineRules.parallel`): the KV cache is sized at the attention TP, each of
+            the ``data_parallel_size`` attention groups holds its own requests (the pools above are one group's,
+            per GPU); ``parallel_flags`` are the engine's flags for it.
+        load_notes: what the engine changes to load the checkpoint at this layout (vLLM's refined FP8 block
+            scales), one line each.
     """
 
     model: str
@@ -157,6 +164,12 @@ class FitResult:
     max_requests_high: int = 0
     budget_terms: tuple = ()
     engine_settings: dict = field(default_factory=dict)
+    attention_tensor_parallel_size: int = 0
+    data_parallel_size: int = 1
+    expert_parallel_size: int = 1
+    moe_tensor_parallel_size: int = 0
+    parallel_flags: str = ""
+    load_notes: tuple = ()
 
     @property
     def fits(self) -> bool:
@@ -187,9 +200,19 @@ class FitResult:
         return self.max_model_len_fit >= MAX_SEARCH_TOKENS
 
     @property
+    def parallel(self):
+        """The replica's layout, a :class:`kvplan.options.Parallel`."""
+        from kvplan.options import Parallel
+
+        attn_tp = self.attention_tensor_parallel_size or self.tensor_parallel_size
+        return Parallel(attn_tp, self.data_parallel_size, self.pipeline_parallel_size, self.expert_parallel_size,
+                        self.moe_tensor_parallel_size or attn_tp * self.data_parallel_size,
+                        self.parallel_flags)  # fmt: skip
+
+    @property
     def gpus_per_replica(self) -> int:
-        """TP × PP."""
-        return self.tensor_parallel_size * self.pipeline_parallel_size
+        """GPUs of one replica: attention TP × attention DP × PP (TP × PP without data parallelism)."""
+        return self.parallel.gpus
 
 
 def plan_fit(spec: ModelSpec, gpu: GPU, opts: FitOptions) -> FitResult:
@@ -230,7 +253,8 @@ def fit_plan(spec: ModelSpec, gpu: GPU, opts: FitOptions):
         ("--max-num-seqs", opts.max_num_seqs),
     ):
         check_int(flag, v)
-    check_tp(spec, tp)
+    par = eng.parallel(spec, opts)
+    check_tp(spec, par.attn_tp)
     if pp > spec.num_layers:
         raise UsageError(f"--pp: {pp} is more stages than {spec.name}'s {spec.num_layers} layers")
     check_pp_partition(spec, pp, opts.pp_layer_partition)
@@ -244,9 +268,20 @@ def fit_plan(spec: ModelSpec, gpu: GPU, opts: FitOptions):
         )
     kv_dtype = eng.kv_dtype(spec, opts.kv_dtype)
     eng.check(spec, opts, settings)
+    notes = tuple(eng.load_check(spec, opts, par))
     budget = eng.budget(spec, gpu, opts, settings)
-    cache = eng.plan(spec, kv_dtype, opts, settings, max_len)
-    return _result(spec, gpu, opts, settings, budget, cache, kv_dtype.name, max_len), cache
+    at_attn = opts if par.attn_tp == tp else replace(opts, tensor_parallel_size=par.attn_tp)
+    cache = eng.plan(spec, kv_dtype, at_attn, settings, max_len)
+    result = _result(spec, gpu, opts, settings, budget, cache, kv_dtype.name, max_len)
+    layout = dict(
+        attention_tensor_parallel_size=par.attn_tp,
+        data_parallel_size=par.attn_dp,
+        expert_parallel_size=par.ep,
+        moe_tensor_parallel_size=par.expert_slicing,
+        parallel_flags=par.flags,
+        load_notes=notes,
+    )
+    return replace(result, **layout), cache
 
 
 def _result(spec, gpu, opts, settings, budget, cache, kv_dtype_name: str, max_len: int) -> FitResult:

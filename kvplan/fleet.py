@@ -1,24 +1,36 @@
-"""Fleet planning: replicas and GPUs needed to hold a workload's KV cache, per GPU type and TP.
+"""Fleet planning: replicas and GPUs a workload needs, per GPU type and parallel layout.
 
 A workload is a set of request classes, each with a concurrency (requests in flight across the whole
-fleet) and tokens per request (prompt + output). A replica is TP × PP GPUs serving whole requests
-(a request is never split across replicas). For each candidate (GPU, TP) kvplan takes the per-GPU KV
-budget of :func:`kvplan.fit.plan_fit` with ``max_model_len`` = the longest class, the bytes each class's
-request holds under the engine's block rules, and packs the requests into replicas first-fit-decreasing
-(largest requests first, then smaller ones into the space left), counting a class's shared prefix once
-per replica that holds that class. GPUs = replicas × TP × PP.
+fleet), tokens per request (prompt + output) and optionally its own latency targets (``tpot_ms``,
+``ttft_ms``; the --tpot-ms / --ttft-ms flags are the defaults). A replica is one engine deployment: TP × PP
+GPUs, or with attention data parallelism D attention groups of TP GPUs each (the engine's
+:meth:`~kvplan.engines.base.EngineRules.parallel`), serving whole requests (a request is never split).
+
+For each candidate (GPU, layout) kvplan takes the per-GPU KV budget of :func:`kvplan.fit.plan_fit` with
+``max_model_len`` = the longest class, the units each class's request takes from the engine's pools, and
+packs the requests into attention groups first-fit-decreasing (largest requests first, then smaller ones
+into the space left), counting a class's shared prefix once per group that holds that class, each group
+held to the engine's ``max_num_seqs`` and to the latency targets of the classes it holds: a group keeps a
+request only while its decode step, estimated (:func:`kvplan.perf.estimate`) for exactly the requests it
+holds, meets the tightest TPOT target among them. Replicas = ceil(groups / D); GPUs = replicas × the
+replica's GPUs. The layouts an engine offers by default (:meth:`~kvplan.engines.base.EngineRules.layouts`:
+TP × PP, and for MoE models expert parallelism and attention DP) are all tried and ranked by GPUs, then
+cost; ``why`` says what made the best one win.
+
+:func:`plan_disaggregated` plans prefill and decode on separate pools (``kvplan fleet --disaggregated``).
 """
 
 from __future__ import annotations
 
 import difflib
+import math
 from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from kvplan.calc import check_tp, valid_tp_sizes
-from kvplan.errors import UsageError
+from kvplan.errors import LoadRefused, UsageError
 from kvplan.fit import FitOptions, FitResult, fit_plan
 from kvplan.gpus import GPU
 from kvplan.specs import ModelSpec
@@ -34,9 +46,11 @@ class RequestClass:
         concurrency: requests of this class in flight across the fleet.
         tokens: tokens per request (prompt + output).
         shared_prefix: prompt tokens every request of the class shares (cached once per replica).
-        prompt_tokens, output_tokens: the split of ``tokens`` (optional; they sum to it): the speed bounds
-            decode at ``prompt + output // 2`` tokens cached (the mean over a generation) and bound TTFT for
+        prompt_tokens, output_tokens: the split of ``tokens`` (optional; they sum to it): the speed figures
+            decode at ``prompt + output // 2`` tokens cached (the mean over a generation) and time TTFT for
             the prompt.
+        tpot_ms, ttft_ms: this class's latency targets (ms), or None: the workload's defaults (--tpot-ms,
+            --ttft-ms).
     """
 
     name: str
@@ -45,6 +59,8 @@ class RequestClass:
     shared_prefix: int = 0
     prompt_tokens: int | None = None
     output_tokens: int | None = None
+    tpot_ms: float | None = None
+    ttft_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -59,11 +75,17 @@ class Workload:
         """The longest request of any class: the replicas' max_model_len."""
         return max(c.tokens for c in self.classes)
 
+    @property
+    def concurrency(self) -> int:
+        """Requests in flight, all classes."""
+        return sum(c.concurrency for c in self.classes)
+
 
 _WORKLOAD_KEYS = {"name", "classes", "notes"}
 MAX_CLASSES = 1000
 MAX_CONCURRENCY = 10**12
-_CLASS_KEYS = {"name", "concurrency", "tokens", "shared_prefix", "prompt_tokens", "output_tokens"}
+_CLASS_KEYS = {"name", "concurrency", "tokens", "shared_prefix", "prompt_tokens", "output_tokens", "tpot_ms", "ttft_ms"}
+MAX_MS = 1e9
 
 
 def _unknown(where: str, data: dict, allowed: set[str], prefix: str) -> None:
@@ -74,13 +96,31 @@ def _unknown(where: str, data: dict, allowed: set[str], prefix: str) -> None:
         raise UsageError(f"{where}: unknown key {prefix}{extra[0]!r}{hint}; allowed: {', '.join(sorted(allowed))}")
 
 
+def check_ms(what: str, value: Any) -> float | None:
+    """A latency target in milliseconds: a number in (0, 10^9), or None.
+
+    Raises:
+        UsageError: naming ``what`` (a flag or a workload field).
+    """
+    if value is None:
+        return None
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < MAX_MS
+    if not ok:
+        raise UsageError(f"{what}: {value!r} must be a number of milliseconds > 0")
+    return float(value)
+
+
 def workload_from_data(data: Any, where: str) -> Workload:
     """Validate a parsed workload mapping.
 
+    ``tokens`` may be left out when ``prompt_tokens`` and ``output_tokens`` are both given (it is their sum);
+    given with them, it must equal the sum. ``tpot_ms`` / ``ttft_ms`` are a class's own latency targets.
+
     Raises:
         UsageError: not a mapping, no classes, unknown keys, counts < 1, token counts that do not parse,
-            a shared prefix longer than the request, two classes with one name (the message names the file
-            and field).
+            a shared prefix longer than the request, a prompt/output split that does not add up, a latency
+            target that is not a positive number, two classes with one name (the message names the file and
+            field).
     """
     if not isinstance(data, dict):
         raise UsageError(f"{where}: a workload must be a YAML mapping with name and classes")
@@ -97,9 +137,8 @@ def workload_from_data(data: Any, where: str) -> Workload:
         if not isinstance(c, dict):
             raise UsageError(f"{where}: {key} must be a mapping with name, concurrency and tokens")
         _unknown(where, c, _CLASS_KEYS, f"{key}.")
-        for field in ("concurrency", "tokens"):
-            if c.get(field) is None:
-                raise UsageError(f"{where}: {key} is missing {field}")
+        if c.get("concurrency") is None:
+            raise UsageError(f"{where}: {key} is missing concurrency")
         conc = c["concurrency"]
         if isinstance(conc, bool) or not isinstance(conc, int) or conc < 1:
             raise UsageError(f"{where}: {key}.concurrency={conc!r} must be an integer >= 1")
@@ -107,7 +146,14 @@ def workload_from_data(data: Any, where: str) -> Workload:
             raise UsageError(
                 f"{where}: {key}.concurrency={conc:,} is beyond what kvplan plans for ({MAX_CONCURRENCY:,})"
             )
-        tokens = parse_tokens(c["tokens"], f"{where}: {key}.tokens")
+        present = [k for k in ("prompt_tokens", "output_tokens") if c.get(k) is not None]  # falsy too: 0, false
+        split = {k: parse_tokens(c[k], f"{where}: {key}.{k}") for k in present}
+        if c.get("tokens") is None:
+            if len(split) < 2:
+                raise UsageError(f"{where}: {key} is missing tokens (or prompt_tokens and output_tokens, its parts)")
+            tokens = split["prompt_tokens"] + split["output_tokens"]
+        else:
+            tokens = parse_tokens(c["tokens"], f"{where}: {key}.tokens")
         prefix = 0
         if c.get("shared_prefix") is not None:  # present: validated even when falsy (false, '', [])
             prefix = parse_tokens(c["shared_prefix"], f"{where}: {key}.shared_prefix", allow_zero=True)
@@ -116,21 +162,21 @@ def workload_from_data(data: Any, where: str) -> Workload:
                 f"{where}: {key}.shared_prefix={prefix} must be shorter than tokens={tokens} "
                 "(each request has tokens of its own)"
             )
-        present = [k for k in ("prompt_tokens", "output_tokens") if c.get(k) is not None]  # falsy too: 0, false
-        split = {k: parse_tokens(c[k], f"{where}: {key}.{k}") for k in present}
         prompt = split.get("prompt_tokens", tokens - split["output_tokens"] if "output_tokens" in split else None)
         output = None if prompt is None else tokens - prompt
         if prompt is not None and (prompt < 1 or output < 1 or split.get("output_tokens", output) != output):
             raise UsageError(
                 f"{where}: {key}: prompt_tokens + output_tokens must equal tokens={tokens} (each at least 1)"
             )
+        tpot = check_ms(f"{where}: {key}.tpot_ms", c.get("tpot_ms"))
+        ttft = check_ms(f"{where}: {key}.ttft_ms", c.get("ttft_ms"))
         name = _label(where, f"{key}.name", c.get("name")) or f"class{i}"
         if name in names:
             raise UsageError(
                 f"{where}: {key}.name={name!r} is the name of classes[{names[name]}] too; class names must be unique"
             )
         names[name] = i
-        out.append(RequestClass(name, conc, tokens, prefix, prompt, output))
+        out.append(RequestClass(name, conc, tokens, prefix, prompt, output, tpot, ttft))
     return Workload(_label(where, "name", data.get("name")) or printable(Path(where).stem), tuple(out))
 
 
@@ -163,33 +209,40 @@ def load_workload(path: str | Path) -> Workload:
 
 @dataclass(frozen=True)
 class FleetRow:
-    """One candidate layout: a GPU type at a TP, and the replicas it needs.
+    """One candidate layout: a GPU type in one parallel layout, and the replicas it needs.
 
     Attributes:
         gpu, gpu_name: catalog id and name.
-        tensor_parallel_size, pipeline_parallel_size: GPUs per replica = TP × PP.
-        fits: whether every class fits a replica.
+        tensor_parallel_size, pipeline_parallel_size: the engine's TP and PP flags.
+        data_parallel_size, expert_parallel_size: attention DP groups per replica and the GPUs the routed
+            experts are split over (1: none); ``layout`` names the whole (``TP 1 × DP 8, EP 8``) and
+            ``parallel_flags`` gives the engine's own flags for it.
+        replica_gpus: GPUs of one replica (TP × PP, × DP for vLLM's data parallelism).
+        fits: whether every class fits a replica (and its latency targets can be met).
         reason: why not, when it does not (None when it fits).
         replicas: replicas needed (0 when it does not fit).
-        gpus: replicas × TP × PP.
+        gpus: replicas × replica_gpus.
         kv_budget_bytes: KV budget per GPU.
-        kv_bytes_needed: KV bytes per GPU summed over all requests (prefixes once per replica).
-        kv_utilization: the fullest pool's share used: units needed / (replicas × the pool's capacity), over
+        kv_bytes_needed: KV bytes per GPU summed over all requests (prefixes once per group).
+        kv_utilization: the fullest pool's share used: units needed / (groups × the pool's capacity), over
             the engine's pools (:attr:`kvplan.fit.FitResult.pools`; one pool of bytes or blocks for most).
-        requests_per_replica: the most requests any replica holds (the maximum over replicas).
+        requests_per_replica: the most requests any replica holds.
         price_usd_per_hour: per GPU, or None; cost_usd_per_hour = gpus × price, computed in exact decimal
             arithmetic from the price as given (``2.49`` × 112 = 278.88, not 278.88000000000005).
-        limit: what sets the replicas: ``memory``, ``SLO`` (--tpot-ms) or ``max_num_seqs`` (the engine's cap).
-        max_requests_per_replica: the cap of the SLO or max_num_seqs (the smaller), or None.
-        tpot_ms_bound, ttft_ms_bound: the speed bounds (:mod:`kvplan.perf`, MBU/MFU as given) at
-            requests_per_replica; None when the GPU has no known bandwidth.
-        output_tokens_per_s_per_gpu: the decode bound's tokens/s over all GPUs of the fleet.
-        usd_per_million_output_tokens: cost_usd_per_hour / tokens per hour × 10⁶, with a price.
+        limit: what sets the replicas: ``memory``, ``SLO`` (a TPOT target) or ``max_num_seqs`` (the engine's cap).
+        max_requests_per_replica: the cap of the SLO or max_num_seqs (the smaller), per attention group, or None.
+        tpot_ms_limit, tpot_ms_estimate: the slowest group's TPOT at the physical limit (MBU = MFU = 1: no
+            system is faster) and as estimated (what the replicas are sized with); None without a bandwidth.
+        ttft_ms_limit, ttft_ms_estimate: the same for the longest prompt alone.
+        output_tokens_per_s_per_gpu: the estimate's output tokens/s over all GPUs of the fleet.
+        usd_per_million_output_tokens: cost_usd_per_hour / estimated tokens per hour × 10⁶, with a price.
         requests_per_replica_mean: requests of the workload / replicas (None when it does not fit).
         kv_budget_low_bytes, kv_budget_high_bytes: the range of the KV budget per GPU (its modelled terms at the
             extremes measured on engine logs, :attr:`kvplan.fit.FitResult.kv_budget_low_bytes`).
         replicas_low, replicas_high: the replicas at the high and at the low end of that budget (equal to
             ``replicas`` for an exact budget); None where a request does not fit at that end.
+        load_notes: what the engine changes to load the checkpoint at this layout.
+        why: for the best layout of each GPU, what made it win (one line); "" otherwise.
     """
 
     gpu: str
@@ -209,8 +262,10 @@ class FleetRow:
     best_for_gpu: bool = False
     limit: str = "memory"
     max_requests_per_replica: int | None = None
-    tpot_ms_bound: float | None = None
-    ttft_ms_bound: float | None = None
+    tpot_ms_limit: float | None = None
+    tpot_ms_estimate: float | None = None
+    ttft_ms_limit: float | None = None
+    ttft_ms_estimate: float | None = None
     output_tokens_per_s_per_gpu: float | None = None
     usd_per_million_output_tokens: float | None = None
     requests_per_replica_mean: float | None = None
@@ -218,11 +273,18 @@ class FleetRow:
     kv_budget_high_bytes: int = 0
     replicas_low: int | None = None
     replicas_high: int | None = None
+    data_parallel_size: int = 1
+    expert_parallel_size: int = 1
+    replica_gpus: int = 0
+    layout: str = ""
+    parallel_flags: str = ""
+    load_notes: tuple[str, ...] = ()
+    why: str = ""
 
     @property
     def gpus_per_replica(self) -> int:
-        """TP × PP."""
-        return self.tensor_parallel_size * self.pipeline_parallel_size
+        """GPUs of one replica."""
+        return self.replica_gpus or self.tensor_parallel_size * self.pipeline_parallel_size
 
 
 @dataclass(frozen=True)
@@ -230,11 +292,12 @@ class SLO:
     """Latency targets and the speed model's settings for a fleet.
 
     Attributes:
-        tpot_ms: time per output token each request must see at most (ms), or None.
-        ttft_ms: time to first token at most (ms), or None.
+        tpot_ms: time per output token each request must see at most (ms), for classes without their own
+            ``tpot_ms``; None: no TPOT target.
+        ttft_ms: time to first token at most (ms), for classes without their own ``ttft_ms``.
         prompt_len: prompt tokens of a class without a prompt/output split (its TTFT prompt, and its decode
             context ``P + (tokens − P) // 2``); None: such a class decodes and prefills at all its tokens.
-        mbu, mfu: fractions of peak bandwidth and FLOP/s (None: kvplan.perf's defaults).
+        mbu, mfu: replace the estimate's fractions of peak bandwidth and FLOP/s (None: calibrated).
         max_num_seqs: hold replicas to the engine's ``max_num_seqs`` (default on).
     """
 
@@ -251,10 +314,28 @@ class SLO:
             return c.prompt_tokens
         return c.tokens if self.prompt_len is None else min(self.prompt_len, c.tokens)
 
+    def output(self, c: RequestClass) -> int | None:
+        """Output tokens of class ``c``: tokens less the prompt; None without a split (no prompt/output
+        split and no --prompt-len: the workload does not say how long requests decode)."""
+        out = c.tokens - self.prompt(c)
+        return out if out >= 1 else None
+
     def context(self, c: RequestClass) -> int:
         """Tokens cached while class ``c`` decodes, on average over a generation: ``prompt + output // 2``."""
         p = self.prompt(c)
         return p + (c.tokens - p) // 2
+
+    def tpot(self, c: RequestClass) -> float | None:
+        """Class ``c``'s TPOT target (ms): its own, else --tpot-ms."""
+        return self.tpot_ms if c.tpot_ms is None else c.tpot_ms
+
+    def ttft(self, c: RequestClass) -> float | None:
+        """Class ``c``'s TTFT target (ms): its own, else --ttft-ms."""
+        return self.ttft_ms if c.ttft_ms is None else c.ttft_ms
+
+    def wants_speed(self, workload: Workload) -> bool:
+        """Whether any class has a latency target."""
+        return any(self.tpot(c) is not None or self.ttft(c) is not None for c in workload.classes)
 
 
 def pack_replicas(budget, classes: list[tuple]) -> tuple[int, int, int]:
@@ -279,7 +360,6 @@ def pack_replicas(budget, classes: list[tuple]) -> tuple[int, int, int]:
     return replicas, sum(used), most
 
 
-TIME_SCALE = 10**12  # a replica's decode-time capacity (--tpot-ms) in integer units
 _BLOCK = 32  # pack_limited keeps the open replica groups in blocks of about this many
 
 
@@ -287,21 +367,30 @@ def _vec(x, n: int) -> tuple:
     return tuple(x) if isinstance(x, (tuple, list)) else (x,) * n if n > 1 else (x,)
 
 
+TimeCheck = Callable[[dict], bool]
+"""``ok(counts)``: whether a group holding ``counts[i]`` requests of class i meets its latency targets; it must
+be monotone (adding requests never turns False into True)."""
+
+
 def pack_limited(
     budget,
     classes: list[tuple],
     max_requests: int | None = None,
-    time_costs: list[int] | None = None,
+    time_ok: TimeCheck | None = None,
 ) -> tuple[int, tuple, int, list[tuple[int, dict[int, int]]]]:
     """:func:`pack_replicas` with two more limits per replica: at most ``max_requests`` requests (the
-    engine's max_num_seqs), and requests whose ``time_costs`` (per class, in :data:`TIME_SCALE` units of the
-    TPOT target) sum to at most :data:`TIME_SCALE`. Every pool of ``budget`` must hold its share.
+    engine's max_num_seqs), and only mixes that ``time_ok`` accepts (the latency targets, checked exactly for
+    the requests a replica holds: the largest count a replica can take is found by binary search over the
+    monotone check). Every pool of ``budget`` must hold its share.
+
+    When ``time_ok`` accepts every mix the packing is the one without it (the check only ever lowers a count
+    the memory and ``max_requests`` allow, and is asked at most of the count placed).
 
     First fit, classes largest first, over groups of replicas alike. The open groups sit in blocks of about
-    :data:`_BLOCK`, each with the most units per pool and the most time any of its groups (below the request
-    cap) has left: a class passes over a block that cannot take one of its requests without looking inside,
-    and a block no later class can use is closed (never visited again). The result is the same as visiting
-    every group (tests/test_fleet.py checks it against a one-request-at-a-time first fit).
+    :data:`_BLOCK`, each with the most units per pool any of its groups (below the request cap) has left: a
+    class passes over a block that cannot hold one of its requests without looking inside, and a block no
+    later class can use is closed (never visited again). The result is that of visiting every group
+    (tests/test_fleet.py checks it against a one-request-at-a-time first fit, one and two pools).
 
     Returns:
         (replicas, units used per pool, the most requests in one replica, [(replicas alike, {class index:
@@ -311,56 +400,57 @@ def pack_limited(
     n = len(caps)
     cls = [(count, _vec(size, n), _vec(prefix, n)) for count, size, prefix in classes]
     cap = max_requests or 1 << 62
-    costs = time_costs or [0] * len(cls)
     order = sorted(enumerate(cls), key=lambda x: -(sum(x[1][1]) + sum(x[1][2])))
     # what the classes still to come need at least, per pool, from each position on
     big = 1 << 126
-    n_classes = len(order)
-    min_size = [(big,) * n] * (n_classes + 1)
-    min_cost, any_free = [big] * (n_classes + 1), [False] * (n_classes + 1)
-    for j in range(n_classes - 1, -1, -1):
-        cid, (_, size, _) = order[j]
-        min_size[j] = tuple(min(a, b) for a, b in zip(min_size[j + 1], size, strict=True))
-        min_cost[j] = min(min_cost[j + 1], costs[cid] or big)
-        any_free[j] = any_free[j + 1] or not costs[cid]
-    # a group: [replicas alike, leftover per pool, classes held, requests each, leftover time, {class: requests}]
+    min_size = [(big,) * n] * (len(order) + 1)
+    for j in range(len(order) - 1, -1, -1):
+        min_size[j] = tuple(min(a, b) for a, b in zip(min_size[j + 1], order[j][1][1], strict=True))
+    # a group: [replicas alike, leftover per pool, classes held, requests each, {class: requests}]
     blocks: list[list[list]] = []
-    room: list[tuple[tuple, int]] = []  # per block: (most left per pool, most time left) among groups below the cap
+    room: list[tuple] = []  # per block: the most left per pool among its groups below the request cap
     closed: list[list] = []
     used = [0] * n
     none_left = (-1,) * n
 
-    def fits(left: tuple, pay: tuple, size: tuple, reqs: int, time_left: int, cost: int) -> int:
+    def fits(left: tuple, pay: tuple, size: tuple, reqs: int, comp: dict, cid: int, remaining: int) -> int:
         if any(lft < p + z for lft, p, z in zip(left, pay, size, strict=True)):
             return 0
         per = cap - reqs
         for lft, p, z in zip(left, pay, size, strict=True):
             if z > 0:  # a pool a request draws nothing from does not limit (0-byte requests: count-bound)
                 per = min(per, (lft - p) // z)
-        return min(per, time_left // cost) if cost else per
+        if time_ok is None or per <= 0:
+            return per
+        hi = min(per, remaining)
+        if time_ok({**comp, cid: hi}):
+            return per
+        lo, hi = 0, hi - 1  # the largest k < hi with time_ok
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if time_ok({**comp, cid: mid}):
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
 
-    def took(g: list, times: int, cid: int, k: int, pay: tuple, size: tuple, cost: int) -> list:
+    def took(g: list, times: int, cid: int, k: int, pay: tuple, size: tuple) -> list:
         for i in range(n):
             used[i] += times * (pay[i] + k * size[i])
         left = tuple(lft - p - k * z for lft, p, z in zip(g[1], pay, size, strict=True))
-        return [times, left, g[2] | {cid}, g[3] + k, g[4] - k * cost, {**g[5], cid: k}]
+        return [times, left, g[2] | {cid}, g[3] + k, {**g[4], cid: k}]
 
-    def block_room(block: list[list]) -> tuple[tuple, int]:
+    def block_room(block: list[list]) -> tuple:
         open_ = [g for g in block if g[3] < cap]
-        if not open_:
-            return none_left, -1
-        most = tuple(max(g[1][i] for g in open_) for i in range(n))
-        return most, max(g[4] for g in open_)
+        return tuple(max(g[1][i] for g in open_) for i in range(n)) if open_ else none_left
 
     zero = (0,) * n
-    fresh_group = [0, caps, frozenset(), 0, TIME_SCALE, {}]
+    empty = [0, caps, frozenset(), 0, {}]
     for j, (cid, (count, size, prefix)) in enumerate(order):
         remaining = count
-        cost = costs[cid]
         b = 0
         while remaining and b < len(blocks):
-            most_left, most_time = room[b]
-            if any(m < z for m, z in zip(most_left, size, strict=True)) or (cost and most_time < cost):
+            if any(m < z for m, z in zip(room[b], size, strict=True)):
                 b += 1
                 continue
             block = blocks[b]
@@ -369,50 +459,46 @@ def pack_limited(
                 if not remaining:
                     out.extend(block[k:])
                     break
-                reps, left, held, reqs, tleft, comp = g
+                reps, left, held, reqs, comp = g
                 pay = zero if cid in held else prefix
-                per = fits(left, pay, size, reqs, tleft, cost)
+                per = fits(left, pay, size, reqs, comp, cid, remaining)
                 if per <= 0:
                     out.append(g)
                     continue
                 full = min(reps, remaining // per)
                 if full:
-                    out.append(took(g, full, cid, per, pay, size, cost))
+                    out.append(took(g, full, cid, per, pay, size))
                     remaining -= full * per
                 rest = reps - full
                 if rest and remaining:
-                    out.append(took(g, 1, cid, remaining, pay, size, cost))  # remaining < per
+                    out.append(took(g, 1, cid, remaining, pay, size))  # remaining < per
                     remaining = 0
                     rest -= 1
                 if rest:
-                    out.append([rest, left, held, reqs, tleft, comp])
+                    out.append([rest, left, held, reqs, comp])
             pieces = [out[i : i + _BLOCK] for i in range(0, len(out), _BLOCK)] if len(out) > 2 * _BLOCK else [out]
             blocks[b : b + 1] = pieces
             room[b : b + 1] = [block_room(piece) for piece in pieces]
             b += len(pieces)
         if remaining:
-            per = fits(caps, prefix, size, 0, TIME_SCALE, cost)
+            per = fits(caps, prefix, size, 0, {}, cid, remaining)
+            if per <= 0:
+                raise UsageError(f"class {cid}: not one request fits an empty replica (the caller must exclude it)")
             full, part = divmod(remaining, per)
             fresh = []
             if full:
-                fresh.append(took(fresh_group, full, cid, per, prefix, size, cost))
+                fresh.append(took(empty, full, cid, per, prefix, size))
             if part:
-                fresh.append(took(fresh_group, 1, cid, part, prefix, size, cost))
+                fresh.append(took(empty, 1, cid, part, prefix, size))
             if blocks and len(blocks[-1]) + len(fresh) <= _BLOCK:
                 blocks[-1].extend(fresh)
                 room[-1] = block_room(blocks[-1])
             else:
                 blocks.append(fresh)
                 room.append(block_room(fresh))
-        # close the blocks no later class can use (too few units in some pool, or too little time when every
-        # later class costs time); the rest keep their first-fit order
-        nxt = j + 1
-        keep = [
-            i
-            for i, (most_left, most_time) in enumerate(room)
-            if all(m >= z for m, z in zip(most_left, min_size[nxt], strict=True))
-            and (any_free[nxt] or most_time >= min_cost[nxt])
-        ]
+        # close the blocks no later class can use (too few units left in some pool); the rest keep their
+        # first-fit order
+        keep = [i for i, most in enumerate(room) if all(m >= z for m, z in zip(most, min_size[j + 1], strict=True))]
         if len(keep) < len(blocks):
             kept = set(keep)
             closed.extend(g for i, blk in enumerate(blocks) if i not in kept for g in blk)
@@ -421,7 +507,100 @@ def pack_limited(
     groups = closed + [g for blk in blocks for g in blk]
     replicas = sum(g[0] for g in groups)
     most = max((g[3] for g in groups), default=0)
-    return replicas, tuple(used), most, [(g[0], g[5]) for g in groups]
+    return replicas, tuple(used), most, [(g[0], g[4]) for g in groups]
+
+
+def _replica_most(groups: list[tuple[int, dict]], dp: int) -> int:
+    """The most requests in one replica when groups fill replicas of ``dp`` groups, largest first."""
+    sizes = sorted(((n, sum(comp.values())) for n, comp in groups), key=lambda x: -x[1])
+    total, slots = 0, dp
+    for n, size in sizes:
+        k = min(n, slots)
+        total += k * size
+        slots -= k
+        if not slots:
+            break
+    return total
+
+
+@dataclass(frozen=True, eq=False)
+class _Speed:
+    """A layout's speed models: the limit's and the estimate's (None without a bandwidth), the TTFT of the
+    longest prompt, and each class's TPOT target in seconds (inf: none)."""
+
+    limit: Any = None
+    estimate: Any = None
+    ttft_limit_s: float | None = None
+    ttft_estimate_s: float | None = None
+    targets: tuple = ()
+    reason: str | None = None
+
+
+def _speed(spec: ModelSpec, gpu: GPU, fit: FitResult, workload: Workload, slo: SLO, ttft: bool = True,
+           prefill_here: bool = True) -> _Speed:  # fmt: skip
+    """The speed facts of a layout, or the reason it cannot meet a class's target: TTFT of each class's prompt
+    alone, and TPOT of one request alone, against the limit (then it can never meet it: no system is faster)
+    and against the estimate (what sizing uses). ``ttft``: check TTFT targets; ``prefill_here``: the pool also
+    prefills its requests' successors (aggregated serving: the estimate's TPOT pays
+    :func:`kvplan.perf.prefill_interference_s`); both off for a decode pool."""
+    from kvplan import perf
+
+    wants = slo.wants_speed(workload)
+    try:
+        lim_hw = perf.hardware(gpu, fit.weights_dtype)
+        est_hw = perf.hardware(gpu, fit.weights_dtype, eff=perf.estimate_efficiency(fit.engine, gpu, slo.mbu, slo.mfu))
+    except UsageError as e:
+        return _Speed(reason=f"no speed figures: {e}" if wants else None)
+    contexts = [slo.context(c) for c in workload.classes]
+    limit = perf.StepModel(spec, fit, lim_hw, contexts)
+    interference = None
+    if prefill_here:
+        interference = [0.0 if slo.output(c) is None else
+                        perf.prefill_interference_s(spec, fit, est_hw, slo.prompt(c), slo.output(c))
+                        for c in workload.classes]  # fmt: skip
+    est = perf.StepModel(spec, fit, est_hw, contexts, interference)
+    longest = max(slo.prompt(c) for c in workload.classes)
+    ttft_lim = perf.step_bound(spec, fit, lim_hw, [(1, longest)], prefill=True).seconds
+    ttft_est = perf.step_bound(spec, fit, est_hw, [(1, longest)], prefill=True).seconds
+    targets = tuple(math.inf if slo.tpot(c) is None else slo.tpot(c) / 1e3 for c in workload.classes)
+    out = dict(limit=limit, estimate=est, ttft_limit_s=ttft_lim, ttft_estimate_s=ttft_est, targets=targets)
+    for i, c in enumerate(workload.classes):
+        target = slo.ttft(c)
+        if ttft and target is not None:
+            p = slo.prompt(c)
+            for what, hw, never in (("limit", lim_hw, True), ("estimate", est_hw, False)):
+                ms = perf.step_bound(spec, fit, hw, [(1, p)], prefill=True).seconds * 1e3
+                if ms > target:
+                    why = " (no system is faster)" if never else ""
+                    return _Speed(reason=f"TTFT {what} {ms:,.1f} ms for a {p:,}-token prompt of class {c.name} exceeds "
+                                         f"its target {target:g} ms{why}", **out)  # fmt: skip
+        if targets[i] < math.inf:
+            for what, model, never in (("limit", limit, True), ("estimate", est, False)):
+                ms = model.seconds({i: 1}) * 1e3
+                if ms > targets[i] * 1e3:
+                    why = " (no system is faster)" if never else ""
+                    cached = fmt_tokens(contexts[i])
+                    reason = (f"TPOT {what} {ms:,.2f} ms for one request of class {c.name} ({cached} cached) exceeds "
+                              f"its target {targets[i] * 1e3:g} ms{why}")  # fmt: skip
+                    return _Speed(reason=reason, **out)
+    return _Speed(**out)
+
+
+def _time_check(speed: _Speed) -> TimeCheck | None:
+    """The packing's latency check: the estimated step of exactly the requests a group holds against the
+    tightest TPOT target among them (None when no class has one)."""
+    targets = speed.targets
+    if speed.estimate is None or all(t == math.inf for t in targets):
+        return None
+    model = speed.estimate
+
+    def ok(counts: dict) -> bool:
+        present = {i: k for i, k in counts.items() if k}
+        if not present:
+            return True
+        return model.seconds(present) <= min(targets[i] for i in present)
+
+    return ok
 
 
 def plan_layout(
@@ -431,43 +610,52 @@ def plan_layout(
     opts: FitOptions,
     price: Decimal | float | None = None,
     slo: SLO | None = None,
+    ttft: bool = True,
 ) -> FleetRow:
-    """Replicas of (``gpu`` × TP × PP) needed for ``workload`` (see the module docstring), held to ``slo``.
+    """Replicas of ``gpu`` in ``opts``' layout needed for ``workload`` (see the module docstring), held to
+    ``slo``.
 
-    Memory packs the requests first; then each replica keeps at most the requests whose decode step meets
-    ``slo.tpot_ms`` (:func:`kvplan.perf.max_concurrency_for_tpot`, the classes mixed as in the workload)
-    and at most the engine's ``max_num_seqs``; a layout whose TTFT bound for the longest prompt exceeds
-    ``slo.ttft_ms`` cannot serve the workload. ``limit`` names what set the replicas.
+    Memory packs the requests into attention groups; each group keeps at most the engine's ``max_num_seqs``
+    and only the requests whose estimated decode step meets the tightest TPOT target of the classes it holds
+    (:func:`pack_limited`); a layout on which even one request misses a class's TPOT or TTFT target (TTFT:
+    its prompt alone; ``ttft`` False skips it) cannot serve the workload. ``limit`` names what set the
+    replicas. A layout the engine refuses to load (:class:`kvplan.errors.LoadRefused`) is a row that does
+    not fit, with the engine's reason.
 
     Raises:
-        UsageError: as :func:`kvplan.fit.plan_fit`; MBU/MFU outside (0, 1].
+        UsageError: as :func:`kvplan.fit.plan_fit`; MBU/MFU outside [0.01, 1].
     """
     opts = replace(opts, max_model_len=workload.max_tokens, shared_prefix_tokens=0)
-    fit, cache = fit_plan(spec, gpu, opts)
     tp, pp = opts.tensor_parallel_size, opts.pipeline_parallel_size
-    base = dict(
-        gpu=gpu.id,
-        gpu_name=gpu.name,
-        tensor_parallel_size=tp,
-        pipeline_parallel_size=pp,
+    base = dict(gpu=gpu.id, gpu_name=gpu.name, tensor_parallel_size=tp, pipeline_parallel_size=pp,
+                price_usd_per_hour=None if price is None else float(price))  # fmt: skip
+    try:
+        fit, cache = fit_plan(spec, gpu, opts)
+    except LoadRefused as e:
+        from kvplan import engines
+
+        par = engines.get(opts.engine).parallel(spec, opts)
+        return FleetRow(fits=False, reason=str(e), replicas=0, gpus=0, kv_budget_bytes=0, kv_bytes_needed=0,
+                        kv_utilization=0.0, requests_per_replica=0, cost_usd_per_hour=None,
+                        data_parallel_size=par.attn_dp, expert_parallel_size=par.ep, replica_gpus=par.gpus,
+                        layout=par.name, parallel_flags=par.flags, **base)  # fmt: skip
+    par = fit.parallel
+    base.update(
         kv_budget_bytes=fit.kv_budget_bytes,
         kv_budget_low_bytes=fit.kv_budget_low_bytes,
         kv_budget_high_bytes=fit.kv_budget_high_bytes,
         price_usd_per_hour=None if price is None else float(price),
+        data_parallel_size=par.attn_dp,
+        expert_parallel_size=par.ep,
+        replica_gpus=par.gpus,
+        layout=par.name,
+        parallel_flags=par.flags,
+        load_notes=fit.load_notes,
     )
 
     def no(reason: str) -> FleetRow:
-        return FleetRow(
-            fits=False,
-            reason=reason,
-            replicas=0,
-            gpus=0,
-            kv_bytes_needed=0,
-            kv_utilization=0.0,
-            requests_per_replica=0,
-            cost_usd_per_hour=None,
-            **base,
-        )
+        return FleetRow(fits=False, reason=reason, replicas=0, gpus=0, kv_bytes_needed=0, kv_utilization=0.0,
+                        requests_per_replica=0, cost_usd_per_hour=None, **base)  # fmt: skip
 
     if fit.kv_budget_bytes <= 0:
         return no("weights and activations leave no KV memory")
@@ -487,16 +675,26 @@ def plan_layout(
             )
         classes.append((c.concurrency, tuple(d - p for d, p in zip(demand, prefix, strict=True)), prefix))
     slo = slo or SLO()
-    speed = _speed(spec, gpu, fit, workload, slo)
-    if isinstance(speed, str):
-        return no(speed)
-    seqs = fit.max_num_seqs if slo.max_num_seqs else None
-    costs = [-(-TIME_SCALE // n) for n in speed["slo_caps"]] if speed["slo_caps"] else None
+    speed = _speed(spec, gpu, fit, workload, slo, ttft, prefill_here=ttft)
+    if speed.reason is not None:
+        return no(speed.reason)
+    from kvplan import engines
+
+    seqs = engines.get(opts.engine).max_seqs_per_group(fit.max_num_seqs, par) if slo.max_num_seqs else None
+    ok = _time_check(speed)
     memory = pack_limited(pool_caps, classes)
     # the cap changes nothing when no replica packed without it holds more (fits() never hits cap − reqs)
     by_seqs = pack_limited(pool_caps, classes, seqs) if seqs and memory[2] > seqs else memory
-    replicas, used_units, most, groups = pack_limited(pool_caps, classes, seqs, costs) if costs else by_seqs
+    groups_n, used_units, most, groups = pack_limited(pool_caps, classes, seqs, ok) if ok else by_seqs
+    dp = par.attn_dp
+    replicas = -(-groups_n // dp)
     used = sum(n * u for n, u in zip(used_units, units, strict=True))
+    limit = "memory" if groups_n == memory[0] else "max_num_seqs" if groups_n == by_seqs[0] else "SLO"
+    slo_cap = None
+    if ok is not None:
+        slo_cap = max(_largest(lambda k, i=i: ok({i: k}), 1 << 24) for i in range(len(workload.classes)))
+    caps = [c for c in (seqs, slo_cap) if c]
+    gpus = replicas * par.gpus
     # the budget is a range (its modelled terms): the replicas at its two ends, packed the same way
     ends = []
     for end in (fit.kv_budget_high_bytes, fit.kv_budget_low_bytes):
@@ -505,22 +703,19 @@ def plan_layout(
         if end <= 0 or any(d > cap for w in whole for d, cap in zip(w, end_caps, strict=True)):
             ends.append(None)  # a request does not fit at that end of the range
         else:
-            ends.append(pack_limited(end_caps, classes, seqs, costs)[0])
-    limit = "memory" if replicas == memory[0] else "max_num_seqs" if replicas == by_seqs[0] else "SLO"
-    caps = [c for c in (seqs, max(speed["slo_caps"], default=None)) if c]
-    gpus = replicas * tp * pp
+            ends.append(-(-pack_limited(end_caps, classes, seqs, ok)[0] // dp))
     cost = None if price is None else float(exact_usd(price) * gpus)  # exact: 2.49 × 112 = 278.88
-    tpot = per_gpu = usd = None
-    if speed["hw"] is not None:
-        from kvplan import perf
-
-        contexts = [slo.context(c) for c in workload.classes]
-        worst, tokens_per_s = 0.0, 0.0
-        for n, comp in groups:  # each kind of replica: its own requests, each one token per step
-            step = perf.step_bound(spec, fit, speed["hw"], [(k, contexts[i]) for i, k in comp.items()]).seconds
-            worst = max(worst, step)
-            tokens_per_s += n * sum(comp.values()) / step
-        tpot, per_gpu = worst, tokens_per_s / gpus
+    tpot_lim = tpot_est = per_gpu = usd = None
+    if speed.estimate is not None:
+        tpot_lim = tpot_est = 0.0
+        tokens_per_s = 0.0
+        for n, comp in groups:  # each kind of group: its own requests, each one token per step
+            step = speed.estimate.step(comp)
+            extra = speed.estimate.seconds(comp) - step.seconds  # prefill mixed into the steps
+            tpot_est = max(tpot_est, step.seconds + extra)
+            tpot_lim = max(tpot_lim, speed.limit.seconds(comp))
+            tokens_per_s += n * sum(comp.values()) / (step.slowest_s + extra)
+        per_gpu = tokens_per_s / gpus
         usd = None if cost is None or not tokens_per_s > 0 else cost / (tokens_per_s * 3600) * 1e6
     return FleetRow(
         fits=True,
@@ -528,59 +723,83 @@ def plan_layout(
         replicas=replicas,
         gpus=gpus,
         kv_bytes_needed=used,
-        kv_utilization=max(n / (replicas * cap) for n, cap in zip(used_units, pool_caps, strict=True) if cap > 0),
-        requests_per_replica=most,
+        kv_utilization=max(n / (groups_n * cap) for n, cap in zip(used_units, pool_caps, strict=True) if cap > 0),
+        requests_per_replica=_replica_most(groups, dp) if dp > 1 else most,
         cost_usd_per_hour=cost,
         limit=limit,
         max_requests_per_replica=min(caps) if caps else None,
-        tpot_ms_bound=None if tpot is None else tpot * 1e3,
-        ttft_ms_bound=None if speed["ttft_s"] is None else speed["ttft_s"] * 1e3,
+        tpot_ms_limit=None if tpot_lim is None else tpot_lim * 1e3,
+        tpot_ms_estimate=None if tpot_est is None else tpot_est * 1e3,
+        ttft_ms_limit=None if speed.ttft_limit_s is None else speed.ttft_limit_s * 1e3,
+        ttft_ms_estimate=None if speed.ttft_estimate_s is None else speed.ttft_estimate_s * 1e3,
         output_tokens_per_s_per_gpu=per_gpu,
         usd_per_million_output_tokens=usd,
-        requests_per_replica_mean=sum(c.concurrency for c in workload.classes) / replicas,
+        requests_per_replica_mean=workload.concurrency / replicas,
         replicas_low=ends[0],
         replicas_high=ends[1],
         **base,
     )
 
 
-def _speed(spec: ModelSpec, gpu: GPU, fit: FitResult, workload: Workload, slo: SLO) -> dict | str:
-    """The speed facts of a layout, or the reason (a string) it misses the SLO.
+def _largest(ok: Callable[[int], bool], hi: int) -> int:
+    """The largest k in [0, hi] with ``ok(k)`` (monotone: true up to some k), by binary search."""
+    lo = 0
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if ok(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
-    ``slo_caps``: per class, the most requests of that class alone whose decode step meets --tpot-ms (a
-    request of class c then uses 1/cap_c of a replica's time: TPOT is convex in the request counts for a
-    dense model, so mixes within that budget meet the target; MoE's expert bytes are concave in the count,
-    which can put a mix slightly over). ``hw`` is None when the GPU has no known bandwidth (a size): no
-    bound, which only an SLO makes an error."""
-    from kvplan import perf
 
-    total = sum(c.concurrency for c in workload.classes)
-    out: dict[str, Any] = {"slo_caps": [], "ttft_s": None, "hw": None}
-    wants = slo.tpot_ms is not None or slo.ttft_ms is not None
-    try:
-        out["hw"] = perf.hardware(gpu, fit.weights_dtype, slo.mbu, slo.mfu)
-    except UsageError as e:
-        if wants:
-            return f"no speed bound: {e}"
-        return out
-    prompt = max(slo.prompt(c) for c in workload.classes)
-    out["ttft_s"] = perf.step_bound(spec, fit, out["hw"], [(1, prompt)], prefill=True).seconds
-    if slo.ttft_ms is not None and out["ttft_s"] * 1e3 > slo.ttft_ms:
-        ms = out["ttft_s"] * 1e3
-        return f"TTFT bound {ms:,.1f} ms for a {prompt:,}-token prompt exceeds --ttft-ms {slo.ttft_ms:g}"
-    if slo.tpot_ms is not None:
-        for c in workload.classes:
-            ctx = slo.context(c)
-            target = slo.tpot_ms / 1e3
-            cap = perf.max_concurrency_for_tpot(spec, gpu, fit, target, [(1.0, ctx)], total, slo.mbu, slo.mfu)
-            if cap == 0:
-                one = perf.tpot_seconds(spec, gpu, fit, [(1, ctx)], slo.mbu, slo.mfu) * 1e3
-                return (
-                    f"TPOT bound {one:,.2f} ms for one request of class {c.name} ({fmt_tokens(ctx)} cached) exceeds "
-                    f"--tpot-ms {slo.tpot_ms:g}"
-                )
-            out["slo_caps"].append(cap)
-    return out
+DEFAULT_PPS = (1, 2, 4)
+"""PP degrees ``kvplan fleet`` tries when --pp is not given."""
+
+
+def _key(sort: str):
+    def key(r: FleetRow):
+        cost = r.cost_usd_per_hour if r.cost_usd_per_hour is not None else float("inf")
+        simple = (r.gpus_per_replica, r.pipeline_parallel_size, r.data_parallel_size, r.expert_parallel_size)
+        return (cost, r.gpus, *simple) if sort == "cost" else (r.gpus, cost, *simple)
+
+    return key
+
+
+def why_best(best: FleetRow, rows: list[FleetRow], sort: str = "gpus") -> str:
+    """One line on what made ``best`` the best of ``rows`` (one GPU's layouts): the runner-up it beats, and the
+    figure that differs (KV budget per GPU, requests per replica, what limits the replicas)."""
+    others = [r for r in rows if r.fits and r is not best]
+    if not others:
+        return "the only layout that fits"
+    runner = min(others, key=_key(sort))
+    plain = [r for r in others if r.pipeline_parallel_size == 1 and r.layout == f"TP {r.tensor_parallel_size}"]
+    ref = min(plain, key=_key(sort)) if plain and best.layout != f"TP {best.tensor_parallel_size}" else runner
+    costs = (best.cost_usd_per_hour, ref.cost_usd_per_hour)
+    priced = None not in costs
+    cost_tie = f" and ${costs[0]:,.2f}/h" if priced and costs[0] == costs[1] else ""
+    if sort == "cost" and priced and costs[0] < costs[1]:
+        head = f"${costs[0]:,.2f}/h vs ${costs[1]:,.2f}/h for {ref.layout}"
+    elif best.gpus < ref.gpus:
+        head = f"{best.gpus:,} GPUs vs {ref.gpus:,} for {ref.layout}"
+    elif best.gpus_per_replica < ref.gpus_per_replica:
+        head = (f"ties {ref.layout} at {best.gpus:,} GPUs{cost_tie} with smaller replicas ({best.gpus_per_replica} vs "
+                f"{ref.gpus_per_replica} GPUs)")  # fmt: skip
+    elif best.pipeline_parallel_size < ref.pipeline_parallel_size:
+        head = f"ties {ref.layout} at {best.gpus:,} GPUs{cost_tie} with fewer pipeline stages"
+    else:
+        head = f"ties {ref.layout} at {best.gpus:,} GPUs{cost_tie} with a simpler layout"
+    parts = []
+    gib = 1 << 30
+    if abs(best.kv_budget_bytes - ref.kv_budget_bytes) > 0.05 * max(ref.kv_budget_bytes, 1):
+        parts.append(f"KV budget {best.kv_budget_bytes / gib:,.1f} vs {ref.kv_budget_bytes / gib:,.1f} GiB per GPU")
+    per_gpu_b = best.requests_per_replica / best.gpus_per_replica
+    per_gpu_r = ref.requests_per_replica / ref.gpus_per_replica
+    if abs(per_gpu_b - per_gpu_r) > 0.05 * max(per_gpu_r, 1e-9):
+        parts.append(f"{per_gpu_b:,.1f} vs {per_gpu_r:,.1f} requests per GPU")
+    if best.limit != ref.limit:
+        parts.append(f"limited by {best.limit} vs {ref.limit}")
+    return head + (": " + ", ".join(parts) if parts else "")
 
 
 def plan_fleet(
@@ -593,42 +812,331 @@ def plan_fleet(
     sort: str = "gpus",
     max_default_tp: int = 8,
     slo: SLO | None = None,
+    pps: list[int] | None = None,
+    decode_pool: bool = False,
 ) -> list[FleetRow]:
-    """Every (GPU, TP) layout, sorted by GPUs (or cost), feasible first; the best per GPU is marked.
+    """Every (GPU, layout), sorted by GPUs (or cost), feasible first; the best per GPU is marked and says why.
+
+    The layouts: ``tps`` × ``pps`` (defaults: every TP ≤ 8 the heads allow, PP in :data:`DEFAULT_PPS`) as
+    the engine offers them (:meth:`~kvplan.engines.base.EngineRules.layouts`: with expert and attention data
+    parallelism for MoE models), unless ``opts`` asks for data or expert parallelism itself (then only
+    that, at each TP × PP). A default layout the heads or layers do not allow is skipped; one the engine
+    refuses to load is a row with its reason.
 
     Args:
         tps: TP degrees to try; default: every TP ≤ 8 the model's heads allow.
+        pps: PP degrees to try; default :data:`DEFAULT_PPS` (≤ the layers).
         prices: USD per GPU-hour by catalog id (overrides the catalog's default price).
         sort: ``gpus`` or ``cost``.
         slo: latency targets and speed settings (:class:`SLO`); None: memory and max_num_seqs only.
+        decode_pool: plan a disaggregated decode pool (no TTFT targets, no prefill in its steps).
 
     Raises:
         UsageError: a TP the heads do not allow, ``sort`` unknown, as :func:`plan_layout`.
     """
+    from kvplan import engines
+
     if sort not in ("gpus", "cost"):
         raise UsageError(f"--sort: {sort!r}; allowed: gpus, cost")
     allowed = valid_tp_sizes(spec)
     for tp in tps or []:
         check_tp(spec, tp)
-    candidates = tps or [t for t in allowed if t <= max_default_tp]
+    tp_list = list(tps or [t for t in allowed if t <= max_default_tp])
+    pp_list = list(pps or [p for p in DEFAULT_PPS if p <= spec.num_layers])
+    eng = engines.get(opts.engine)
+    asked = opts.data_parallel_size > 1 or opts.enable_expert_parallel or (opts.expert_parallel_size or 1) > 1
+    if asked or opts.pp_layer_partition is not None:
+        layouts = [dict(tensor_parallel_size=t, pipeline_parallel_size=p) for p in pp_list for t in tp_list]
+    else:
+        layouts = eng.layouts(spec, tp_list, pp_list)
     prices = prices or {}
     rows = []
     for g in gpus:
         price = prices.get(g.id, g.price_usd_per_hour)
-        rows.extend(
-            plan_layout(spec, g, workload, replace(opts, tensor_parallel_size=tp), price, slo) for tp in candidates
-        )
+        for layout in layouts:
+            try:
+                rows.append(plan_layout(spec, g, workload, replace(opts, **layout), price, slo, ttft=not decode_pool))
+            except UsageError:
+                plain = set(layout) <= {"tensor_parallel_size", "pipeline_parallel_size"}
+                if plain and (tps or pps or asked):
+                    raise  # the layout the flags asked for
+                continue  # a default layout the heads, experts or layers do not allow
+    key = _key(sort)
     best: dict[str, FleetRow] = {}
-
-    def key(r: FleetRow):
-        cost = r.cost_usd_per_hour if r.cost_usd_per_hour is not None else float("inf")
-        return (cost, r.gpus, r.tensor_parallel_size) if sort == "cost" else (r.gpus, cost, r.tensor_parallel_size)
-
     for r in rows:
         if r.fits and (r.gpu not in best or key(r) < key(best[r.gpu])):
             best[r.gpu] = r
-    rows = [replace(r, best_for_gpu=True) if best.get(r.gpu) is r else r for r in rows]
-    return sorted(rows, key=lambda r: (not r.fits, key(r) if r.fits else (0, 0, 0), r.gpu))
+    by_gpu: dict[str, list[FleetRow]] = {}
+    for r in rows:
+        by_gpu.setdefault(r.gpu, []).append(r)
+    rows = [replace(r, best_for_gpu=True, why=why_best(r, by_gpu[r.gpu], sort)) if best.get(r.gpu) is r else r
+            for r in rows]  # fmt: skip
+    return sorted(rows, key=lambda r: (not r.fits, key(r) if r.fits else (0,) * 6, r.gpu))
+
+
+# --- disaggregated prefill / decode ------------------------------------------------------------------------
+
+DEFAULT_KV_LINK_GBS = 50.0
+"""KV transfer bandwidth per GPU between the pools, GB/s: one 400 Gb/s NIC (InfiniBand NDR, RoCE) per GPU."""
+
+
+@dataclass(frozen=True)
+class PrefillRow:
+    """A prefill pool of one GPU type and layout.
+
+    Attributes:
+        gpu, layout, parallel_flags, tensor_parallel_size, pipeline_parallel_size, replica_gpus: as
+            :class:`FleetRow`.
+        fits, reason: whether it can serve the prompts (each fits, each meets its TTFT target with the KV
+            transfer), and why not.
+        replicas, gpus: replicas needed for the prompt throughput, and their GPUs.
+        prompt_tokens_per_s_needed: prompt tokens per second the workload brings (Little's law on the decode
+            plan: each class's requests finish at ``concurrency / (output tokens × its TPOT)``).
+        prompt_tokens_per_s_per_replica: what one replica prefills per second (estimate: batches of
+            max_num_batched_tokens).
+        utilization: needed / (replicas × per replica).
+        ttft_ms_estimate: the longest prompt's prefill alone plus its KV transfer (estimate).
+        kv_transfer_ms: the longest prompt's KV transfer time (its fullest GPU's bytes over the link).
+        price_usd_per_hour, cost_usd_per_hour: per GPU, and gpus × price.
+    """
+
+    gpu: str
+    layout: str
+    parallel_flags: str
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    replica_gpus: int
+    fits: bool
+    reason: str | None
+    replicas: int = 0
+    gpus: int = 0
+    prompt_tokens_per_s_needed: float = 0.0
+    prompt_tokens_per_s_per_replica: float = 0.0
+    utilization: float = 0.0
+    ttft_ms_estimate: float | None = None
+    kv_transfer_ms: float | None = None
+    price_usd_per_hour: float | None = None
+    cost_usd_per_hour: float | None = None
+
+
+@dataclass(frozen=True)
+class KvTransfer:
+    """The KV cache a request's prompt hands from the prefill pool to the decode pool.
+
+    Attributes:
+        klass: the request class.
+        prompt_tokens: its prompt.
+        bytes_per_request: the prompt's KV on every GPU of the prefill replica's attention group, summed
+            (the engine's cache model at the decode layout: whole blocks; an MLA latent once per TP rank that
+            holds it).
+        bytes_per_gpu: the fullest GPU's share (what its link carries).
+        transfer_ms: bytes_per_gpu / the link.
+        requests_per_s: the class's requests per second (Little's law on the decode plan).
+        gbs_total: bytes per second over all requests, GB/s (10⁹).
+    """
+
+    klass: str
+    prompt_tokens: int
+    bytes_per_request: int
+    bytes_per_gpu: int
+    transfer_ms: float
+    requests_per_s: float
+    gbs_total: float
+
+
+@dataclass(frozen=True)
+class DisaggregatedPlan:
+    """``kvplan fleet --disaggregated``: the best prefill and decode pools, the KV between them, and the
+    aggregated plan of the same workload for comparison.
+
+    Attributes:
+        prefill: every prefill row, best first.
+        decode: every decode row (:class:`FleetRow`, sized without TTFT targets), best first.
+        transfers: per class, the KV handed over (:class:`KvTransfer`).
+        link_gbs: the KV link per GPU assumed, GB/s.
+        aggregated: the best aggregated row (:func:`plan_fleet` with every target), or None.
+        gpus: the best prefill pool's GPUs + the best decode pool's (0 when either does not fit).
+        cost_usd_per_hour: their cost, where both have prices.
+    """
+
+    prefill: tuple[PrefillRow, ...]
+    decode: tuple[FleetRow, ...]
+    transfers: tuple[KvTransfer, ...]
+    link_gbs: float
+    aggregated: FleetRow | None
+    gpus: int
+    cost_usd_per_hour: float | None
+
+
+def _decode_rate(row: FleetRow, workload: Workload, slo: SLO) -> list[float]:
+    """Requests per second each class finishes on the decode plan ``row`` (Little's law): the fleet's
+    estimated output tokens/s, shared by the classes as their requests (each gets one token a step), over
+    the class's output tokens."""
+    total = (row.output_tokens_per_s_per_gpu or 0.0) * row.gpus
+    n = workload.concurrency
+    return [total * c.concurrency / n / (slo.output(c) or 1) for c in workload.classes]
+
+
+def _transfer(spec: ModelSpec, gpu: GPU, opts: FitOptions, decode: FleetRow, workload: Workload, slo: SLO,
+              link_gbs: float, rates: list[float]) -> tuple[KvTransfer, ...]:  # fmt: skip
+    """The KV each class's prompt hands over, from the engine's cache model at the decode layout."""
+    layout = dict(
+        tensor_parallel_size=decode.tensor_parallel_size,
+        pipeline_parallel_size=decode.pipeline_parallel_size,
+        data_parallel_size=decode.data_parallel_size,
+    )
+    o = replace(opts, **layout, max_model_len=workload.max_tokens, shared_prefix_tokens=0)
+    fit, cache = fit_plan(spec, gpu, o)
+    whole, whole_cache = fit_plan(spec, gpu, replace(o, pipeline_parallel_size=1, pp_layer_partition=None))
+    attn_tp = fit.parallel.attn_tp
+    out = []
+    for c, rate in zip(workload.classes, rates, strict=True):
+        p = slo.prompt(c)
+        per_gpu = sum(cache.request_bytes(p))
+        total = sum(whole_cache.request_bytes(p)) * attn_tp
+        ms = per_gpu / (link_gbs * 1e9) * 1e3
+        out.append(KvTransfer(c.name, p, total, per_gpu, ms, rate, total * rate / 1e9))
+    return tuple(out)
+
+
+def plan_prefill(spec: ModelSpec, gpu: GPU, workload: Workload, opts: FitOptions, slo: SLO, rates: list[float],
+                 transfer_ms: list[float], price=None) -> PrefillRow:  # fmt: skip
+    """A prefill pool of ``gpu`` in ``opts``' layout: replicas = ceil(prompt tokens per second needed /
+    what one replica prefills per second), each class's prompt (alone, estimated) + its KV transfer within its
+    TTFT target, and the longest prompt must fit a replica's KV pool.
+
+    One replica prefills ``B = max(1, max_num_batched_tokens // P)`` prompts of P tokens per step (chunked
+    prefill's token budget), so its rate for class c is ``B × P / step time`` (:func:`kvplan.perf.step_bound`
+    with the estimate); the replicas needed are the sum over classes of ``rate_c × P_c / that``.
+
+    Raises:
+        UsageError: as :func:`kvplan.fit.plan_fit`.
+    """
+    from kvplan import perf
+
+    longest = max(slo.prompt(c) for c in workload.classes)
+    o = replace(opts, max_model_len=longest, shared_prefix_tokens=0)
+    tp, pp = o.tensor_parallel_size, o.pipeline_parallel_size
+    try:
+        fit, _ = fit_plan(spec, gpu, o)
+    except LoadRefused as e:
+        from kvplan import engines
+
+        par = engines.get(o.engine).parallel(spec, o)
+        return PrefillRow(gpu.id, par.name, par.flags, tp, pp, par.gpus, False, str(e))
+    par = fit.parallel
+    row = dict(gpu=gpu.id, layout=par.name, parallel_flags=par.flags, tensor_parallel_size=tp,
+               pipeline_parallel_size=pp, replica_gpus=par.gpus)  # fmt: skip
+    price_f = None if price is None else float(price)
+    if not fit.fits:
+        return PrefillRow(**row, fits=False, reason=f"a {longest:,}-token prompt does not fit the KV pool",
+                          price_usd_per_hour=price_f)  # fmt: skip
+    try:
+        hw = perf.hardware(gpu, fit.weights_dtype, eff=perf.estimate_efficiency(fit.engine, gpu, slo.mbu, slo.mfu))
+    except UsageError as e:
+        return PrefillRow(**row, fits=False, reason=f"no speed figures: {e}", price_usd_per_hour=price_f)
+    busy = 0.0  # replica-seconds of prefill per second
+    need = 0.0
+    worst_ttft = 0.0
+    worst_transfer = 0.0
+    for c, rate, xfer in zip(workload.classes, rates, transfer_ms, strict=True):
+        p = slo.prompt(c)
+        alone = perf.step_bound(spec, fit, hw, [(1, p)], prefill=True).seconds * 1e3 + xfer
+        target = slo.ttft(c)
+        if target is not None and alone > target:
+            reason = (f"TTFT estimate {alone:,.1f} ms (prefill + KV transfer {xfer:,.1f} ms) for a {p:,}-token prompt "
+                      f"of class {c.name} exceeds its target {target:g} ms")  # fmt: skip
+            return PrefillRow(**row, fits=False, price_usd_per_hour=price_f, reason=reason)
+        if alone > worst_ttft:
+            worst_ttft, worst_transfer = alone, xfer
+        batch = max(1, fit.max_num_batched_tokens // p)
+        step = perf.step_bound(spec, fit, hw, [(batch, p)], prefill=True).seconds
+        busy += rate * step / batch
+        need += rate * p
+    replicas = max(1, math.ceil(busy - 1e-12))
+    gpus = replicas * par.gpus
+    cost = None if price is None else float(exact_usd(price) * gpus)
+    per_replica = need / busy if busy else 0.0
+    return PrefillRow(**row, fits=True, reason=None, replicas=replicas, gpus=gpus, prompt_tokens_per_s_needed=need,
+                      prompt_tokens_per_s_per_replica=per_replica, utilization=busy / replicas,
+                      ttft_ms_estimate=worst_ttft, kv_transfer_ms=worst_transfer, price_usd_per_hour=price_f,
+                      cost_usd_per_hour=cost)  # fmt: skip
+
+
+def plan_disaggregated(
+    spec: ModelSpec,
+    workload: Workload,
+    gpus: list[GPU],
+    opts: FitOptions,
+    tps: list[int] | None = None,
+    prices: dict[str, Decimal | float] | None = None,
+    sort: str = "gpus",
+    slo: SLO | None = None,
+    pps: list[int] | None = None,
+    link_gbs: float = DEFAULT_KV_LINK_GBS,
+) -> DisaggregatedPlan:
+    """Prefill and decode on separate pools (vLLM's and SGLang's disaggregated serving), each sized on its
+    own, compared with the aggregated plan of the same workload.
+
+    The decode pool holds every request for its whole decode (tokens = prompt + output), sized by KV
+    capacity, TPOT targets and max_num_seqs (:func:`plan_fleet` with the TTFT targets left to the prefill
+    pool). The prefill pool is sized by the prompt tokens per second the decode plan implies (Little's law)
+    and each class's TTFT target, which also pays the prompt's KV transfer (:class:`KvTransfer`: the
+    engine's cache bytes of the prompt, over ``link_gbs`` per GPU). Queueing is not modelled: a pool at
+    utilization 1 has no headroom.
+
+    Raises:
+        UsageError: as :func:`plan_fleet`; ``link_gbs`` not a positive number.
+    """
+    if isinstance(link_gbs, bool) or not isinstance(link_gbs, (int, float)) or not 0 < link_gbs < 1e6:
+        raise UsageError(f"--kv-link-gbs: {link_gbs!r} must be a number of GB/s > 0")
+    slo = slo or SLO()
+    for c in workload.classes:
+        if slo.output(c) is None:
+            raise UsageError(
+                f"--disaggregated: class {c.name} has no prompt/output split; give its prompt_tokens and output_tokens "
+                "(or --prompt-len): the prefill pool is sized by prompts, the decode pool by outputs"
+            )
+    key = _key(sort)
+    decode_slo = replace(slo, ttft_ms=None)
+    decode_wl = replace(workload, classes=tuple(replace(c, ttft_ms=None) for c in workload.classes))
+    decode = plan_fleet(spec, decode_wl, gpus, opts, tps, prices, sort, slo=decode_slo, pps=pps, decode_pool=True)
+    aggregated = plan_fleet(spec, workload, gpus, opts, tps, prices, sort, slo=slo, pps=pps)
+    best_decode = next((r for r in decode if r.fits), None)
+    best_agg = next((r for r in aggregated if r.fits), None)
+    if best_decode is None:
+        return DisaggregatedPlan((), tuple(decode), (), link_gbs, best_agg, 0, None)
+    by_id = {g.id: g for g in gpus}
+    rates = _decode_rate(best_decode, workload, slo)
+    transfers = _transfer(spec, by_id[best_decode.gpu], opts, best_decode, workload, slo, link_gbs, rates)
+    xfer_ms = [t.transfer_ms for t in transfers]
+    from kvplan import engines
+
+    eng = engines.get(opts.engine)
+    tp_list = list(tps or [t for t in valid_tp_sizes(spec) if t <= 8])
+    pp_list = list(pps or [p for p in DEFAULT_PPS if p <= spec.num_layers])
+    prices = prices or {}
+    prefill = []
+    for g in gpus:
+        price = prices.get(g.id, g.price_usd_per_hour)
+        for layout in eng.layouts(spec, tp_list, pp_list):
+            try:
+                prefill.append(plan_prefill(spec, g, workload, replace(opts, **layout), slo, rates, xfer_ms, price))
+            except UsageError:
+                continue
+
+    def pkey(r: PrefillRow):
+        cost = r.cost_usd_per_hour if r.cost_usd_per_hour is not None else float("inf")
+        return (cost, r.gpus, r.replica_gpus) if sort == "cost" else (r.gpus, cost, r.replica_gpus)
+
+    prefill.sort(key=lambda r: (not r.fits, pkey(r) if r.fits else (0, 0, 0), r.gpu))
+    best_pre = next((r for r in prefill if r.fits), None)
+    total = 0 if best_pre is None else best_pre.gpus + best_decode.gpus
+    cost = None
+    if best_pre is not None and best_pre.cost_usd_per_hour is not None and best_decode.cost_usd_per_hour is not None:
+        cost = best_pre.cost_usd_per_hour + best_decode.cost_usd_per_hour
+    del key
+    return DisaggregatedPlan(tuple(prefill), tuple(decode), transfers, float(link_gbs), best_agg, total, cost)
 
 
 def exact_usd(price: Decimal | float | int | str) -> Decimal:

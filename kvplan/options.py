@@ -93,6 +93,13 @@ class FitOptions:
         n_batch: llama.cpp ``-b/--batch-size`` (None: 2048); its ``-ub`` is ``max_num_batched_tokens``.
         llama_tool: whose defaults apply under llama.cpp: ``server`` (llama-server, None) or ``cli``
             (llama-cli).
+        data_parallel_size: attention data-parallel ranks in one replica, each holding its own requests' KV
+            (vLLM ``--data-parallel-size``: D engine ranks of TP GPUs each, D × TP GPUs; SGLang
+            ``--attn-dp-size`` / ``--dp-size`` with ``--enable-dp-attention``: D groups within the TP GPUs).
+        enable_expert_parallel: split the routed experts over every GPU of a stage instead of TP-slicing them
+            (vLLM ``--enable-expert-parallel``: EP = TP × DP; SGLang: ``--ep-size`` = TP).
+        expert_parallel_size: SGLang ``--ep-size`` (a divisor of TP); None: 1, or TP × DP with
+            ``enable_expert_parallel``.
     """
 
     engine: Engine = Engine.vllm
@@ -129,6 +136,9 @@ class FitOptions:
     flash_attn: str | None = None
     n_batch: int | None = None
     llama_tool: str | None = None
+    data_parallel_size: int = 1
+    enable_expert_parallel: bool = False
+    expert_parallel_size: int | None = None
 
 
 # llama.cpp's own settings: FitOptions field -> its kvplan flag (what an engine other than llama.cpp refuses)
@@ -157,6 +167,56 @@ def check_engine_fields(opts: FitOptions) -> None:
             raise UsageError(f"{flag}: a llama.cpp setting; give it with --engine llamacpp")
 
 
+@dataclass(frozen=True)
+class Parallel:
+    """How an engine lays one replica over its GPUs (one PP stage; every stage alike).
+
+    The routed experts of a stage are spread over all its GPUs: ``ep × moe_tp == attn_tp × attn_dp``.
+
+    Attributes:
+        attn_tp: GPUs one attention group spans: its KV heads are split over them (an MLA latent is not).
+        attn_dp: attention groups per stage, each serving its own requests with its own KV pool.
+        pp: pipeline stages.
+        ep: GPUs the routed experts are split over, whole experts each (1: no expert parallelism).
+        moe_tp: GPUs each routed expert is sliced over (its intermediate dimension).
+        flags: the engine's own flags for this layout (``--tp 8 --enable-expert-parallel``).
+    """
+
+    attn_tp: int
+    attn_dp: int = 1
+    pp: int = 1
+    ep: int = 1
+    moe_tp: int = 0
+    flags: str = ""
+
+    @property
+    def gpus_per_stage(self) -> int:
+        """GPUs of one pipeline stage: attention TP × attention DP."""
+        return self.attn_tp * self.attn_dp
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of one replica."""
+        return self.gpus_per_stage * self.pp
+
+    @property
+    def expert_slicing(self) -> int:
+        """``moe_tp``, defaulting to every GPU of the stage (TP-sliced experts)."""
+        return self.moe_tp or self.gpus_per_stage
+
+    @property
+    def name(self) -> str:
+        """A short label: ``TP 8``, ``TP 8 × PP 2``, ``TP 1 × DP 8, EP 8``."""
+        out = f"TP {self.attn_tp}"
+        if self.attn_dp > 1:
+            out += f" × DP {self.attn_dp}"
+        if self.pp > 1:
+            out += f" × PP {self.pp}"
+        if self.ep > 1:
+            out += f", EP {self.ep}"
+        return out
+
+
 FLAG_LIMITS = {  # upper bounds that keep every count far inside exact int64 / float64 arithmetic
     "--max-model-len": MAX_SEARCH_TOKENS,
     "--seq": MAX_SEARCH_TOKENS,
@@ -172,6 +232,8 @@ FLAG_LIMITS = {  # upper bounds that keep every count far inside exact int64 / f
     "--ctx-size": (1 << 32) - 1,  # llama.cpp n_ctx is a uint32_t
     "--parallel": 256,  # llama.cpp LLAMA_MAX_SEQ (src/llama-cparams.h:8)
     "--batch-size": 1 << 31,
+    "--data-parallel-size": 1 << 16,
+    "--ep-size": 1 << 16,
 }
 
 

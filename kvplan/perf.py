@@ -185,6 +185,109 @@ def _attention_dims(layer: LayerSpec, spec: ModelSpec, decode: bool) -> int:
     return layer.head_dim + layer.v_head_dim
 
 
+@dataclass(frozen=True)
+class Efficiency:
+    """What a speed figure assumes of the hardware: fractions of its peaks and the fixed time a step pays.
+
+    The **limit** (:data:`LIMIT`) is MBU = MFU = link = 1 and no fixed time: a physical bound no measurement
+    may beat. The **estimate** (:func:`estimate_efficiency`) takes efficiencies calibrated on published
+    measurements per engine and GPU class (``scripts/calibrate_speed.py``; docs/throughput-validation.md).
+
+    Attributes:
+        name: ``limit``, ``estimate``, or ``given`` (the limit's model at --mbu / --mfu).
+        basis: what an estimate was calibrated for (``vllm on nvidia-hopper``; ``+ --mbu/--mfu`` when they
+            replace its fractions).
+        mbu, mfu, link: fractions of peak DRAM bandwidth, tensor FLOP/s and interconnect bandwidth.
+        layer_us: fixed microseconds per decoder layer per step (its kernel launches and small kernels).
+        moe_layer_us: more per MoE layer (routing, top-k, the grouped expert GEMMs' fixed cost: small-batch MoE
+            runs far from the bandwidth line).
+        collective_us: per tensor-parallel all-reduce (two per layer): its latency.
+        step_us: per step and PP stage (scheduling, sampling).
+        median_abs_error: the estimate's median |relative error| on the published measurements it was
+            calibrated on (None for the limit).
+        measurements: how many measurements calibrated it (0 for the limit).
+    """
+
+    name: str = "limit"
+    basis: str = ""
+    mbu: float = 1.0
+    mfu: float = 1.0
+    link: float = 1.0
+    layer_us: float = 0.0
+    moe_layer_us: float = 0.0
+    collective_us: float = 0.0
+    step_us: float = 0.0
+    median_abs_error: float | None = None
+    measurements: int = 0
+
+
+LIMIT = Efficiency()
+"""MBU = MFU = 1, no fixed costs: the physical limit."""
+
+
+def gpu_class(gpu) -> str:
+    """The GPU class the estimate is calibrated per: ``nvidia-hopper`` (H100, H200, H20, GH200, H800),
+    ``nvidia-blackwell``, ``nvidia-ampere`` (A100, A10, A10G, RTX 30xx), ``nvidia-ada`` (L4, L40, L40S, RTX 40xx,
+    RTX 6000 Ada), ``nvidia-other``, ``amd``; from the catalog id."""
+    gid = gpu.id.lower()
+    if gpu.vendor == "amd" or gid.startswith("mi"):
+        return "amd"
+    if gid.startswith(("h100", "h200", "h20", "gh200", "h800")):
+        return "nvidia-hopper"
+    if gid.startswith(("b200", "b300", "gb200", "gb300", "rtx5090", "rtx-pro-6000")):
+        return "nvidia-blackwell"
+    if gid.startswith(("a100", "a10", "rtx3090", "a40")):
+        return "nvidia-ampere"
+    if gid.startswith(("l4", "l40", "rtx4090", "rtx6000-ada")):
+        return "nvidia-ada"
+    return "nvidia-other"
+
+
+def estimate_efficiency(engine: str, gpu, mbu: float | None = None, mfu: float | None = None) -> Efficiency:
+    """The calibrated efficiencies of ``engine`` on ``gpu``'s class (:func:`gpu_class`), from
+    :data:`kvplan.data.speed_estimate.CALIBRATION` (written by ``scripts/calibrate_speed.py`` from
+    tests/fixtures/throughput_measurements.yaml); --mbu / --mfu override its fractions.
+
+    The calibration holds per-engine values (fractions of peak and fixed costs) and per-GPU-class factors (on
+    the fractions, and on the fixed costs); an engine or class without measurements takes the pooled values
+    (the ``*`` entries).
+
+    Raises:
+        UsageError: --mbu / --mfu outside [0.01, 1].
+    """
+    from dataclasses import replace
+
+    from kvplan.data.speed_estimate import CALIBRATION
+
+    engines = CALIBRATION["engines"]
+    e = dict(engines.get(engine) or engines["*"])
+    classes = CALIBRATION["gpu_classes"]
+    cls = gpu_class(gpu)
+    c = classes.get(cls) or classes["*"]
+    f, g = c["efficiency"], c["fixed"]
+    eff = Efficiency(
+        name="estimate",
+        basis=f"{engine} on {cls}" + ("" if engine in engines and cls in classes else " (pooled)"),
+        mbu=min(1.0, e["mbu"] * f),
+        mfu=min(1.0, e["mfu"] * f),
+        link=e["link"],
+        layer_us=e["layer_us"] * g,
+        moe_layer_us=e["moe_layer_us"] * g,
+        collective_us=e["collective_us"] * g,
+        step_us=e["step_us"] * g,
+        median_abs_error=CALIBRATION["median_abs_error"],
+        measurements=CALIBRATION["measurements"],
+    )
+    if mbu is not None or mfu is not None:
+        eff = replace(
+            eff,
+            mbu=eff.mbu if mbu is None else check_fraction("--mbu", mbu),
+            mfu=eff.mfu if mfu is None else check_fraction("--mfu", mfu),
+            basis=eff.basis + " with --mbu/--mfu",
+        )
+    return eff
+
+
 @dataclass(frozen=True, eq=False)
 class StageCost:
     """What one step costs one GPU of one pipeline stage. Bytes and FLOPs are ints, times in seconds.
@@ -192,12 +295,15 @@ class StageCost:
     Attributes:
         layers: decoder layers of the stage.
         weights_read_bytes: weights the step reads (MoE: the experts its tokens touch).
-        kv_read_bytes: KV (and MLA latent / indexer) bytes read for all requests.
-        state_bytes: recurrent state read and written for all requests (2 × state).
+        kv_read_bytes: KV (and MLA latent / indexer) bytes read for the requests of this GPU's attention group.
+        state_bytes: recurrent state read and written for those requests (2 × state).
         kv_write_bytes: KV written (prefill only; 0 for decode).
         linear_flops, attention_flops: FLOPs of the matmuls with weights, and of attention.
-        allreduce_bytes: bytes through the GPU's link for the TP all-reduces.
-        memory_s, compute_s, allreduce_s: bytes / (bandwidth × MBU), FLOPs / (peak × MFU), link time.
+        allreduce_bytes: bytes through the GPU's link for the attention-TP all-reduces.
+        alltoall_bytes: bytes through its link for expert-parallel dispatch and combine (0 without EP).
+        memory_s, compute_s, allreduce_s: bytes / (bandwidth × MBU), FLOPs / (peak × MFU), link bytes /
+            (link bandwidth × its efficiency).
+        fixed_s: the estimate's fixed time (launches, collective latency; 0 for the limit).
     """
 
     layers: int
@@ -211,6 +317,8 @@ class StageCost:
     memory_s: float
     compute_s: float
     allreduce_s: float
+    alltoall_bytes: int = 0
+    fixed_s: float = 0.0
 
     @property
     def bytes(self) -> int:
@@ -224,8 +332,8 @@ class StageCost:
 
     @property
     def seconds(self) -> float:
-        """max(memory, compute) + all-reduce."""
-        return max(self.memory_s, self.compute_s) + self.allreduce_s
+        """max(memory, compute) + link + fixed."""
+        return max(self.memory_s, self.compute_s) + self.allreduce_s + self.fixed_s
 
     @property
     def bound_by(self) -> str:
@@ -235,47 +343,66 @@ class StageCost:
 
 @dataclass(frozen=True, eq=False)
 class Hardware:
-    """Peaks used for a bound: bandwidth in B/s, FLOP/s, link B/s (None: unknown), and the fractions."""
+    """Peaks used for a figure: bandwidth in B/s, FLOP/s, link B/s (None: unknown), and the efficiencies."""
 
     bandwidth: float
     peak_flops: float | None
     link: float | None
-    mbu: float
-    mfu: float
+    eff: Efficiency
     compute_dtype: str
 
+    @property
+    def mbu(self) -> float:
+        """The fraction of peak bandwidth."""
+        return self.eff.mbu
 
-def hardware(gpu, weights_dtype: str, mbu: float | None = None, mfu: float | None = None) -> Hardware:
-    """The peaks of ``gpu`` for weights in ``weights_dtype`` (fit's name), with MBU/MFU (defaults when None).
+    @property
+    def mfu(self) -> float:
+        """The fraction of peak FLOP/s."""
+        return self.eff.mfu
+
+
+def hardware(
+    gpu, weights_dtype: str, mbu: float | None = None, mfu: float | None = None, eff: Efficiency | None = None
+) -> Hardware:
+    """The peaks of ``gpu`` for weights in ``weights_dtype`` (fit's name), with ``eff`` (default
+    :data:`LIMIT`); ``mbu`` / ``mfu`` replace its fractions when given.
 
     Raises:
         UsageError: MBU or MFU outside [0.01, 1]; a GPU without a bandwidth (a size: give a catalog GPU).
     """
-    mbu = DEFAULT_MBU if mbu is None else check_fraction("--mbu", mbu)
-    mfu = DEFAULT_MFU if mfu is None else check_fraction("--mfu", mfu)
+    from dataclasses import replace
+
+    eff = LIMIT if eff is None else eff
+    if mbu is not None or mfu is not None:
+        eff = replace(
+            eff,
+            name="given" if eff is LIMIT else eff.name,
+            mbu=eff.mbu if mbu is None else check_fraction("--mbu", mbu),
+            mfu=eff.mfu if mfu is None else check_fraction("--mfu", mfu),
+        )
     if gpu.bandwidth_tbs is None:
         raise UsageError(
-            f"--gpu {gpu.name}: no memory bandwidth known, so no speed bound; give a catalog GPU (kvplan gpus)"
+            f"--gpu {gpu.name}: no memory bandwidth known, so no speed figures; give a catalog GPU (kvplan gpus)"
         )
     fp8 = weights_dtype == "fp8" and gpu.fp8
     peak = None if gpu.bf16_dense_tflops is None else gpu.bf16_dense_tflops * 1e12 * (2 if fp8 else 1)
     link = INTERCONNECT_GBS.get(gpu.id)
-    return Hardware(
-        gpu.bandwidth_tbs * 1e12, peak, None if link is None else link * 1e9, mbu, mfu, "fp8" if fp8 else "bf16"
-    )
+    return Hardware(gpu.bandwidth_tbs * 1e12, peak, None if link is None else link * 1e9, eff, "fp8" if fp8 else "bf16")
 
 
 @dataclass(frozen=True, eq=False)
 class _Weights:
-    """Weights per GPU and the bytes of one routed expert's share on one GPU (MoE), as floats of bytes."""
+    """Weights per GPU, and the bytes of one routed expert's slice on one GPU (MoE), a float."""
 
     per_gpu: int
     expert_bytes_per_gpu: float
 
 
 def _weights(spec: ModelSpec, fit) -> _Weights:
-    """Weights held per GPU (fit's) and one routed expert's bytes per GPU, in the weights' format."""
-    tp, pp = fit.tensor_parallel_size, fit.pipeline_parallel_size
+    """Weights held per GPU (fit's) and one routed expert's bytes on one GPU (sliced over the MoE TP) in one
+    layer, in the weights' format."""
+    par = fit.parallel
     if spec.moe is None:
         return _Weights(fit.weights_bytes, 0.0)
     from kvplan.dtypes import get_weight_dtype
@@ -285,8 +412,32 @@ def _weights(spec: ModelSpec, fit) -> _Weights:
     except UsageError:  # given / checkpoint / unknown bytes: the average bytes per parameter
         if not spec.param_count:
             return _Weights(fit.weights_bytes, 0.0)
-        per_expert = spec.moe.expert_param_count * fit.weights_bytes * tp * pp / spec.param_count
-    return _Weights(fit.weights_bytes, per_expert / (tp * pp))
+        per_expert = spec.moe.expert_param_count * fit.weights_bytes * par.gpus / spec.param_count
+    return _Weights(fit.weights_bytes, per_expert / (par.expert_slicing * par.pp))
+
+
+def _embedding_unread(spec: ModelSpec, fit) -> int:
+    """Bytes of the input embedding table per GPU that a step does not read: an embedding lookup reads one
+    row per token, not the table (``vocab_size × hidden_size`` parameters, split over the attention TP as
+    vLLM's ``VocabParallelEmbedding``, spread over the stages as the weights are). In the model dtype when the
+    checkpoint keeps its unquantized parameters there (``param_count_unquantized``), else in the weights' format.
+    0 without ``vocab_size`` or ``hidden_size``. A tied LM head reads the table anyway: leaving it out then only
+    makes the figures faster, so the limit stays a bound."""
+    vocab, hidden = spec.vocab_size, spec.hidden_size
+    if not vocab or not hidden or not spec.param_count:
+        return 0
+    from kvplan.dtypes import get_weight_dtype
+
+    params = vocab * hidden
+    par = fit.parallel
+    try:
+        wd = get_weight_dtype(fit.weights_dtype)
+        model = get_weight_dtype(spec.dtype)
+        kept = spec.param_count_unquantized >= params and wd.bits != model.bits
+        total = (model if kept else wd).bytes_for(params)
+    except UsageError:  # given / checkpoint bytes: the average bytes per parameter
+        total = params * fit.weights_bytes * par.gpus / spec.param_count
+    return int(total // (par.attn_tp * par.pp))
 
 
 def _allreduce_bytes(spec: ModelSpec, layers: int, tp: int, tokens: int) -> int:
@@ -294,9 +445,7 @@ def _allreduce_bytes(spec: ModelSpec, layers: int, tp: int, tokens: int) -> int:
     activations (ring)."""
     if tp == 1:
         return 0
-    hidden = spec.hidden_size or spec.num_q_heads * spec.head_dim
-    act = _ACT_BYTES.get(spec.dtype, 2)
-    return cdiv(2 * layers * 2 * (tp - 1) * tokens * hidden * act, tp)
+    return cdiv(2 * layers * 2 * (tp - 1) * tokens * _hidden(spec) * _act(spec), tp)
 
 
 _LAYER_TABLES: dict[tuple, tuple] = {}
@@ -337,6 +486,86 @@ def _layer_table(spec: ModelSpec, kv_dtype, tp: int, layers: range, prefill: boo
     return _LAYER_TABLES[key][1]
 
 
+def _hidden(spec: ModelSpec) -> int:
+    return spec.hidden_size or spec.num_q_heads * spec.head_dim
+
+
+def _act(spec: ModelSpec) -> int:
+    return _ACT_BYTES.get(spec.dtype, 2)
+
+
+def request_terms(spec: ModelSpec, fit, layers: range, tokens: int, prefill: bool = False) -> tuple[int, int, int, int]:
+    """(KV read, state read + written, KV written, attention FLOPs) of one request with ``tokens`` cached
+    (decode) or of a ``tokens``-token prompt (``prefill``), on one GPU of the attention group holding
+    ``layers`` (the cache at the attention TP, as fit sized it)."""
+    tp = fit.parallel.attn_tp
+    kv_dtype = resolve_kv_dtype(spec, fit.kv_dtype)
+    heads = spec.num_q_heads // tp  # query heads per GPU (check_tp: H_q % TP == 0)
+    kv = state = kv_write = attn = 0
+    # identical layers cost alike: each distinct layer once, times how many there are (exact ints)
+    for layer, geo, per_token, state_one, dims, alike in _layer_table(spec, kv_dtype, tp, layers, prefill):
+        state += alike * 2 * state_one
+        if prefill:
+            kind = geo.kind
+            pairs = causal_pairs(tokens, spec.window_of(kind), chunked=kind == "chunked")
+            attn += alike * 2 * heads * dims * pairs
+            if layer.kind != "shared":
+                kv_write += alike * tokens * per_token
+        else:
+            read = tokens_read(layer, spec, tokens)
+            kv += alike * read * per_token
+            attn += alike * 2 * heads * dims * read
+    return kv, state, kv_write, attn
+
+
+class _Stage:
+    """The parts of one stage's step cost that do not depend on the requests (see :func:`stage_cost`)."""
+
+    def __init__(self, spec: ModelSpec, fit, hw: Hardware, layers: range):
+        par = fit.parallel
+        self.spec, self.fit, self.hw, self.layers, self.par = spec, fit, hw, layers, par
+        moe = spec.moe
+        self.w = _weights(spec, fit)
+        self.embedding_unread = _embedding_unread(spec, fit)
+        self.moe_layers = 0.0 if moe is None else moe.num_moe_layers * len(layers) / spec.num_layers
+        active = spec.active_param_count or 0
+        routed = 0 if moe is None else moe.experts_per_token * moe.expert_param_count * moe.num_moe_layers
+        self.dense_active, self.routed_active = active - routed, routed
+        eff = hw.eff
+        fixed_us = len(layers) * eff.layer_us + self.moe_layers * eff.moe_layer_us + eff.step_us
+        if par.attn_tp > 1:
+            fixed_us += 2 * len(layers) * eff.collective_us
+        self.fixed_s = fixed_us * 1e-6
+
+    def cost(self, tokens: int, kv: int, state: int, kv_write: int, attn: int, prefill: bool = False) -> StageCost:
+        """The stage's cost when this GPU's attention group puts ``tokens`` through the matmuls (decode: its
+        requests; prefill: the prompt), with their summed request terms."""
+        spec, hw, par, layers = self.spec, self.hw, self.par, self.layers
+        pp = par.pp
+        total = tokens if prefill else tokens * par.attn_dp  # tokens through the experts: every group's (decode)
+        moe = spec.moe
+        weights_read = self.w.per_gpu - self.embedding_unread
+        if moe is not None and self.w.expert_bytes_per_gpu:
+            local = cdiv(moe.num_experts, par.ep)
+            touched = experts_touched(moe.num_experts, moe.experts_per_token, total)
+            untouched = local * (1 - touched / moe.num_experts) if par.ep > 1 else moe.num_experts - touched
+            weights_read -= round(untouched * self.moe_layers * self.w.expert_bytes_per_gpu)
+        linear = cdiv(2 * self.dense_active * tokens, par.attn_tp * pp)
+        linear += cdiv(2 * self.routed_active * total, par.gpus_per_stage * pp)
+        ar = _allreduce_bytes(spec, len(layers), par.attn_tp, tokens)
+        a2a = 0
+        if moe is not None and par.ep > 1:
+            k = moe.experts_per_token
+            a2a = cdiv(round(2 * self.moe_layers * tokens * k * _hidden(spec) * _act(spec) * (par.ep - 1)),
+                       par.attn_tp * par.ep)  # fmt: skip
+        eff = hw.eff
+        memory_s = (weights_read + kv + state + kv_write) / (hw.bandwidth * eff.mbu)
+        compute_s = 0.0 if hw.peak_flops is None else (linear + attn) / (hw.peak_flops * eff.mfu)
+        link_s = 0.0 if hw.link is None or not (ar + a2a) else (ar + a2a) / (hw.link * eff.link)
+        return StageCost(len(layers), weights_read, kv, state, kv_write, linear, attn, ar, memory_s, compute_s,
+                         link_s, a2a, self.fixed_s)  # fmt: skip
+
+
 def stage_cost(
     spec: ModelSpec,
     fit,
@@ -345,45 +574,27 @@ def stage_cost(
     requests: Sequence[tuple[int, int]],
     prefill: bool = False,
 ) -> StageCost:
-    """The cost of one decode step (``requests``: (count, tokens cached) pairs) or of one prefill
-    (``prefill``: one (1, P) request) on one GPU of the stage holding ``layers``.
+    """The cost of one decode step (``requests``: (count, tokens cached) pairs of one attention group) or of
+    one prefill (``prefill``: one (1, P) request) on one GPU of the stage holding ``layers``.
+
+    With attention data parallelism (``fit.parallel.attn_dp`` > 1) every group is taken to be as loaded as
+    this one: the experts see ``attn_dp ×`` its tokens. The routed experts on a GPU are ``ceil(E / EP)`` of
+    them, each read when a token of the step is routed to it (:func:`experts_touched`); the routed-expert
+    FLOPs are spread over the stage's GPUs; expert parallelism moves each token's k expert inputs and outputs
+    over the link (``2 × k × hidden`` activations per token per MoE layer, the share ``(EP − 1)/EP`` of them
+    leaving the GPU).
 
     Raises:
         UsageError: an unknown KV dtype in ``fit``.
     """
-    tp, pp = fit.tensor_parallel_size, fit.pipeline_parallel_size
-    kv_dtype = resolve_kv_dtype(spec, fit.kv_dtype)
+    stage = _Stage(spec, fit, hw, layers)
     n = sum(c for c, _ in requests)
-    tokens = sum(c * t for c, t in requests) if prefill else n  # tokens through the matmuls this step
-    w = _weights(spec, fit)
-    weights_read = w.per_gpu
-    moe = spec.moe
-    if moe is not None and w.expert_bytes_per_gpu:
-        untouched = moe.num_experts - experts_touched(moe.num_experts, moe.experts_per_token, tokens)
-        weights_read -= round(untouched * moe.num_moe_layers * w.expert_bytes_per_gpu)
-    heads = spec.num_q_heads // tp  # query heads per GPU (check_tp: H_q % TP == 0)
+    tokens = sum(c * t for c, t in requests) if prefill else n
     kv = state = kv_write = attn = 0
-    # identical layers cost alike: each distinct layer once, times how many there are (exact ints)
-    for layer, geo, per_token, state_one, dims, alike in _layer_table(spec, kv_dtype, tp, layers, prefill):
-        for count, t in requests:
-            state += alike * count * 2 * state_one
-            if prefill:
-                kind = geo.kind
-                pairs = causal_pairs(t, spec.window_of(kind), chunked=kind == "chunked")
-                attn += alike * count * 2 * heads * dims * pairs
-                if layer.kind != "shared":
-                    kv_write += alike * count * t * per_token
-            else:
-                read = tokens_read(layer, spec, t)
-                kv += alike * count * read * per_token
-                attn += alike * count * 2 * heads * dims * read
-    active = spec.active_param_count or 0
-    linear = cdiv(2 * active * tokens, tp * pp)
-    ar = _allreduce_bytes(spec, len(layers), tp, tokens)
-    memory_s = (weights_read + kv + state + kv_write) / (hw.bandwidth * hw.mbu)
-    compute_s = 0.0 if hw.peak_flops is None else (linear + attn) / (hw.peak_flops * hw.mfu)
-    link_s = 0.0 if hw.link is None or not ar else ar / hw.link
-    return StageCost(len(layers), weights_read, kv, state, kv_write, linear, attn, ar, memory_s, compute_s, link_s)
+    for count, t in requests:
+        k, s, w, a = request_terms(spec, fit, layers, t, prefill)
+        kv, state, kv_write, attn = kv + count * k, state + count * s, kv_write + count * w, attn + count * a
+    return stage.cost(tokens, kv, state, kv_write, attn, prefill)
 
 
 def _stages(spec: ModelSpec, pp: int) -> list[range]:
@@ -420,33 +631,85 @@ def step_bound(spec: ModelSpec, fit, hw: Hardware, requests: Sequence[tuple[int,
     return StepBound(stages, worst, sum(s.seconds for s in stages), worst.seconds)
 
 
+class StepModel:
+    """The decode step of one layout as a function of how many requests of each class an attention group
+    holds: the request terms (:func:`request_terms`) computed once per class and stage, so that packing can
+    ask "does this mix meet the target" many times. :meth:`step` is exactly :func:`step_bound`'s arithmetic.
+
+    Args:
+        contexts: tokens cached per request, one per class (the decode context).
+        interference: per class, seconds one of its requests adds to every step for the prefill of the
+            requests that replace it (:func:`prefill_interference_s`; 0: prefill runs elsewhere).
+    """
+
+    def __init__(self, spec: ModelSpec, fit, hw: Hardware, contexts: Sequence[int],
+                 interference: Sequence[float] | None = None):  # fmt: skip
+        self.stages = [_Stage(spec, fit, hw, r) for r in _stages(spec, fit.pipeline_parallel_size)]
+        self.terms = [[request_terms(spec, fit, st.layers, t) for t in contexts] for st in self.stages]
+        self.interference = list(interference) if interference is not None else [0.0] * len(contexts)
+
+    def step(self, counts: dict[int, int]) -> StepBound:
+        """The decode step alone of a group holding ``counts[i]`` requests of class i."""
+        out = []
+        n = sum(counts.values())
+        for st, terms in zip(self.stages, self.terms, strict=True):
+            kv = state = attn = 0
+            for i, c in counts.items():
+                k, s, _, a = terms[i]
+                kv, state, attn = kv + c * k, state + c * s, attn + c * a
+            out.append(st.cost(n, kv, state, 0, attn))
+        worst = max(out, key=lambda s: s.seconds)
+        return StepBound(tuple(out), worst, sum(s.seconds for s in out), worst.seconds)
+
+    def seconds(self, counts: dict[int, int]) -> float:
+        """TPOT (s) of a group holding ``counts``: the step (all stages) plus the prefill interference."""
+        extra = sum(c * self.interference[i] for i, c in counts.items())
+        return self.step(counts).seconds + extra
+
+
+def prefill_interference_s(spec: ModelSpec, fit, hw: Hardware, prompt: int, output: int) -> float:
+    """Seconds one running request adds to every decode step for the prefill of the request that will take
+    its place: its prompt's prefill FLOPs time (at ``hw``'s MFU, the stages summed) spread over the
+    ``output`` steps it decodes. In-flight batching mixes prefill chunks into decode steps, where the
+    weights are read once for both, so a prompt costs the step its FLOPs, not another pass over the
+    weights. Part of the estimate, never of the limit (which is the decode step alone)."""
+    pre = step_bound(spec, fit, hw, [(1, prompt)], prefill=True)
+    return sum(s.compute_s for s in pre.stages) / max(1, output)
+
+
 @dataclass(frozen=True, eq=False)
 class PerfResult:
-    """Speed bounds of one replica layout at one operating point. Bytes and FLOPs are ints, per GPU.
+    """Speed figures of one replica layout at one operating point. Bytes and FLOPs are ints, per GPU.
+
+    ``figure`` says what they are: ``limit`` (MBU = MFU = 1, no fixed costs: no real system is faster),
+    ``estimate`` (calibrated efficiencies, :func:`estimate_efficiency`; its ``median_abs_error`` on the
+    published measurements), or ``given`` (--mbu / --mfu on the limit's model).
 
     Attributes:
+        figure, efficiency: what the figures assume (:class:`Efficiency`).
         concurrency: requests decoding together (N).
         context_tokens: tokens cached per request during the decode step (T).
-        prompt_tokens: prompt length of the TTFT bound (P).
-        mbu, mfu: the fractions of peak bandwidth and FLOP/s assumed (1, 1 = the physical limit).
+        prompt_tokens: prompt length of the TTFT figure (P).
+        mbu, mfu: the fractions of peak bandwidth and FLOP/s assumed.
         bandwidth_tbs, peak_tflops, interconnect_gbs: the GPU's peaks used (TB/s, TFLOP/s, GB/s; None: unknown).
         compute_dtype: ``fp8`` (FP8 weights on FP8 tensor cores: 2 × the BF16 peak) or ``bf16``.
         weights_bytes: weights held per GPU; weights_read_bytes: read per decode step (MoE: touched experts).
         experts_touched: expected distinct routed experts per MoE layer per step, or None (dense).
         kv_read_bytes, state_rw_bytes: KV read and state read + written per step, per GPU.
         decode_step_bytes, decode_step_flops: per GPU of the slowest stage.
-        allreduce_bytes: per GPU per step through its link (TP > 1).
-        memory_ms, compute_ms, allreduce_ms: the slowest stage's parts (ms).
-        tpot_ms_bound: time per output token (all stages); decode_tokens_per_s_bound: N / the slowest stage.
-        decode_tokens_per_s_per_gpu_bound: the replica's tokens/s over TP × PP.
+        allreduce_bytes: per GPU per step through its link (TP all-reduces and EP all-to-all).
+        memory_ms, compute_ms, allreduce_ms, fixed_ms: the slowest stage's parts (ms).
+        tpot_ms: time per output token (all stages); decode_tokens_per_s: N / the slowest stage.
+        decode_tokens_per_s_per_gpu: the replica's tokens/s over its GPUs.
         bound_by: ``memory`` or ``compute`` (the slowest stage's decode step).
-        prefill_flops, prefill_bytes: per GPU of the slowest stage for a P-token prompt; ttft_ms_bound,
-            ttft_bound_by: the TTFT bound and what limits it.
-        notes: what the bound leaves out for this model or GPU (one line each).
+        prefill_flops, prefill_bytes: per GPU of the slowest stage for a P-token prompt; ttft_ms,
+            ttft_bound_by: the TTFT figure and what limits it.
+        notes: what the figures leave out for this model or GPU (one line each).
     """
 
     model: str
     gpu: str
+    figure: str
     tensor_parallel_size: int
     pipeline_parallel_size: int
     concurrency: int
@@ -469,22 +732,24 @@ class PerfResult:
     memory_ms: float
     compute_ms: float
     allreduce_ms: float
-    tpot_ms_bound: float
-    decode_tokens_per_s_bound: float
-    decode_tokens_per_s_per_gpu_bound: float
+    fixed_ms: float
+    tpot_ms: float
+    decode_tokens_per_s: float
+    decode_tokens_per_s_per_gpu: float
     bound_by: str
     prefill_flops: int
     prefill_bytes: int
-    ttft_ms_bound: float
+    ttft_ms: float
     ttft_bound_by: str
+    efficiency: Efficiency = LIMIT
     notes: tuple[str, ...] = ()
 
 
 def _notes(spec: ModelSpec, gpu, fit, hw: Hardware) -> tuple[str, ...]:
     out = []
     if hw.peak_flops is None:
-        out.append(f"{gpu.id}: no BF16 tensor-core peak in the catalog; the compute bound is left out")
-    if fit.tensor_parallel_size > 1 and hw.link is None:
+        out.append(f"{gpu.id}: no BF16 tensor-core peak in the catalog; the compute term is left out")
+    if fit.gpus_per_replica > 1 and hw.link is None:
         out.append(f"{gpu.id}: no interconnect bandwidth known; the TP all-reduce time is left out")
     if spec.active_param_count is None:
         out.append(f"{spec.name}: no param_count; the linear FLOPs are left out")
@@ -492,6 +757,8 @@ def _notes(spec: ModelSpec, gpu, fit, hw: Hardware) -> tuple[str, ...]:
         out.append(f"{spec.name}: no moe facts in the spec; every parameter is counted as read and active")
     if spec.moe is not None:
         out.append("MoE: expected distinct experts under uniform routing; skewed routing reads fewer")
+    if fit.data_parallel_size > 1:
+        out.append(f"attention DP {fit.data_parallel_size}: every group taken as loaded as this one")
     if any(layer.mla is not None and layer.mla.index_head_dim for layer in spec.layers):
         out.append("DSA: every latent is counted as read (the top-k selection reads fewer past its k)")
     if any(k in STATE_KINDS for k in spec.layer_kinds):
@@ -509,19 +776,20 @@ def bound(
     mbu: float | None = None,
     mfu: float | None = None,
     requests: Sequence[tuple[int, int]] | None = None,
+    eff: Efficiency | None = None,
 ) -> PerfResult:
-    """Decode and prefill bounds for ``fit``'s layout (its TP, PP, KV dtype, weights per GPU) on ``gpu``.
+    """Decode and prefill figures for ``fit``'s layout (its TP, PP, DP, EP, KV dtype, weights per GPU) on
+    ``gpu``: the limit by default (:data:`LIMIT`), or with ``eff`` (:func:`estimate_efficiency`); ``mbu`` /
+    ``mfu`` replace its fractions.
 
     Args:
         spec: the model (``spec.moe`` for MoE models).
         gpu: the GPU (catalog bandwidth and BF16 TFLOP/s).
-        fit: a :class:`kvplan.fit.FitResult` (used as a black box: tensor_parallel_size,
-            pipeline_parallel_size, kv_dtype, weights_bytes, weights_dtype).
-        concurrency: requests decoding together (N >= 1).
+        fit: a :class:`kvplan.fit.FitResult` (used as a black box: its layout, kv_dtype, weights_bytes,
+            weights_dtype).
+        concurrency: requests decoding together in one attention group (N >= 1).
         context: tokens cached per request (T >= 0).
-        prompt_len: tokens of the prompt for the TTFT bound (default: ``context``, at least 1).
-        mbu, mfu: fractions of peak bandwidth and FLOP/s in [0.01, 1] (None: :data:`DEFAULT_MBU`,
-            :data:`DEFAULT_MFU`).
+        prompt_len: tokens of the prompt for the TTFT figure (default: ``context``, at least 1).
         requests: (count, context) pairs instead of N requests at T (a workload mix); N and T are then
             only reported.
 
@@ -531,16 +799,20 @@ def bound(
     _check_count("--concurrency", concurrency, 1, MAX_BATCH)
     _check_count("--context", context, 0, MAX_TOKENS)
     prompt = max(1, context) if prompt_len is None else _check_count("--prompt-len", prompt_len, 1, MAX_TOKENS)
-    hw = hardware(gpu, fit.weights_dtype, mbu, mfu)
+    hw = hardware(gpu, fit.weights_dtype, mbu, mfu, eff)
     reqs = list(requests) if requests is not None else [(concurrency, context)]
     dec = step_bound(spec, fit, hw, reqs)
     pre = step_bound(spec, fit, hw, [(1, prompt)], prefill=True)
     w = dec.worst
     moe = spec.moe
     tokens = sum(c for c, _ in reqs)
+    figure = hw.eff.name
+    gpus = fit.gpus_per_replica
+    group_tokens = tokens * fit.data_parallel_size  # every attention group alike
     return PerfResult(
         model=spec.name,
         gpu=gpu.id,
+        figure=figure,
         tensor_parallel_size=fit.tensor_parallel_size,
         pipeline_parallel_size=fit.pipeline_parallel_size,
         concurrency=tokens,
@@ -554,43 +826,58 @@ def bound(
         compute_dtype=hw.compute_dtype,
         weights_bytes=fit.weights_bytes,
         weights_read_bytes=w.weights_read_bytes,
-        experts_touched=None if moe is None else experts_touched(moe.num_experts, moe.experts_per_token, tokens),
+        experts_touched=None
+        if moe is None
+        else experts_touched(moe.num_experts, moe.experts_per_token, group_tokens),
         kv_read_bytes=w.kv_read_bytes,
         state_rw_bytes=w.state_bytes,
         decode_step_bytes=w.bytes,
         decode_step_flops=w.flops,
-        allreduce_bytes=w.allreduce_bytes,
+        allreduce_bytes=w.allreduce_bytes + w.alltoall_bytes,
         memory_ms=w.memory_s * 1e3,
         compute_ms=w.compute_s * 1e3,
         allreduce_ms=w.allreduce_s * 1e3,
-        tpot_ms_bound=dec.seconds * 1e3,
-        decode_tokens_per_s_bound=tokens / dec.slowest_s,
-        decode_tokens_per_s_per_gpu_bound=tokens
-        / dec.slowest_s
-        / (fit.tensor_parallel_size * fit.pipeline_parallel_size),
+        fixed_ms=w.fixed_s * 1e3,
+        tpot_ms=dec.seconds * 1e3,
+        decode_tokens_per_s=group_tokens / dec.slowest_s,
+        decode_tokens_per_s_per_gpu=group_tokens / dec.slowest_s / gpus,
         bound_by=w.bound_by,
         prefill_flops=pre.worst.flops,
         prefill_bytes=pre.worst.bytes,
-        ttft_ms_bound=pre.seconds * 1e3,
+        ttft_ms=pre.seconds * 1e3,
         ttft_bound_by=pre.worst.bound_by,
+        efficiency=hw.eff,
         notes=_notes(spec, gpu, fit, hw),
     )
 
 
-def tpot_seconds(spec: ModelSpec, gpu, fit, requests: Sequence[tuple[int, int]], mbu=None, mfu=None) -> float:
-    """TPOT bound (s) of a decode step over ``requests`` ((count, context) pairs); see :func:`bound`."""
-    return step_bound(spec, fit, hardware(gpu, fit.weights_dtype, mbu, mfu), requests).seconds
+def estimate(spec: ModelSpec, gpu, fit, concurrency: int, context: int, prompt_len: int | None = None,
+             mbu: float | None = None, mfu: float | None = None, requests=None) -> PerfResult:  # fmt: skip
+    """:func:`bound` with the calibrated efficiencies of ``fit``'s engine on ``gpu``
+    (:func:`estimate_efficiency`): the figure to size with.
+
+    Raises:
+        UsageError: as :func:`bound`.
+    """
+    eff = estimate_efficiency(fit.engine, gpu, mbu, mfu)
+    return bound(spec, gpu, fit, concurrency, context, prompt_len, requests=requests, eff=eff)
+
+
+def tpot_seconds(spec: ModelSpec, gpu, fit, requests: Sequence[tuple[int, int]], mbu=None, mfu=None, eff=None) -> float:
+    """TPOT (s) of a decode step over ``requests`` ((count, context) pairs); see :func:`bound`."""
+    return step_bound(spec, fit, hardware(gpu, fit.weights_dtype, mbu, mfu, eff), requests).seconds
 
 
 def max_concurrency_for_tpot(
-    spec: ModelSpec, gpu, fit, tpot_s: float, shares: Sequence[tuple[float, int]], limit: int, mbu=None, mfu=None
-) -> int:
+    spec: ModelSpec, gpu, fit, tpot_s: float, shares: Sequence[tuple[float, int]], limit: int, mbu=None, mfu=None,
+    eff=None,
+) -> int:  # fmt: skip
     """The most requests (up to ``limit``) whose decode step meets ``tpot_s``; 0 when not even one does.
 
     ``shares`` are (fraction of requests, context) per class; N requests are split by largest remainder.
     TPOT never falls as N grows (more bytes and FLOPs), so a binary search finds the largest N.
     """
-    hw = hardware(gpu, fit.weights_dtype, mbu, mfu)
+    hw = hardware(gpu, fit.weights_dtype, mbu, mfu, eff)
 
     def ok(n: int) -> bool:
         return step_bound(spec, fit, hw, split(n, shares)).seconds <= tpot_s
@@ -618,7 +905,16 @@ def split(n: int, shares: Sequence[tuple[float, int]]) -> list[tuple[int, int]]:
     return [(c, t) for c, (_, t) in zip(counts, raw, strict=True) if c]
 
 
-def fit_bound(
+@dataclass(frozen=True, eq=False)
+class Speed:
+    """``kvplan fit``'s two speed figures at one operating point: the physical ``limit`` and the ``estimate``
+    to size with (:class:`PerfResult` each)."""
+
+    limit: PerfResult
+    estimate: PerfResult
+
+
+def fit_speed(
     spec: ModelSpec,
     gpu,
     fit,
@@ -628,15 +924,16 @@ def fit_bound(
     prompt_len: int | None = None,
     mbu: float | None = None,
     mfu: float | None = None,
-) -> tuple[PerfResult | None, list[str]]:
-    """``kvplan fit``'s bound: N = the requests that fit and T = max_model_len unless given.
+) -> tuple[Speed | None, list[str]]:
+    """``kvplan fit``'s speed figures: N = the requests that fit (one attention group's) and T = max_model_len
+    unless given; --mbu / --mfu adjust the estimate (never the limit).
 
     Returns:
-        (the bound, or None when none can be computed and no speed flag was given; warnings, one line each:
+        (the figures, or None when none can be computed and no speed flag was given; warnings, one line each:
         N beyond what fits at T or beyond max_num_seqs).
 
     Raises:
-        UsageError: a speed flag is given but no bound can be computed (a GPU given by size), or
+        UsageError: a speed flag is given but no figure can be computed (a GPU given by size), or
             out-of-range values.
     """
     from dataclasses import replace
@@ -649,7 +946,7 @@ def fit_bound(
     n = max(1, fit.max_concurrent_requests) if concurrency is None else concurrency
     t = fit.max_model_len if context is None else context
     try:
-        result = bound(spec, gpu, fit, n, t, prompt_len, mbu, mfu)
+        speed = Speed(bound(spec, gpu, fit, n, t, prompt_len), estimate(spec, gpu, fit, n, t, prompt_len, mbu, mfu))
     except UsageError:
         if given:
             raise
@@ -663,11 +960,17 @@ def fit_bound(
         if concurrency > wall.max_requests_by_memory:
             warnings.append(
                 f"--concurrency {concurrency:,}: only {wall.max_requests_by_memory:,} requests of {t:,} tokens fit the "
-                "KV budget (bound computed anyway)"
+                "KV budget (figures computed anyway)"
             )
         seqs = getattr(fit, "max_num_seqs", None)
         if seqs is not None and concurrency > seqs:
             warnings.append(
-                f"--concurrency {concurrency:,}: beyond the engine's max_num_seqs {seqs:,} (bound computed anyway)"
+                f"--concurrency {concurrency:,}: beyond the engine's max_num_seqs {seqs:,} (figures computed anyway)"
             )
-    return result, warnings
+    return speed, warnings
+
+
+def fit_bound(spec: ModelSpec, gpu, fit, opts, concurrency=None, context=None, prompt_len=None, mbu=None, mfu=None):
+    """The limit of :func:`fit_speed` (older callers): (a :class:`PerfResult` or None, warnings)."""
+    speed, warnings = fit_speed(spec, gpu, fit, opts, concurrency, context, prompt_len, mbu, mfu)
+    return (None if speed is None else speed.limit), warnings

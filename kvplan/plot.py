@@ -579,7 +579,7 @@ class ThroughputCurve:
 
     Attributes:
         gpu, gpu_name: catalog id and name.
-        tokens_per_s: the bound at MBU/MFU as given (kvplan.perf defaults), per replica.
+        tokens_per_s: the estimate (kvplan.perf's calibrated efficiencies, MBU/MFU as given), per replica.
         limit_tokens_per_s: the physical limit (MBU = MFU = 1), per replica.
         memory_wall: the most requests of ``context`` tokens that fit (as ``kvplan fit`` counts), or 0.
         max_num_seqs: the engine's cap on running requests, or None.
@@ -636,7 +636,7 @@ def throughput_data(
     fits, notes = [], []
     for g in gpus:
         f = plan_fit(spec, g, opts)
-        perf.hardware(g, f.weights_dtype, mbu, mfu)  # a GPU without bandwidth is an error here
+        perf.hardware(g, f.weights_dtype)  # a GPU without bandwidth is an error here
         fits.append(f)
         if not f.fits:
             notes.append(f"--gpu {g.id}: not one request of {context:,} tokens fits (TP={tensor_parallel_size})")
@@ -645,11 +645,11 @@ def throughput_data(
     points = sorted({1 << k for k in range(top.bit_length() + 1) if 1 << k <= top} | walls)
     curves = []
     for g, f in zip(gpus, fits, strict=True):
-        ys = tuple(perf.bound(spec, g, f, n, context, 1, mbu, mfu).decode_tokens_per_s_bound for n in points)
-        lim = tuple(perf.bound(spec, g, f, n, context, 1, 1.0, 1.0).decode_tokens_per_s_bound for n in points)
+        ys = tuple(perf.estimate(spec, g, f, n, context, 1, mbu, mfu).decode_tokens_per_s for n in points)
+        lim = tuple(perf.bound(spec, g, f, n, context, 1).decode_tokens_per_s for n in points)
         seqs = getattr(f, "max_num_seqs", None)
         curves.append(ThroughputCurve(g.id, g.name, ys, lim, f.max_requests_by_memory, seqs))
-    used = perf.hardware(gpus[0], fits[0].weights_dtype, mbu, mfu)
+    used = perf.estimate_efficiency(fits[0].engine, gpus[0], mbu, mfu)
     return ThroughputData(
         spec.name, context, tensor_parallel_size, tuple(points), tuple(curves), used.mbu, used.mfu, tuple(notes)
     )
@@ -677,7 +677,7 @@ def render_throughput(data: ThroughputData, out: Path, force: bool = True) -> Pa
             "-",
             color=color,
             lw=2.2,
-            label=f"{c.gpu_name}: bound at MBU {data.mbu:g}, MFU {data.mfu:g}",
+            label=f"{c.gpu_name}: estimate (MBU {data.mbu:.2g}, MFU {data.mfu:.2g} + fixed costs)",
         )
         ax.plot([xs[j] for j in beyond], [c.tokens_per_s[j] for j in beyond], ":", color=color, lw=1.4)
         ax.plot(xs, c.limit_tokens_per_s, "--", color=color, lw=1.2, alpha=0.8, label=f"{c.gpu_name}: physical limit")

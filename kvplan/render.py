@@ -408,10 +408,13 @@ def fit_json(r, speed=None, reason: str | None = None, suggestions: list[str] | 
     """JSON object of a :class:`kvplan.fit.FitResult` (all fields, plus fits and GiB figures).
 
     ``max_model_len_fit`` is null when no length is too long (every layer's cache is bounded). With ``speed``
-    (a :class:`kvplan.perf.PerfResult`), its headline keys (decode_step_bytes, decode_step_flops,
-    tpot_ms_bound, decode_tokens_per_s_bound, ttft_ms_bound, mbu, mfu) and ``throughput``: all of it.
-    ``reason`` and ``suggestions``: why a plan does not fit and what would (the flags, each with a note in
-    parentheses, as ``kvplan fit`` prints them on stderr); null and [] for a plan that fits.
+    (a :class:`kvplan.perf.Speed`), its headline keys: the limit's (``tpot_ms_limit``,
+    ``decode_tokens_per_s_limit``, ``ttft_ms_limit``: MBU = MFU = 1, no measurement beats them) and the
+    estimate's (``tpot_ms_estimate``, ``decode_tokens_per_s_estimate``, ``ttft_ms_estimate``, its ``mbu`` and
+    ``mfu``, ``estimate_median_abs_error``), the step's ``decode_step_bytes`` and ``decode_step_flops``, and
+    ``throughput``: both figures in full. ``reason`` and ``suggestions``: why a plan does not fit and what
+    would (the flags, each with a note in parentheses, as ``kvplan fit`` prints them on stderr); null and []
+    for a plan that fits.
     """
     d = to_jsonable(r)
     if r.max_model_len_unbounded:
@@ -422,30 +425,41 @@ def fit_json(r, speed=None, reason: str | None = None, suggestions: list[str] | 
     d["kv_budget_gib"] = r.kv_budget_bytes / GIB
     d["budget_exact"] = getattr(r, "budget_exact", True)
     d["budget_note"] = budget_note(r) or None
-    for key in FIT_SPEED_KEYS:
-        d[key] = None if speed is None else getattr(speed, key)
-    d["throughput"] = None if speed is None else to_jsonable(speed)
+    lim = None if speed is None else speed.limit
+    est = None if speed is None else speed.estimate
+    for key, (src, attr) in FIT_SPEED_KEYS.items():
+        p = lim if src == "limit" else est
+        d[key] = None if p is None else (p.efficiency.median_abs_error if attr == "error" else getattr(p, attr))
+    d["throughput"] = None if speed is None else {"limit": to_jsonable(lim), "estimate": to_jsonable(est)}
     return d
 
 
-FIT_SPEED_KEYS = (
-    "decode_step_bytes",
-    "decode_step_flops",
-    "tpot_ms_bound",
-    "decode_tokens_per_s_bound",
-    "ttft_ms_bound",
-    "mbu",
-    "mfu",
-)
+FIT_SPEED_KEYS = {
+    "decode_step_bytes": ("limit", "decode_step_bytes"),
+    "decode_step_flops": ("limit", "decode_step_flops"),
+    "tpot_ms_limit": ("limit", "tpot_ms"),
+    "decode_tokens_per_s_limit": ("limit", "decode_tokens_per_s"),
+    "ttft_ms_limit": ("limit", "ttft_ms"),
+    "tpot_ms_estimate": ("estimate", "tpot_ms"),
+    "decode_tokens_per_s_estimate": ("estimate", "decode_tokens_per_s"),
+    "ttft_ms_estimate": ("estimate", "ttft_ms"),
+    "mbu": ("estimate", "mbu"),
+    "mfu": ("estimate", "mfu"),
+    "estimate_median_abs_error": ("estimate", "error"),
+}
 
 
-def fit_speed_lines(p) -> list[str]:
-    """The speed section of ``kvplan fit`` (a :class:`kvplan.perf.PerfResult`), one line each."""
-    gpus = p.tensor_parallel_size * p.pipeline_parallel_size
-    limit = "physical limit" if p.mbu == 1 and p.mfu == 1 else f"MBU {p.mbu:g}, MFU {p.mfu:g}"
+def fit_speed_lines(speed) -> list[str]:
+    """The speed section of ``kvplan fit`` (a :class:`kvplan.perf.Speed`), one line each: the physical limit
+    (no system is faster) and the estimate (what to size with, its error on published measurements)."""
+    p, e = speed.limit, speed.estimate
+    gpus = p.decode_tokens_per_s / p.decode_tokens_per_s_per_gpu if p.decode_tokens_per_s_per_gpu else 1
     peak = "no FLOP/s peak" if p.peak_tflops is None else f"{p.peak_tflops:,g} TFLOP/s {p.compute_dtype}"
+    err = e.efficiency.median_abs_error
+    n = e.efficiency.measurements
+    err_text = "" if err is None else f", median |error| {err:.0%} on {n} published measurements"
     lines = [
-        f"Speed bound ({limit}; {p.bandwidth_tbs:g} TB/s, {peak}), {plural(p.concurrency, 'request')} at "
+        f"Speed ({p.bandwidth_tbs:g} TB/s, {peak}), {plural(p.concurrency, 'request')} at "
         f"{fmt_tokens(p.context_tokens)} cached:",
         f"  decode step per GPU: {p.decode_step_bytes:,} B read, {p.decode_step_flops:,} FLOPs",
         f"    (weights {p.weights_read_bytes:,} B, KV {p.kv_read_bytes:,} B, "
@@ -453,18 +467,18 @@ def fit_speed_lines(p) -> list[str]:
     ]
     if p.experts_touched is not None:
         lines.append(f"  MoE: {p.experts_touched:,.1f} distinct experts per layer expected under uniform routing")
-    ar = f" + all-reduce {p.allreduce_ms:,.3f} ms" if p.allreduce_bytes else ""
-    lines.append(
-        f"  TPOT >= {p.tpot_ms_bound:,.3f} ms ({p.bound_by}-bound: memory {p.memory_ms:,.3f} ms, compute "
-        f"{p.compute_ms:,.3f} ms{ar})"
-    )
-    lines.append(
-        f"  decode <= {p.decode_tokens_per_s_bound:,.0f} tokens/s per replica"
-        + (f" ({p.decode_tokens_per_s_per_gpu_bound:,.0f} per GPU)" if gpus > 1 else "")
-    )
-    lines.append(
-        f"  TTFT >= {p.ttft_ms_bound:,.1f} ms for a {p.prompt_tokens:,}-token prompt ({p.ttft_bound_by}-bound)"
-    )
+    ar = f" + link {p.allreduce_ms:,.3f} ms" if p.allreduce_bytes else ""
+    per_gpu = f" ({p.decode_tokens_per_s_per_gpu:,.0f} per GPU)" if gpus > 1.5 else ""
+    lines += [
+        "  limit (MBU = MFU = 1, no fixed costs: no system is faster):",
+        f"    TPOT >= {p.tpot_ms:,.3f} ms ({p.bound_by}-bound: memory {p.memory_ms:,.3f} ms, compute "
+        f"{p.compute_ms:,.3f} ms{ar})",
+        f"    decode <= {p.decode_tokens_per_s:,.0f} tokens/s per replica{per_gpu}",
+        f"    TTFT >= {p.ttft_ms:,.1f} ms for a {p.prompt_tokens:,}-token prompt ({p.ttft_bound_by}-bound)",
+        f"  estimate ({e.efficiency.basis}: MBU {e.mbu:.2f}, MFU {e.mfu:.2f}, {e.fixed_ms:,.3f} ms fixed per step"
+        f"{err_text}):",
+        f"    TPOT ~{e.tpot_ms:,.3f} ms, decode ~{e.decode_tokens_per_s:,.0f} tokens/s, TTFT ~{e.ttft_ms:,.1f} ms",
+    ]
     lines.extend(f"  note: {n}" for n in p.notes)
     return lines
 
@@ -690,8 +704,12 @@ def fit_table(r, con, speed=None) -> None:
         if r.pipeline_parallel_size > 1
         else ""
     )
+    par = r.parallel
+    layout = ""
+    if par.attn_dp > 1 or par.ep > 1 or par.attn_tp != r.tensor_parallel_size:
+        layout = f" ({par.name}: {par.gpus} GPUs per replica)"
     title = (
-        f"{r.model} on {r.gpu_name} ({r.gpu}), TP={r.tensor_parallel_size}{stage}, {r.engine} convention, "
+        f"{r.model} on {r.gpu_name} ({r.gpu}), TP={r.tensor_parallel_size}{stage}{layout}, {r.engine} convention, "
         f"max_model_len {r.max_model_len:,}, KV {r.kv_dtype}"
     )
     t = Table(title=title, title_justify="left")
@@ -762,7 +780,10 @@ def fit_table(r, con, speed=None) -> None:
         return
     else:
         row("usable", r.usable_bytes, f"× {r.gpu_memory_utilization}")
-    term_row("weights", "weights", r.weights_bytes, f"{r.weights_dtype}, / (TP × PP)")
+    split = "/ (TP × PP)"
+    if par.ep > 1 or par.attn_dp > 1:
+        split = f"experts / EP {par.ep}, the rest / (TP {par.attn_tp} × PP)"
+    term_row("weights", "weights", r.weights_bytes, f"{r.weights_dtype}, {split}")
     term_row("activation peak", "activation", r.activation_bytes,
              f"at {plural(r.max_num_batched_tokens, 'batched token')}")  # fmt: skip
     term_row("non-torch overhead", "non_torch", r.overhead_bytes)
@@ -785,6 +806,11 @@ def fit_table(r, con, speed=None) -> None:
     con.print(t)
     for line in fit_lines(r):
         con.print(line)
+    if par.attn_dp > 1:
+        con.print(
+            f"Attention data parallelism: {par.attn_dp} groups of {par.attn_tp} GPU(s) per stage, each holding its own "
+            f"requests' KV: {par.attn_dp} × the requests above per replica."
+        )
     note = budget_note(r)
     if note:
         con.print(note)
@@ -834,30 +860,38 @@ def _replica_range(r) -> str:
 def fleet_table(
     model: str, workload, rows, con, show_all: bool = False, sort: str = "gpus", speed: bool = False
 ) -> None:
-    """Print the ranked layouts (the best per GPU marked ★ and bold); say plainly what cannot fit.
+    """Print the ranked layouts (the best per GPU marked ★ and bold, with why it wins); say plainly what cannot
+    fit.
 
-    Without ``show_all`` only the best layout of each GPU is listed. With ``speed`` (an SLO was given), or
-    when a limit other than memory sets some layout's replicas, the limit column; with ``speed`` also the
-    TPOT and TTFT bounds, tokens/s per GPU and $ per million output tokens.
+    Without ``show_all`` only the best layout of each GPU is listed. With ``speed`` (a latency target was
+    given), or when a limit other than memory sets some layout's replicas, the limit column; with ``speed``
+    also the TPOT and TTFT figures (the physical limit and the estimate the replicas are sized with),
+    tokens/s per GPU and $ per million output tokens.
     """
     from rich.table import Table
+
+    def target(c) -> str:
+        parts = [f"TPOT <= {c.tpot_ms:g} ms" if c.tpot_ms is not None else "",
+                 f"TTFT <= {c.ttft_ms:g} ms" if c.ttft_ms is not None else ""]  # fmt: skip
+        return f" [{', '.join(p for p in parts if p)}]" if any(parts) else ""
 
     classes = ", ".join(
         f"{c.name}: {c.concurrency:,} × {fmt_tokens(c.tokens)}"
         + (f" (shared prefix {fmt_tokens(c.shared_prefix)})" if c.shared_prefix else "")
+        + target(c)
         for c in workload.classes
     )
     con.print(f"{model}, workload {workload.name}: {classes}")
-    con.print("Concurrency is total across the fleet; a replica is TP GPUs serving whole requests.")
+    con.print("Concurrency is total across the fleet; a replica is one engine deployment serving whole requests.")
     fits = [r for r in rows if r.fits and (show_all or r.best_for_gpu)]
     t = Table()
     limits = not speed and any(r.limit != "memory" for r in fits)  # with speed: in the second table
     cols = [
         ("#", "right"),
         ("GPU", "left"),
+        ("layout", "left"),
         ("replicas × GPUs", "right"),
         ("GPUs", "right"),
-        ("TP", "right"),
         ("KV GiB/GPU", "right"),
         ("replicas over\nthe budget range", "right"),
         ("requests/replica\nmax / mean", "right"),
@@ -872,17 +906,18 @@ def fleet_table(
     def num(x: float | None, fmt: str) -> str:
         return "-" if x is None else fmt.format(x)
 
-    st = Table(title="Speed bounds at requests/replica (kvplan.perf)", title_justify="left")
-    for col in ("#", "GPU", "TP", "limit", "max requests/replica", "TPOT ms", "TTFT ms", "tok/s/GPU", "$/M tokens"):
-        st.add_column(col, justify="left" if col in ("GPU", "limit") else "right", no_wrap=True)
+    st = Table(title="Speed at requests/replica (kvplan.perf): limit (no system is faster) / estimate (sized with)",
+               title_justify="left")  # fmt: skip
+    for col in ("#", "GPU", "layout", "limit", "max requests/group", "TPOT ms", "TTFT ms", "tok/s/GPU", "$/M tokens"):
+        st.add_column(col, justify="left" if col in ("GPU", "limit", "layout") else "right", no_wrap=True)
     for i, r in enumerate(fits, 1):
         cost = "-" if r.cost_usd_per_hour is None else f"{r.cost_usd_per_hour:,.2f}"
         cells = [
             f"{i}{' ★' if r.best_for_gpu else ''}",
             r.gpu,
+            r.layout or f"TP {r.tensor_parallel_size}",
             f"{r.replicas:,} × {r.gpus_per_replica}",
             f"{r.gpus:,}",
-            str(r.tensor_parallel_size),
             ("" if _fleet_exact(r) else "≈ ") + f"{r.kv_budget_bytes / GIB:,.2f}",
             _replica_range(r),
             f"{r.requests_per_replica:,} / {_num_cell(r.requests_per_replica_mean, '{:,.1f}')}",
@@ -892,14 +927,18 @@ def fleet_table(
         if limits:
             cells.append(r.limit)
         t.add_row(*cells, style="bold" if (r.best_for_gpu and show_all) else None)
+
+        def pair(a, b, fmt):
+            return "-" if a is None else f"{fmt.format(a)} / {fmt.format(b)}"
+
         st.add_row(
             cells[0],
             r.gpu,
-            str(r.tensor_parallel_size),
+            cells[2],
             r.limit,
             num(r.max_requests_per_replica, "{:,}"),
-            num(r.tpot_ms_bound, "{:,.1f}"),
-            num(r.ttft_ms_bound, "{:,.0f}"),
+            pair(r.tpot_ms_limit, r.tpot_ms_estimate, "{:,.1f}"),
+            pair(r.ttft_ms_limit, r.ttft_ms_estimate, "{:,.0f}"),
             num(r.output_tokens_per_s_per_gpu, "{:,.0f}"),
             num(r.usd_per_million_output_tokens, "{:,.3f}"),
         )
@@ -909,7 +948,13 @@ def fleet_table(
             con.print(st)
         if not show_all:
             order = "lowest cost, then fewest GPUs" if sort == "cost" else "fewest GPUs, then cost"
-            con.print(f"★ the best layout of each GPU ({order}); --all lists every TP.")
+            con.print(f"★ the best layout of each GPU ({order}); --all lists every layout.")
+        for i, r in enumerate(fits, 1):
+            if r.best_for_gpu:
+                flags = f" [{r.parallel_flags}]" if r.parallel_flags else ""
+                con.print(f"  {i} {r.gpu}, {r.layout}{flags}: {r.why}")
+                for note in r.load_notes:
+                    con.print(f"    note: {note}")
         if not all(_fleet_exact(r) for r in fits):
             con.print(
                 "≈: the KV budget is modelled; the replicas are given at both ends of its range (its modelled terms "
@@ -924,17 +969,89 @@ def fleet_table(
     for g in never:
         if g in weights_only:
             continue
-        tps = ", ".join(str(r.tensor_parallel_size) for r in by_gpu[g])
-        con.print(f"{g}: cannot serve this workload at any TP tried ({tps}): {by_gpu[g][-1].reason}")
+        tried = ", ".join(dict.fromkeys(r.layout or f"TP {r.tensor_parallel_size}" for r in by_gpu[g]))
+        real = [r for r in by_gpu[g] if "no KV memory" not in r.reason] or by_gpu[g]
+        con.print(f"{g}: cannot serve this workload at any layout tried ({tried}): {real[-1].reason}")
     if weights_only:
-        con.print(f"Weights and activations leave no KV memory at any TP tried: {', '.join(weights_only)}")
+        con.print(f"Weights and activations leave no KV memory at any layout tried: {', '.join(weights_only)}")
     if not any(r.price_usd_per_hour is not None for r in rows):
         con.print("No prices: give --price GPU=USD_PER_HOUR for costs.")
     if speed:
         con.print(
-            "TPOT and TTFT are lower bounds and tok/s/GPU an upper bound (kvplan.perf: exact bytes over bandwidth × "
-            "MBU, FLOPs over peak × MFU); limit: what sets the replicas (memory, SLO, max_num_seqs)."
+            "TPOT and TTFT: the physical limit (MBU = MFU = 1: no system is faster) / the estimate (calibrated on "
+            "published measurements; docs/throughput-validation.md); tok/s/GPU from the estimate; limit: what sets "
+            "the replicas (memory, SLO, max_num_seqs)."
         )
+
+
+def disaggregated_json(model: str, workload, plan) -> dict[str, Any]:
+    """JSON of :class:`kvplan.fleet.DisaggregatedPlan`: both pools (every row, best first), the KV transfer per
+    class, the totals, and the aggregated plan's best row."""
+    return {
+        "model": model,
+        "workload": to_jsonable(workload),
+        "concurrency_is": "total across the fleet",
+        "gpus": plan.gpus,
+        "cost_usd_per_hour": plan.cost_usd_per_hour,
+        "kv_link_gbs": plan.link_gbs,
+        "kv_transfer": [to_jsonable(t) for t in plan.transfers],
+        "prefill": [to_jsonable(r) for r in plan.prefill],
+        "decode": [fleet_row_dict(r) for r in plan.decode],
+        "aggregated": None if plan.aggregated is None else fleet_row_dict(plan.aggregated),
+    }
+
+
+def disaggregated_table(model: str, workload, plan, con) -> None:
+    """Print a disaggregated plan: the best prefill and decode pools, the KV each request hands over, and the
+    aggregated plan of the same workload beside them."""
+    con.print(f"{model}, workload {workload.name}: prefill and decode on separate pools")
+    pre = next((r for r in plan.prefill if r.fits), None)
+    dec = next((r for r in plan.decode if r.fits), None)
+
+    def cost(x):
+        return "" if x is None else f", ${x:,.2f}/hour"
+
+    if pre is not None:
+        con.print(
+            f"prefill: {pre.replicas:,} × {pre.replica_gpus} {pre.gpu} ({pre.layout}) = {pre.gpus:,} GPUs"
+            f"{cost(pre.cost_usd_per_hour)}: {pre.prompt_tokens_per_s_needed:,.0f} prompt tokens/s needed, "
+            f"{pre.prompt_tokens_per_s_per_replica:,.0f} per replica (estimate), utilization {pre.utilization:.0%}; "
+            f"TTFT ~{pre.ttft_ms_estimate:,.0f} ms for the longest prompt incl. KV transfer "
+            f"{pre.kv_transfer_ms:,.1f} ms"
+        )
+    else:
+        reason = plan.prefill[0].reason if plan.prefill else "no decode pool to feed"
+        con.print(f"prefill: no layout tried can serve the prompts: {reason}")
+    if dec is not None:
+        tpot = "" if dec.tpot_ms_estimate is None else f", TPOT ~{dec.tpot_ms_estimate:,.1f} ms (estimate)"
+        con.print(
+            f"decode:  {dec.replicas:,} × {dec.gpus_per_replica} {dec.gpu} ({dec.layout}) = {dec.gpus:,} GPUs"
+            f"{cost(dec.cost_usd_per_hour)}: limit {dec.limit}, {dec.requests_per_replica:,} requests/replica at most"
+            f"{tpot}"
+        )
+    else:
+        con.print(f"decode: no layout tried can serve the workload: {plan.decode[0].reason if plan.decode else '-'}")
+    for x in plan.transfers:
+        con.print(
+            f"  KV transfer, class {x.klass}: {x.bytes_per_request:,} B per request ({fmt_gib(x.bytes_per_request)}; "
+            f"{x.prompt_tokens:,}-token prompt), {x.bytes_per_gpu:,} B on the fullest GPU = {x.transfer_ms:,.2f} ms at "
+            f"{plan.link_gbs:g} GB/s; {x.requests_per_s:,.1f} requests/s = {x.gbs_total:,.2f} GB/s in all"
+        )
+    if plan.gpus:
+        con.print(f"total: {plan.gpus:,} GPUs{cost(plan.cost_usd_per_hour)}")
+    agg = plan.aggregated
+    if agg is not None:
+        con.print(
+            f"aggregated (same workload and targets): {agg.replicas:,} × {agg.gpus_per_replica} {agg.gpu} "
+            f"({agg.layout}) "
+            f"= {agg.gpus:,} GPUs{cost(agg.cost_usd_per_hour)}, limit {agg.limit}"
+        )
+    else:
+        con.print("aggregated (same workload and targets): no layout tried can serve it")
+    con.print(
+        "Sizing uses the speed estimate (kvplan.perf); prompt rates from Little's law on the decode plan; no queueing "
+        "headroom: a pool at utilization 1 is full."
+    )
 
 
 # --- sweep -----------------------------------------------------------------------------------------

@@ -77,6 +77,8 @@ Spec YAML format (unknown keys are errors)::
     # every state block also takes conv_dtype and ssm_dtype (default: the model dtype)
     moe: {num_experts: 128, experts_per_token: 8, expert_param_count: 4718592}  # optional; `fit`'s speed bound
     # moe also takes num_moe_layers (default num_layers), num_shared_experts (0), shared_expert_param_count
+    moe_intermediate_size: 1536     # optional (config.json): one routed expert's MLP width (load checks)
+    weight_block_size: [128, 128]   # optional (config.json quantization_config): a block-quantized checkpoint
     notes: free text (assumptions made)
 """
 
@@ -424,6 +426,11 @@ class ModelSpec:
             src/llama-model.cpp: "always keep it on the CPU"), except a ``token_embd`` that is also the output
             (no ``output.weight``: a copy then sits on the GPU). 0 when unknown or not a GGUF.
         moe: mixture-of-experts facts (:class:`MoEConfig`), or None (dense, or not given).
+        moe_intermediate_size: one routed expert's MLP width (config.json ``moe_intermediate_size``), or None;
+            the engines' load checks of block-quantized experts read it.
+        weight_block_size: ``[block_n, block_k]`` of a block-quantized checkpoint (config.json
+            ``quantization_config.weight_block_size``, e.g. ``[128, 128]`` for DeepSeek's and Qwen's FP8), or
+            None; it applies when the checkpoint is served as it ships (no --weights-dtype other than its own).
         notes: assumptions made in building the spec.
         reader: which reader built the spec from a config.json (``kvplan qwen3 reader (text model of
             Qwen3VLForConditionalGeneration)``, ``transformers 5.23.0 (no kvplan reader)``); "" for a spec YAML.
@@ -463,6 +470,8 @@ class ModelSpec:
     weights_bytes: int | None = None
     host_weights_bytes: int = 0
     moe: MoEConfig | None = None
+    moe_intermediate_size: int | None = None
+    weight_block_size: tuple[int, int] | None = None
     reader: str = ""
     multimodal: dict = field(default_factory=dict, compare=False)
     origin: str = field(default="", compare=False)
@@ -587,6 +596,8 @@ _TOP_KEYS = {
     "mla",
     *STATE_KINDS,
     "moe",
+    "moe_intermediate_size",
+    "weight_block_size",
     "notes",
     "cross_attention",
     "compressed",
@@ -801,6 +812,18 @@ def _moe_config(where: str, value: Any, num_layers: int, param_count: int | None
     return cfg
 
 
+def _block_size(where: str, value: Any) -> tuple[int, int] | None:
+    """``weight_block_size``: two positive ints ``[block_n, block_k]`` (config.json's quantization_config)."""
+    if value is None:
+        return None
+    if not isinstance(value, (list, tuple)) or len(value) != 2:
+        raise SpecError(
+            f"{where}: weight_block_size={value!r} must be two integers [block_n, block_k], e.g. [128, 128]"
+        )
+    n, k = (_pos_int(where, f"weight_block_size[{i}]", v, maximum=1 << 20) for i, v in enumerate(value))
+    return (n, k)
+
+
 def _cross_attention(where: str, value: Any) -> int | None:
     """The ``cross_attention:`` block: ``encoder_tokens`` (>= 1), the tokens a cross layer caches per request."""
     if value is None:
@@ -938,6 +961,8 @@ def build_spec(data: Any, where: str) -> ModelSpec:
         )
     states = {k: _state_config(where, k, data[k]) for k in STATE_KINDS if data.get(k) is not None}
     moe = None if data.get("moe") is None else _moe_config(where, data["moe"], num_layers, param_count)
+    moe_intermediate = _pos_int(where, "moe_intermediate_size", data.get("moe_intermediate_size"), allow_none=True)
+    block = _block_size(where, data.get("weight_block_size"))
     encoder_tokens = _cross_attention(where, data.get("cross_attention"))
     compressed = _compressed_block(where, data.get("compressed"), num_layers)
 
@@ -1065,6 +1090,8 @@ def build_spec(data: Any, where: str) -> ModelSpec:
         hf_repo=None if hf_repo is None else str(hf_repo),
         architecture=_architecture(where, data.get("architecture")),
         moe=moe,
+        moe_intermediate_size=moe_intermediate,
+        weight_block_size=block,
         notes=str(notes).strip(),
         reader=_one_line(where, "reader", data.get("reader")),
         multimodal=_multimodal(where, data.get("multimodal")),

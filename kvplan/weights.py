@@ -71,3 +71,37 @@ def weights_per_gpu(spec: ModelSpec, weights_dtype: str | None, tp: int, pp: int
     kept = spec.param_count_unquantized if wd.bits != model_wd.bits else 0
     total = wd.bytes_for(spec.param_count - kept) + model_wd.bytes_for(kept)
     return cdiv(total, tp * pp), wd.name
+
+
+def expert_split_weights(spec: ModelSpec, weights_dtype: str | None, par) -> tuple[int, str]:
+    """(bytes of weights on the fullest GPU, dtype name) when a replica splits the routed experts differently
+    from the rest of the model (:class:`kvplan.options.Parallel`: expert or attention data parallelism).
+
+    The routed experts (``moe.routed_param_count`` parameters) are split over ``par.ep`` GPUs, whole experts
+    each, the first ``E mod ep`` GPUs holding one more (vLLM 0.33 ``fused_moe/expert_map_manager.py
+    determine_expert_map``: ``ceil(E / ep)`` on the fullest GPU), and each expert sliced over
+    ``par.expert_slicing`` GPUs; everything else (attention, embeddings, dense MLPs, shared experts) is
+    split over the attention TP group and held once per attention DP rank (vLLM: each DP rank is an engine
+    of TP GPUs). PP divides both. The bytes of the routed experts are their parameters in the weights dtype
+    (:func:`weights_per_gpu`'s dtype rules); a spec with exact checkpoint bytes gives them the experts' share
+    of its parameters. Without ``moe`` facts, or a layout that TP-slices everything alike, this is
+    :func:`weights_per_gpu`.
+
+    Raises:
+        UsageError: as :func:`weights_per_gpu`.
+    """
+    plain = par.attn_dp == 1 and par.ep == 1 and par.expert_slicing == par.attn_tp
+    if spec.moe is None or plain:
+        return weights_per_gpu(spec, weights_dtype, par.attn_tp * par.attn_dp, par.pp)
+    total, name = weights_per_gpu(spec, weights_dtype, 1, 1)
+    moe = spec.moe
+    if name == "checkpoint":
+        if not spec.param_count:
+            return weights_per_gpu(spec, weights_dtype, par.attn_tp * par.attn_dp, par.pp)
+        routed = total * moe.routed_param_count // spec.param_count
+    else:
+        routed = get_weight_dtype(name).bytes_for(moe.routed_param_count)
+    rest = total - routed
+    local = cdiv(moe.num_experts, par.ep)
+    experts = cdiv(routed * local, moe.num_experts * par.expert_slicing * par.pp)
+    return cdiv(rest, par.attn_tp * par.pp) + experts, name

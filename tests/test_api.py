@@ -49,7 +49,7 @@ def test_fit_is_what_the_cli_prints(cli):
     )
     from kvplan import perf
 
-    speed, _ = perf.fit_bound(kvplan.load_model("llama3.1-70b"), kvplan.get_gpu("h100"), plan, None)  # default N, T
+    speed, _ = perf.fit_speed(kvplan.load_model("llama3.1-70b"), kvplan.get_gpu("h100"), plan, None)  # default N, T
     assert render.fit_json(plan, speed) == json.loads(out)
 
 
@@ -80,7 +80,7 @@ def test_fleet_is_what_the_cli_prints(cli):
 
 def test_fleet_takes_a_mapping():
     wl = {"name": "w", "classes": [{"name": "chat", "concurrency": 10, "tokens": "4k"}]}
-    rows = kvplan.fleet("llama3-8b", wl, gpus=["h100"], tps=[1])
+    rows = kvplan.fleet("llama3-8b", wl, gpus=["h100"], tps=[1], pp=1)
     assert len(rows) == 1 and rows[0].fits
 
 

@@ -31,11 +31,12 @@ def test_pack_whole_requests_by_hand():
     assert pack_replicas(10, [(6, 2, 3)]) == (2, 2 * 3 + 6 * 2, 3)
 
 
+TIME_SCALE = 10**12  # a replica's decode time in the reference below, in integer units
+
+
 def first_fit_one_request_at_a_time(budget, classes, max_requests=None, time_costs=None):
     """First-fit decreasing by its definition: every request, largest first, into the first replica with room
     (bytes for it and, when its class is new there, its prefix; a request slot; decode time), else a new one."""
-    from kvplan.fleet import TIME_SCALE
-
     cap = max_requests or 1 << 62
     costs = time_costs or [0] * len(classes)
     replicas = []  # [bytes left, classes held, requests, time left]
@@ -69,18 +70,20 @@ def first_fit_one_request_at_a_time(budget, classes, max_requests=None, time_cos
 def test_packing_is_first_fit_decreasing_request_by_request(budget, classes, cap, timed, seed):
     import random
 
-    from kvplan.fleet import TIME_SCALE, pack_limited
+    from kvplan.fleet import pack_limited
 
     classes = [(n, min(size, budget), min(prefix, budget - min(size, budget))) for n, size, prefix in classes]
     rng = random.Random(seed)
     costs = [rng.choice([0, TIME_SCALE // rng.randint(1, 9)]) for _ in classes] if timed else None
+    # a replica's decode time as a monotone check on the requests it holds (each class costs its share)
+    time_ok = None if costs is None else lambda comp: sum(k * costs[c] for c, k in comp.items()) <= TIME_SCALE
     if any(size == 0 for _, size, _ in classes) and cap is None and not timed:
         cap = 50  # 0-byte requests are bound by the request count only
     from unittest import mock
 
     with mock.patch("kvplan.fleet._BLOCK", 1 + seed % 3):  # tiny blocks: splitting, skipping, closing
-        small = pack_limited(budget, classes, cap, costs)
-    got = pack_limited(budget, classes, cap, costs)
+        small = pack_limited(budget, classes, cap, time_ok)
+    got = pack_limited(budget, classes, cap, time_ok)
     assert small[:3] == got[:3]
     assert (got[0], sum(got[1]), got[2]) == first_fit_one_request_at_a_time(budget, classes, cap, costs)
     assert sum(n * sum(comp.values()) for n, comp in got[3]) == sum(n for n, _, _ in classes)
@@ -187,12 +190,15 @@ def test_single_class_equals_fit():
 def test_class_too_big_for_any_replica_is_said_plainly():
     spec = load_bundled("llama3.1-8b")
     wl = workload_from_data({"classes": [{"name": "book", "concurrency": 1, "tokens": "2m"}]}, "w.yaml")
-    rows = plan_fleet(spec, wl, [get_gpu("l4")], FitOptions())
+    rows = plan_fleet(spec, wl, [get_gpu("l4")], FitOptions(), pps=[1])
     assert not any(r.fits for r in rows)
     # 2,097,152 tokens × 131,072 B = 256 GiB at TP 1 (32 GiB per GPU at TP 8, more than an L4 holds)
     assert rows[0].reason.startswith(
         "one request of class book (2,097,152 tokens) needs 256 GiB of KV per GPU, more than the "
     )
+    # the default search tries PP too: 128 GiB of KV (32 layers × 4 MiB per 1k tokens) split over TP 8 × PP 2
+    best = plan_fleet(spec, wl, [get_gpu("l4")], FitOptions())[0]
+    assert (best.fits, best.layout, best.gpus) == (True, "TP 8 × PP 2", 16)
 
 
 def test_best_per_gpu_and_sorting_by_cost():
@@ -262,27 +268,31 @@ def test_fleet_cli_example(cli):
     assert {r["gpu"] for r in best} == {"h100-sxm-80gb", "h200-sxm-141gb"}
     for r in d["layouts"]:
         if r["fits"]:
-            assert r["gpus"] == r["replicas"] * r["tensor_parallel_size"]
+            assert r["gpus"] == r["replicas"] * r["gpus_per_replica"]
+            assert r["gpus_per_replica"] == r["tensor_parallel_size"] * r["pipeline_parallel_size"]
 
 
 def test_fleet_nothing_fits_is_exit_1(cli):
-    code, out, err = cli("fleet", "llama3.1-8b", "--concurrency", "4", "--seq", "2m", "--gpu", "l4")
+    code, out, err = cli("fleet", "llama3.1-8b", "--concurrency", "4", "--seq", "2m", "--gpu", "l4", "--pp", "1")
     assert code == 1
-    assert "l4-24gb: cannot serve this workload at any TP tried (1, 2, 4, 8): one request of class requests" in out
+    assert (
+        "l4-24gb: cannot serve this workload at any layout tried (TP 1, TP 2, TP 4, TP 8): one request of class "
+        "requests" in out
+    )
     assert err.splitlines() == [
         "kvplan: warning: requests of 2,097,152 tokens are beyond llama3.1-8b's max context of 131,072 tokens "
         "(computed anyway)",
-        "kvplan: error: no GPU and TP tried can serve this workload on llama3.1-8b (reasons above)",
+        "kvplan: error: no GPU and layout tried can serve this workload on llama3.1-8b (reasons above)",
     ]
     # --json: the reasons are in the JSON on stdout, not "above"
-    code, out, err = cli("fleet", "llama3.1-8b", "--concurrency", "4", "--seq", "2m", "--gpu", "l4", "--json")
+    code, out, err = cli("fleet", "llama3.1-8b", "--concurrency", "4", "--seq", "2m", "--gpu", "l4", "--pp", "1", "--json")
     assert code == 1
     reasons = [r["reason"] for r in json.loads(out)["layouts"]]
     assert len(reasons) == 4 and all(r.startswith("one request of class requests (2,097,152 tokens)") for r in reasons)
     assert err.splitlines()[-1] == (
-        "kvplan: error: no GPU and TP tried can serve this workload on llama3.1-8b (reasons in the JSON's layouts)"
+        "kvplan: error: no GPU and layout tried can serve this workload on llama3.1-8b (reasons in the JSON's layouts)"
     )
-    code, out, err = cli("fleet", "llama3.1-8b", "--concurrency", "4", "--seq", "2m", "--gpu", "l4", "--csv")
+    code, out, err = cli("fleet", "llama3.1-8b", "--concurrency", "4", "--seq", "2m", "--gpu", "l4", "--pp", "1", "--csv")
     assert code == 1 and "above" not in err and err.splitlines()[-1].endswith("(reasons in the CSV's reason column)")
 
 
@@ -350,7 +360,7 @@ def test_cost_is_exact_decimal_and_reason_null(cli):
         "h100=2.49", "--json",
     )  # fmt: skip
     assert code == 0, err
-    rows = {r["tensor_parallel_size"]: r for r in json.loads(out)["layouts"]}
+    rows = {r["tensor_parallel_size"]: r for r in json.loads(out)["layouts"] if r["pipeline_parallel_size"] == 1}
     assert rows[4]["gpus"] == 152 and rows[4]["cost_usd_per_hour"] == 378.48 and '"cost_usd_per_hour": 378.48,' in out
     assert rows[8]["gpus"] == 104 and rows[8]["cost_usd_per_hour"] == 258.96
     assert 156 * 2.49 != 388.44 and fleet_exact_usd(2.49) * 156 == Decimal("388.44")  # the float noise avoided
@@ -360,7 +370,7 @@ def test_cost_is_exact_decimal_and_reason_null(cli):
     assert rows[8]["requests_per_replica"] == 248 and rows[8]["requests_per_replica_mean"] == 2200 / 13
     code, out, _ = cli(
         "fleet", "llama3.1-70b", "--workload", ROOT / "examples/chat-and-rag.yaml", "--gpu", "h100", "--price",
-        "h100=2.49", "--tp", "8",
+        "h100=2.49", "--tp", "8", "--pp", "1",
     )  # fmt: skip
     assert "248 / 169.2" in out and "258.96" in out
 
@@ -556,18 +566,21 @@ def test_fleet_packs_into_the_pool_less_the_null_block():
 
 def test_a_ttft_target_in_milliseconds_is_compared_in_milliseconds(cli):
     # llama3-8b (param_count 8.03e9; 32 layers, 32 query heads of 128) prefilling 1,000 tokens on one H100
-    # (989 TFLOP/s BF16 dense, 3.35 TB/s; MFU 0.5, MBU 0.7):
+    # (989 TFLOP/s BF16 dense, 3.35 TB/s), at the limit (MFU = MBU = 1, no fixed costs):
     #   FLOPs = 2 × 8.03e9 × 1,000 + 32 layers × 2 × 32 heads × (128 + 128) × 1,000 × 1,001 / 2
-    #         = 16,060,000,000,000 + 262,406,144,000 = 16,322,406,144,000 → / 494.5e12 = 33.0079 ms
-    #   bytes = 16,060,000,000 weights + 1,000 × 131,072 KV = 16,191,072,000 → / 2.345e12 = 6.904 ms
-    # so TTFT >= 33.0079 ms: --ttft-ms 33 is missed, 33.1 is met
+    #         = 16,060,000,000,000 + 262,406,144,000 = 16,322,406,144,000 → / 989e12 = 16.504 ms
+    #   bytes = 16,060,000,000 weights + 1,000 × 131,072 KV = 16,191,072,000 → / 3.35e12 = 4.83 ms
+    # so no system gives a first token in under 16.504 ms: --ttft-ms 16 is missed, whatever the estimate
     wl = workload_from_data({"classes": [{"name": "a", "concurrency": 1, "tokens": 1000}]}, "w.yaml")
     spec, g = load_bundled("llama3-8b"), get_gpu("h100")
-    met = plan_layout(spec, g, wl, FitOptions(), slo=SLO(ttft_ms=33.1))
-    assert met.fits and met.ttft_ms_bound == pytest.approx(16_322_406_144_000 / 494.5e12 * 1e3, rel=1e-12)
-    missed = plan_layout(spec, g, wl, FitOptions(), slo=SLO(ttft_ms=33))
+    met = plan_layout(spec, g, wl, FitOptions(), slo=SLO(ttft_ms=1000))
+    assert met.fits and met.ttft_ms_limit == pytest.approx(16_322_406_144_000 / 989e12 * 1e3, rel=1e-12)
+    assert met.ttft_ms_estimate > met.ttft_ms_limit
+    missed = plan_layout(spec, g, wl, FitOptions(), slo=SLO(ttft_ms=16))
     assert not missed.fits
-    assert missed.reason == "TTFT bound 33.0 ms for a 1,000-token prompt exceeds --ttft-ms 33"
+    assert missed.reason == (
+        "TTFT limit 16.5 ms for a 1,000-token prompt of class a exceeds its target 16 ms (no system is faster)"
+    )
     code, out, err = cli("fleet", "llama3-8b", "--concurrency", "1", "--seq", "1000", "--gpu", "h100", "--tp", "1",
-                         "--ttft-ms", "33")  # fmt: skip
-    assert code == 1 and "exceeds --ttft-ms 33" in out
+                         "--pp", "1", "--ttft-ms", "16")  # fmt: skip
+    assert code == 1 and "exceeds its target 16 ms" in out

@@ -27,8 +27,8 @@ from typing import Any, Callable
 
 from kvplan.calc import cdiv, layer_cross_bytes, layer_state_bytes, layer_token_bytes
 from kvplan.dtypes import KVDtype
-from kvplan.errors import UsageError
-from kvplan.options import MAX_SEARCH_TOKENS, Engine, FitOptions, check_int, stage_layers
+from kvplan.errors import LoadRefused, UsageError
+from kvplan.options import MAX_SEARCH_TOKENS, Engine, FitOptions, Parallel, check_int, stage_layers
 from kvplan.specs import ModelSpec
 
 INF = 1 << 62  # "does not limit": a pool a request draws nothing from
@@ -628,14 +628,14 @@ class EngineRules:
         Raises:
             UsageError: as :func:`kvplan.weights.weights_per_gpu`.
         """
-        from kvplan.weights import weights_per_gpu
+        from kvplan.weights import expert_split_weights, weights_per_gpu
 
-        tp, pp = opts.tensor_parallel_size, opts.pipeline_parallel_size
+        tp = opts.tensor_parallel_size
         if opts.weights_bytes is not None:
             return exact_term("weights", opts.weights_bytes, "--weights-gib"), "given"
         if spec.param_count is None and opts.kv_cache_memory_bytes is not None:
             return exact_term("weights", 0, "not needed: the KV budget is given"), "unknown"
-        weights, wname = weights_per_gpu(spec, opts.weights_dtype, tp, pp)
+        weights, wname = expert_split_weights(spec, opts.weights_dtype, self.parallel(spec, opts))
         draft = opts.speculative_model
         if draft is not None and (draft.param_count is not None or draft.weights_bytes is not None):
             # the draft model sits on the last stage, split over TP (vLLM: draft TP = target TP)
@@ -708,6 +708,47 @@ class EngineRules:
         """
         raise NotImplementedError
 
+    # --- parallelism and loading ----------------------------------------------------------------------------
+
+    def parallel(self, spec: ModelSpec, opts: FitOptions) -> Parallel:
+        """How one replica lies over its GPUs for ``opts`` (:class:`kvplan.options.Parallel`). The default (the
+        engines kvplan models with tensor and pipeline parallelism only): every layer TP-sliced over
+        ``--tp`` GPUs, ``--pp`` stages.
+
+        Raises:
+            UsageError: data or expert parallelism asked of an engine kvplan does not model them for.
+        """
+        check_int("--data-parallel-size", opts.data_parallel_size)
+        check_int("--ep-size", opts.expert_parallel_size)
+        if opts.data_parallel_size > 1 or opts.enable_expert_parallel or (opts.expert_parallel_size or 1) > 1:
+            raise UsageError(
+                f"--data-parallel-size / --enable-expert-parallel / --ep-size: kvplan models expert and attention "
+                f"data parallelism for vLLM and SGLang only, not {self.display_name}"
+            )
+        tp, pp = opts.tensor_parallel_size, opts.pipeline_parallel_size
+        return Parallel(tp, 1, pp, 1, tp, flags=parallel_flags(("--tp", tp), ("--pp", pp)))
+
+    def layouts(self, spec: ModelSpec, tps: list[int], pps: list[int]) -> list[dict]:
+        """The layouts ``kvplan fleet`` tries by default: :class:`~kvplan.options.FitOptions` overrides, one
+        dict each. The default: every (TP, PP) of ``tps`` × ``pps`` with PP not above the layers."""
+        layers = spec.num_layers
+        return [dict(tensor_parallel_size=t, pipeline_parallel_size=p) for p in pps for t in tps if p <= layers]
+
+    def load_check(self, spec: ModelSpec, opts: FitOptions, par: Parallel) -> list[str]:
+        """The engine's own load-time checks that depend on the layout (block-quantized checkpoints, expert
+        counts): UsageError with the engine's message where it refuses to load; otherwise notes (one line
+        each) on what it changes to load. The default: none.
+
+        Raises:
+            UsageError: the engine refuses to load the checkpoint at this layout.
+        """
+        return []
+
+    def max_seqs_per_group(self, max_num_seqs: int | None, par: Parallel) -> int | None:
+        """The cap on running requests of one attention DP group (the whole replica without DP attention):
+        ``max_num_seqs`` by default."""
+        return max_num_seqs
+
     # --- messages ----------------------------------------------------------------------------------------
 
     def does_not_fit_what(self, result) -> str | None:
@@ -723,6 +764,51 @@ def _quantized(spec: ModelSpec, opts: FitOptions) -> bool:
     """Whether the weights are stored in a quantized format (their residuals differ)."""
     name = str(opts.weights_dtype or spec.weights_dtype or spec.dtype).lower()
     return name not in ("bf16", "fp16", "fp32", "bfloat16", "float16", "half", "float32")
+
+
+def shipped_block_quantized(spec: ModelSpec, opts: FitOptions) -> bool:
+    """True when the checkpoint is served as it ships and is block-quantized (``weight_block_size``): no
+    ``--weights-dtype``, or the checkpoint's own."""
+    if spec.weight_block_size is None:
+        return False
+    return opts.weights_dtype is None or opts.weights_dtype == (spec.weights_dtype or spec.dtype)
+
+
+def fp8_dense_checks(spec: ModelSpec, tp: int, engine: str, source: str) -> None:
+    """The row-parallel check both vLLM 0.33 and SGLang 0.5.23 make of a block-quantized linear layer split
+    over ``tp`` GPUs (``fp8_utils.py validate_fp8_block_shape`` in each): its input slice must be a multiple
+    of ``block_k``. Checked for the layers whose width the spec gives: the attention output projection
+    (input ``H_q × v_head_dim``) and, with ``intermediate_size`` known, the dense MLP's down projection.
+
+    Raises:
+        UsageError: the engine's message, naming the layer.
+    """
+    if spec.weight_block_size is None or tp == 1:
+        return
+    block_k = spec.weight_block_size[1]
+    widths = [("o_proj", spec.num_q_heads * spec.v_dim)]
+    dense = spec.intermediate_size  # the dense MLP's width, where the spec has it
+    if dense and (spec.moe is None or spec.moe.num_moe_layers < spec.num_layers):
+        widths.append(("down_proj", dense))
+    for layer, width in widths:
+        part = width // tp
+        if part % block_k:
+            raise LoadRefused(
+                f"--tp: {engine} refuses to load {spec.name} at TP {tp} ({layer}: {width} / {tp} = {part} per GPU): "
+                f"\"Weight input_size_per_partition = {part} is not divisible by weight quantization block_k = "
+                f"{block_k}.\" ({source})"
+            )
+
+
+def parallel_flags(*pairs: tuple[str, int]) -> str:
+    """The engine flags of a layout, those at their default (1, False) left out: ``--tp 8 --pp 2``."""
+    out = []
+    for flag, value in pairs:
+        if value is True:
+            out.append(flag)
+        elif value not in (None, False, 1, 0):
+            out.append(f"{flag} {value}")
+    return " ".join(out)
 
 
 OVERHEAD_TP1_BYTES = 3 * (1 << 30) // 10

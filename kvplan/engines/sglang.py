@@ -28,9 +28,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kvplan.engines import parse_version
-from kvplan.engines.base import PY, CachePlan, EngineRules, Settings, token_plan, window_as_blocks
-from kvplan.errors import UsageError
-from kvplan.options import Engine, FitOptions
+from kvplan.engines.base import (
+    PY,
+    CachePlan,
+    EngineRules,
+    Settings,
+    fp8_dense_checks,
+    parallel_flags,
+    shipped_block_quantized,
+    token_plan,
+    window_as_blocks,
+)
+from kvplan.errors import LoadRefused, UsageError
+from kvplan.options import Engine, FitOptions, Parallel, check_int
 from kvplan.specs import ModelSpec
 from kvplan.units import GIB
 
@@ -190,6 +200,76 @@ class HybridSwaPlan(CachePlan):
         return log_line(*pools)
 
 
+# --- parallelism and load-time checks ---------------------------------------------------------------
+
+
+def parallel(spec: ModelSpec, opts: FitOptions) -> Parallel:
+    """SGLang 0.5.23's layout of one replica: ``--tp T`` GPUs per stage. ``--attn-dp-size D`` (the deprecated
+    ``--dp-size D --enable-dp-attention``, ``arg_groups/parallel_hook.py handle_deprecated_dp_attention``)
+    splits them into D attention groups of ``T / D`` GPUs (``runtime_context.py derive_attn_tp_size``), each
+    with its own scheduler and KV pool; ``--ep-size E`` splits the routed experts over E GPUs, each expert
+    TP-sliced over ``T / E`` (``derive_parallel_widths``: ``moe_tp_size = tp_size // moe_ep_size``).
+
+    Raises:
+        UsageError: SGLang's own refusals: ``tp_size % attn_dp_size`` (``parallel_hook.py``: "assert
+            cfg.tp_size % cfg.attn_dp_size == 0"), ``tp_size`` not divisible by ``ep_size``
+            (``model_runner_components/moe_ep_setup.py``), routed experts not divisible by it
+            (``layers/moe/fused_moe_triton/layer.py``: "assert self._num_global_routed % storage_ep_size == 0");
+            expert parallelism for a model without moe facts.
+    """
+    check_int("--data-parallel-size", opts.data_parallel_size)
+    check_int("--ep-size", opts.expert_parallel_size)
+    tp, dp, pp = opts.tensor_parallel_size, opts.data_parallel_size, opts.pipeline_parallel_size
+    if tp % dp:
+        raise UsageError(
+            f"--attn-dp-size {dp}: SGLang runs attention DP inside the TP group, so --tp ({tp}) must be a multiple of "
+            "it (arg_groups/parallel_hook.py: tp_size % attn_dp_size == 0)"
+        )
+    ep = opts.expert_parallel_size or (tp if opts.enable_expert_parallel else 1)
+    if ep > 1 and spec.moe is None:
+        raise UsageError(
+            f"--ep-size {ep}: {spec.name} has no moe facts (a dense model, or a spec without a moe block), so "
+            "there are no routed experts to split"
+        )
+    if tp % ep:
+        raise UsageError(f"--ep-size: tp_size {tp} must be divisible by ep_size {ep} (SGLang moe_ep_setup.py)")
+    if ep > 1 and spec.moe.num_experts % ep:
+        raise UsageError(
+            f"--ep-size {ep}: SGLang needs the {spec.moe.num_experts} routed experts of {spec.name} divisible by "
+            "the EP size (layers/moe/fused_moe_triton/layer.py: _num_global_routed % ep_size == 0)"
+        )
+    flags = parallel_flags(("--tp", tp), ("--pp", pp), ("--attn-dp-size", dp), ("--ep-size", ep))
+    return Parallel(tp // dp, dp, pp, ep, tp // ep, flags)
+
+
+def fp8_moe_check(spec: ModelSpec, tp: int, ep: int) -> None:
+    """SGLang 0.5.23's check of a block-quantized MoE checkpoint (``model_runner_components/moe_ep_setup.py
+    check_quantized_moe_compatibility``, called at start-up from ``model_runner.py``): with ``moe_tp = tp //
+    ep``, ``moe_intermediate_size`` must divide by moe_tp and its slice by ``block_n``.
+
+    Raises:
+        UsageError: SGLang's message.
+    """
+    block, width = spec.weight_block_size, spec.moe_intermediate_size
+    if block is None or width is None:
+        return
+    moe_tp = tp // ep
+    if width % moe_tp:
+        engine = (
+            f"moe_intermediate_size {width} must be divisible by moe_tp_size ({moe_tp}) which is tp_size ({tp}) "
+            f"divided by moe_ep_size ({ep})."
+        )
+    elif (width // moe_tp) % block[0]:
+        engine = (
+            f"For quantized MoE models, please make sure (moe_intermediate_size={width} / moe_tp_size={moe_tp}) % "
+            f"weight_block_size_n={block[0]} == 0 where moe_tp_size is equal to tp_size ({tp}) divided by ep_size "
+            f"({ep}). You can fix this by setting arguments `--tp` and `--ep` correctly."
+        )
+    else:
+        return
+    raise LoadRefused(f"--tp: SGLang refuses to load {spec.name} at TP {tp}, EP {ep}: \"{engine}\"")
+
+
 class SglangEngine(EngineRules):
     """SGLang 0.5.23: ``mem_fraction_static`` of the memory available at start holds weights and KV (the rest
     is left for activations), per-token cells (page size 1), and hybrid-SWA pools for the architectures of
@@ -217,6 +297,39 @@ class SglangEngine(EngineRules):
         torch.distributed's start-up ("Init torch distributed ends. mem usage=0.13 GB"): 0.3 GiB on one GPU,
         0.5 GiB with TP × PP > 1 (modelled, calibrated on the corpus logs)."""
         return 3 * GIB // 10 if tp * pp == 1 else GIB // 2
+
+    def parallel(self, spec: ModelSpec, opts: FitOptions) -> Parallel:
+        return parallel(spec, opts)
+
+    def layouts(self, spec: ModelSpec, tps: list[int], pps: list[int]) -> list[dict]:
+        """TP × PP; for a model with moe facts also ``--ep-size`` = TP and, with it, ``--attn-dp-size`` = TP
+        (SGLang's DeepSeek / Qwen-MoE deployments: ``--tp 8 --ep-size 8 --enable-dp-attention --dp-size 8``)."""
+        out = super().layouts(spec, tps, pps)
+        if spec.moe is None:
+            return out
+        for p in pps:
+            for t in tps:
+                if t == 1 or p > spec.num_layers or spec.moe.num_experts % t:
+                    continue
+                out.append(dict(tensor_parallel_size=t, pipeline_parallel_size=p, expert_parallel_size=t))
+                out.append(dict(tensor_parallel_size=t, pipeline_parallel_size=p, expert_parallel_size=t,
+                                data_parallel_size=t))  # fmt: skip
+        return out
+
+    def load_check(self, spec: ModelSpec, opts: FitOptions, par: Parallel) -> list[str]:
+        """Block-quantized checkpoints as they ship: :func:`fp8_moe_check` and the row-parallel linear check
+        (:func:`kvplan.engines.base.fp8_dense_checks`, SGLang ``layers/quantization/fp8_utils.py
+        validate_fp8_block_shape``) at the attention TP."""
+        if not shipped_block_quantized(spec, opts):
+            return []
+        fp8_dense_checks(spec, par.attn_tp, "SGLang", "layers/quantization/fp8_utils.py validate_fp8_block_shape")
+        fp8_moe_check(spec, par.gpus_per_stage, par.ep)
+        return []
+
+    def max_seqs_per_group(self, max_num_seqs: int | None, par: Parallel) -> int | None:
+        """``--max-running-requests`` is for the whole replica: each attention DP group gets
+        ``max(1, max_running_requests // attn_dp_size)`` (``model_executor/pool_configurator.py``)."""
+        return None if max_num_seqs is None else max(1, max_num_seqs // par.attn_dp)
 
     def usable_and_budget(self, total: int, util: float, terms: dict[str, int], settings: Settings):
         """``usable = int((total − overhead) × mem_fraction_static)``; budget = usable − weights − activation

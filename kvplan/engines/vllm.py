@@ -24,6 +24,7 @@ unless a rule names another family; a GPU given by size is taken as Hopper-class
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field, replace
 from math import lcm
@@ -31,9 +32,19 @@ from math import lcm
 from kvplan.calc import cdiv, check_tp, kv_heads_per_rank, layer_token_bytes
 from kvplan.dtypes import KVDtype, get_kv_dtype
 from kvplan.engines import is_older_than, parse_version, pick_rules, vllm_budget
-from kvplan.engines.base import PY, CachePlan, EngineRules, Settings, modelled_term, token_plan
-from kvplan.errors import UsageError
-from kvplan.options import MAX_SEARCH_TOKENS, Engine, FitOptions, check_int
+from kvplan.engines.base import (
+    PY,
+    CachePlan,
+    EngineRules,
+    Settings,
+    fp8_dense_checks,
+    modelled_term,
+    parallel_flags,
+    shipped_block_quantized,
+    token_plan,
+)
+from kvplan.errors import LoadRefused, UsageError
+from kvplan.options import MAX_SEARCH_TOKENS, Engine, FitOptions, Parallel, check_int
 from kvplan.specs import CROSS_KIND, KV_HEAD_KINDS, STATE_KINDS, ModelSpec
 
 GIB = 1 << 30
@@ -936,6 +947,89 @@ def check_speculative(spec: ModelSpec, opts: FitOptions, vllm_groups: bool) -> N
         check_tp(opts.speculative_model, opts.tensor_parallel_size, "--tp (for --speculative-model)")
 
 
+# --- parallelism and load-time checks ---------------------------------------------------------------
+
+FP8_MOE_REFINE_FROM = (0, 29, 0)  # vLLM 0.29.0 added fused_moe/oracle/fp8.py refine_fp8_moe_block_shape
+FP8_MOE_REFINE_MIN = 32  # refine_fp8_moe_block_shape: "if refine < 32: return None"
+EP_GROUP_SIZES = (2, 4, 8, 16)  # the expert-parallel groups kvplan fleet tries (GPUs of one stage)
+
+
+def parallel(spec: ModelSpec, opts: FitOptions) -> Parallel:
+    """vLLM 0.33's layout of one replica: ``--data-parallel-size D`` engine ranks of ``--tensor-parallel-size T``
+    GPUs each (``D × T × PP`` GPUs). Each DP rank is its own engine with its own scheduler and KV cache, its
+    attention and dense layers TP-split over its T GPUs (KV heads split, an MLA latent on every rank). The
+    fused MoE layers span all ``T × D`` GPUs of a stage (``fused_moe/config.py FusedMoEParallelConfig.make``:
+    ``flatten_tp_across_dp_and_pcp``): TP-sliced over them, or with ``--enable-expert-parallel`` whole experts
+    split over ``EP = T × D`` GPUs (``tp_size=1, ep_size=tp_size``).
+
+    Raises:
+        UsageError: ``--ep-size`` (an SGLang flag), expert parallelism for a model without moe facts.
+    """
+    check_int("--data-parallel-size", opts.data_parallel_size)
+    tp, dp, pp = opts.tensor_parallel_size, opts.data_parallel_size, opts.pipeline_parallel_size
+    if opts.expert_parallel_size not in (None, 1) and opts.expert_parallel_size != tp * dp:
+        raise UsageError(
+            f"--ep-size {opts.expert_parallel_size}: vLLM has no EP size; --enable-expert-parallel splits the experts "
+            f"over all TP × DP = {tp * dp} GPUs of a stage"
+        )
+    ep_on = opts.enable_expert_parallel or (opts.expert_parallel_size or 1) > 1
+    if ep_on and spec.moe is None:
+        raise UsageError(
+            f"--enable-expert-parallel: {spec.name} has no moe facts (a dense model, or a spec without a moe block), "
+            "so there are no routed experts to split"
+        )
+    use_ep = ep_on and tp * dp > 1  # FusedMoEParallelConfig.make: use_ep needs dp × pcp × tp > 1
+    flags = parallel_flags(("--tensor-parallel-size", tp), ("--pipeline-parallel-size", pp),
+                           ("--data-parallel-size", dp), ("--enable-expert-parallel", ep_on))  # fmt: skip
+    return Parallel(tp, dp, pp, tp * dp if use_ep else 1, 1 if use_ep else tp * dp, flags)
+
+
+def fp8_moe_check(spec: ModelSpec, moe_tp: int, version: str | None) -> list[str]:
+    """vLLM's load-time check of block-quantized FP8 experts at MoE TP ``moe_tp``: the slice of one expert's
+    intermediate dimension on a GPU (``intermediate_size // tp_size``, ``fused_moe/config.py``) must be a
+    multiple of ``block_n`` (gate/up), and with TP of ``block_k`` (down): ``quantization/utils/fp8_utils.py
+    validate_fp8_block_shape_moe``, called from ``quantization/fp8.py Fp8MoEMethod.create_weights``. From vLLM
+    0.29 a slice that misses is refined instead when ``gcd(block_n, block_k, slice, hidden) >= 32``
+    (``fused_moe/oracle/fp8.py refine_fp8_moe_block_shape``: the scales upsampled to that block, only Triton
+    MoE kernels then selectable): a note; below 32 the check refuses.
+
+    Returns:
+        Notes (the refinement), one line each.
+
+    Raises:
+        UsageError: vLLM's message, where it refuses to load.
+    """
+    block, width = spec.weight_block_size, spec.moe_intermediate_size
+    if block is None or width is None:
+        return []
+    block_n, block_k = block
+    ispp = width // moe_tp
+    if ispp % block_n == 0 and (moe_tp == 1 or ispp % block_k == 0):
+        return []
+    asked = parse_version(version) if version not in (None, "", "latest", "current") else None
+    refine = math.gcd(block_n, block_k, ispp, spec.hidden_size or 0)
+    where = f"{spec.name} at MoE TP {moe_tp} ({width} / {moe_tp} = {ispp} per GPU)"
+    if (asked is None or asked >= FP8_MOE_REFINE_FROM) and refine >= FP8_MOE_REFINE_MIN:
+        return [
+            f"vLLM refines the FP8 expert block scales from {list(block)} to {[refine, refine]} to load {where} "
+            "(fused_moe/oracle/fp8.py refine_fp8_moe_block_shape; Triton MoE kernels only)"
+        ]
+    if ispp % block_n:
+        engine = (
+            f"The output_size of gate's and up's weight = {ispp} is not divisible by weight quantization "
+            f"block_n = {block_n}."
+        )
+    else:
+        engine = (
+            f"The input_size of down's weight = {ispp} is not divisible by weight quantization block_k = {block_k}."
+        )
+    raise LoadRefused(
+        f"--tp: vLLM refuses to load {where}: \"{engine}\" (quantization/utils/fp8_utils.py "
+        "validate_fp8_block_shape_moe); use expert parallelism (--enable-expert-parallel) or a TP whose slice is a "
+        f"multiple of {block_n}"
+    )
+
+
 class VllmEngine(EngineRules):
     """vLLM, by version (:data:`RULE_SETS`): ``ceil(total × gpu_memory_utilization)`` minus weights,
     activation (profiled at max_num_batched_tokens) and non-torch memory; 0.33 plans KV cache groups in one
@@ -999,6 +1093,36 @@ class VllmEngine(EngineRules):
     def check(self, spec: ModelSpec, opts: FitOptions, settings: Settings) -> None:
         self.check_kinds(spec)
         check_speculative(spec, opts, settings.rules.kv_cache_groups)
+
+    def parallel(self, spec: ModelSpec, opts: FitOptions) -> Parallel:
+        return parallel(spec, opts)
+
+    def layouts(self, spec: ModelSpec, tps: list[int], pps: list[int]) -> list[dict]:
+        """TP × PP; for a model with moe facts also expert parallelism over each TP, and attention DP with
+        EP: D ranks of T GPUs for every EP group of :data:`EP_GROUP_SIZES` (vLLM's DeepSeek / Qwen-MoE
+        deployments: ``--data-parallel-size 8 --enable-expert-parallel``)."""
+        out = super().layouts(spec, tps, pps)
+        if spec.moe is None:
+            return out
+        for p in pps:
+            if p > spec.num_layers:
+                continue
+            ep = [t for t in tps if t > 1]
+            out += [dict(tensor_parallel_size=t, pipeline_parallel_size=p, enable_expert_parallel=True) for t in ep]
+            for g in EP_GROUP_SIZES:
+                out += [dict(tensor_parallel_size=t, pipeline_parallel_size=p, data_parallel_size=g // t,
+                             enable_expert_parallel=True) for t in tps if g % t == 0 and g // t > 1]  # fmt: skip
+        return out
+
+    def load_check(self, spec: ModelSpec, opts: FitOptions, par: Parallel) -> list[str]:
+        """Block-quantized FP8 checkpoints (as they ship): the fused-MoE check (:func:`fp8_moe_check`) and the
+        row-parallel linear check (:func:`kvplan.engines.base.fp8_dense_checks`, vLLM 0.33
+        ``quantization/utils/fp8_utils.py validate_fp8_block_shape``; merged column-parallel layers are exempt,
+        ``layers/linear.py _maybe_allow_fp8_block_shape_mismatch``)."""
+        if not shipped_block_quantized(spec, opts):
+            return []
+        fp8_dense_checks(spec, par.attn_tp, "vLLM", "quantization/utils/fp8_utils.py validate_fp8_block_shape")
+        return fp8_moe_check(spec, par.expert_slicing, opts.engine_version)
 
     def activation_bytes(self, spec: ModelSpec, settings: Settings, opts: FitOptions) -> int:
         """The profile run's activation peak (:func:`kvplan.engines.vllm_budget.activation_bytes`): the forward of

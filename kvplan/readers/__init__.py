@@ -178,6 +178,22 @@ def reader_for(model_type: str, where: str):
     return importlib.import_module(f"kvplan.readers.{module}").READERS[model_type]
 
 
+def checkpoint_facts(config: dict, text: dict) -> dict:
+    """Spec fields the engines' load-time checks read, from any config.json: ``moe_intermediate_size``
+    (Qwen2/3-MoE, DeepSeek, GLM-4-MoE ...: one routed expert's width) and ``weight_block_size`` (a
+    block-quantized checkpoint: ``quantization_config.weight_block_size``, e.g. ``[128, 128]``). Values of
+    the wrong type are left out (the spec then has no such fact), never guessed."""
+    out: dict = {}
+    width = text.get("moe_intermediate_size")
+    if isinstance(width, int) and not isinstance(width, bool) and width > 0:
+        out["moe_intermediate_size"] = width
+    quant = config.get("quantization_config") or text.get("quantization_config")
+    block = quant.get("weight_block_size") if isinstance(quant, dict) else None
+    if isinstance(block, list) and len(block) == 2 and all(isinstance(b, int) and b > 0 for b in block):
+        out["weight_block_size"] = list(block)
+    return out
+
+
 def spec_from_hf_config(config: Any, where: str, name: str | None = None):
     """Build a :class:`~kvplan.specs.ModelSpec` from a parsed Hugging Face ``config.json``.
 
@@ -224,6 +240,7 @@ def spec_from_hf_config(config: Any, where: str, name: str | None = None):
         reader += f", the text model of {arch} ({wrapper})"
         data["multimodal"] = {**encoder_facts(config, wrapper, cfg.model_type), **data.get("multimodal", {})}
     data.setdefault("reader", reader)
+    data.update(checkpoint_facts(config, cfg.raw))
     if not name:  # the file's stem (my-model.json), its folder for a config.json, else the config's own name
         p = Path(where)
         name = p.stem if p.name != "config.json" else p.parent.name
