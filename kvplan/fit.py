@@ -90,6 +90,9 @@ class FitResult:
             (vLLM ≥ 0.33: blocks less the null block; SGLang's hybrid-SWA pools: token slots; otherwise bytes).
         num_speculative_tokens, drafter_layers: speculative decoding (vLLM ≥ 0.33): draft tokens per step and
             the drafter's layers in the pool (MTP modules, or a draft model's / EAGLE head's layers).
+        kv_tokens_rule: how the engine's "GPU KV cache size" is counted: ``concurrency`` (``int(max_concurrency ×
+            max_model_len)``), ``groups`` (``num_blocks // len(groups) × block_size``), ``blocks`` (``num_blocks ×
+            block_size``), "" (no such figure).
     """
 
     model: str
@@ -140,6 +143,7 @@ class FitResult:
     engine_version_asked: str = ""
     engine_rules: str = ""
     pools: tuple = ()
+    kv_tokens_rule: str = ""
 
     @property
     def fits(self) -> bool:

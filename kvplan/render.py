@@ -487,7 +487,7 @@ def fit_lines(r) -> list[str]:
     tokens_note = None
     if r.engine == "vllm":
         settings = [f"max_num_batched_tokens {r.max_num_batched_tokens:,}", f"max_num_seqs {r.max_num_seqs:,}"]
-        if r.engine_version != "0.11" and r.engine_version != "0.6":
+        if r.kv_cache_groups:
             settings += [
                 "async scheduling" if r.async_scheduling else "no async scheduling",
                 f"{fmt_tokens(r.max_in_flight_tokens)} in flight",
@@ -519,7 +519,12 @@ def fit_lines(r) -> list[str]:
                 f"One request of {fmt_tokens(r.max_model_len)} takes {plural(r.blocks_per_request, 'block')}{null}"
             )
         out.append(f"Engine log: {r.engine_log}")
-        if r.kv_cache_groups:
+        if r.kv_cache_groups and r.kv_tokens_rule == "groups":
+            out.append(
+                f'  "GPU KV cache size" is num_blocks // {plural(len(r.kv_cache_groups), "group")} × block_size '
+                f"(vLLM {r.engine_version} kv_cache_utils.py): one group's tokens, a token counted in every layer"
+            )
+        elif r.kv_cache_groups:
             out.append(
                 '  "GPU KV cache size" is int(max concurrency × max_model_len) (vLLM kv_cache_utils.py '
                 "get_kv_cache_capacity): requests' worth of max_model_len, not the tokens of context that fit "
