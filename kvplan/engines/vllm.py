@@ -818,6 +818,19 @@ def default_prefix_caching(spec: ModelSpec) -> bool:
     return any(x.kind in (*KV_HEAD_KINDS, "mla") for x in spec.layers)
 
 
+def default_prefix_caching_at(spec: ModelSpec, version: str | None) -> bool:
+    """Prefix caching by default at vLLM ``version`` (None: 0.33, :func:`default_prefix_caching`): before 0.26
+    off for hybrid models (attention + state layers: "Hybrid models do not support prefix caching since the
+    feature is still experimental", ``0.25.1 config/model.py:1885``; on from ``0.26.0 config/model.py:1896``),
+    so their Mamba layers keep one page and no prefill-checkpoint alignment."""
+    from kvplan.engines import parse_version
+
+    v = parse_version(version) if version else None
+    if v is not None and v < (0, 26, 0) and any(x.state is not None for x in spec.layers):
+        return False
+    return default_prefix_caching(spec)
+
+
 def log_line(kv_cache_tokens: int, max_model_len: int, max_concurrency: float) -> str:
     """The start-up log line (vLLM ``kv_cache_utils.py update_kv_cache_capacity``)."""
     return (
@@ -1032,7 +1045,9 @@ class VllmEngine(EngineRules):
         elif seqs is None:
             seqs = OLD_DEFAULT_MAX_NUM_SEQS
         asynch = rules.async_scheduling if opts.async_scheduling is None else opts.async_scheduling
-        prefix = default_prefix_caching(spec) if opts.enable_prefix_caching is None else opts.enable_prefix_caching
+        prefix = opts.enable_prefix_caching
+        if prefix is None:
+            prefix = default_prefix_caching_at(spec, opts.engine_version)
         hma = opts.hybrid_kv_cache_manager
         if hma is None:
             hma = default_hybrid_kv_cache_manager(spec)

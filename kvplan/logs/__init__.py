@@ -44,7 +44,8 @@ class LogReading:
         gpu_name: the device name as printed, or None.
         gpu_total_bytes: the device's total memory as printed (bytes of the rounded figure), or None.
         gpu_total_source: which figure gave it (``total_gpu_memory=23.58GiB``).
-        tp, pp: tensor- and pipeline-parallel sizes the log states (or the worker prefixes imply), or None.
+        tp, pp: tensor- and pipeline-parallel sizes the log states, or None.
+        min_tp: the smallest TP the rank prefixes allow (``Worker_TP3`` → 4; 1 when none shows).
         settings: the settings the log states, by the engine's own names (vLLM ``max_model_len``, SGLang
             ``mem_fraction_static``, llama.cpp ``n_ctx``...).
         printed: every figure the engine printed (first occurrence), corpus names.
@@ -67,6 +68,7 @@ class LogReading:
     gpu_total_source: str = ""
     tp: int | None = None
     pp: int | None = None
+    min_tp: int = 1
     settings: dict = field(default_factory=dict)
     printed: dict = field(default_factory=dict)
     per_worker: dict = field(default_factory=dict)

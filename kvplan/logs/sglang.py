@@ -151,6 +151,7 @@ def parse(lines: list[str]) -> LogReading:
     if isinstance(tp, int):
         r.tp = tp
     elif max_tp >= 1:
+        r.min_tp = max_tp + 1
         r.notes.append(f"rank prefixes name TP{max_tp}: TP is at least {max_tp + 1}")
     for key in ("tp_size", "mem_fraction_static"):
         if key not in r.settings:

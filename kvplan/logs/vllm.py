@@ -498,6 +498,7 @@ def parse(lines: list[str]) -> LogReading:
     if isinstance(tp, int):
         r.tp = tp
     elif max_tp >= 1:
+        r.min_tp = max_tp + 1
         r.notes.append(f"worker prefixes name TP rank {max_tp}: TP is at least {max_tp + 1}")
     pp = r.settings.get("pipeline_parallel_size")
     r.pp = pp if isinstance(pp, int) else None
