@@ -1000,8 +1000,8 @@ def from_log_header(rep) -> list[str]:
         shown.append(f"{key} {_setting_value(key, value)} ({where})")
     lines.append("  settings: " + "; ".join(shown))
     res = rep.result
-    lines.append(f"  rules:    {res.engine_rules}" + (f" (for {res.engine_version_asked})"
-                                                      if res.engine_version_asked != res.engine_version else ""))
+    asked = res.engine_version_asked
+    lines.append(f"  rules:    {res.engine_rules}" + (f" (for {asked})" if asked and asked != res.engine_version else ""))
     lo, hi = rep.budget_range
     lines.append(f"  KV budget per GPU: {rep.budget_bytes:,} B = {fmt_gib(max(rep.budget_bytes, 0))}, from {rep.budget_source}")
     for note in rep.notes:

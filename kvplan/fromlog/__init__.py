@@ -342,6 +342,8 @@ def reproduce(text: str, model=None, given: dict | None = None, source: str = "t
             if key in open_keys and _determined(how) and _norm_kv(value) != _norm_kv(fill[key]):
                 settings[key] = (None if key == "kv_dtype" and value == "auto" else value, how)
                 changes.append((key, settings[key][0], fill.pop(key)))
+    # max_num_seqs changes no figure of the log: given, it is a what-if against the engine's default
+    late = {k: fill.pop(k) for k in ("max_num_seqs",) if k in fill}
     for key, value in fill.items():
         settings[key] = (value, "flag")
     base = {k: v for k, (v, _) in settings.items()}
@@ -349,6 +351,10 @@ def reproduce(text: str, model=None, given: dict | None = None, source: str = "t
     ctx = _best_context(em, reading, spec, g, base, unknown)
     for key, value, how in ctx["inferred"]:
         settings[key] = (value, how)
+    for key, value in late.items():
+        default = getattr(ctx["result"], key)
+        if default != value:
+            changes.append((key, default, value))
     result, figures, lo_hi, budget, budget_source = ctx["result"], ctx["figures"], ctx["range"], ctx["budget"], ctx["how"]
     notes.extend(ctx["notes"])
     rep = Reproduction(
@@ -485,13 +491,16 @@ def _context(em, reading, spec, gpu, base: dict) -> dict:
     lo_hi, budget, how, notes, anchor_key = None, None, "", [], None
     for anchor in em.anchors(reading):
         kind, key = anchor[0], anchor[1]
-        if kind == "value":  # a budget the log states as a setting (vLLM --kv-cache-memory)
-            budget, lo_hi, how = anchor[2], (anchor[2], anchor[2]), f"{key} = {anchor[2]:,} B"
+        if kind == "value":  # a budget the log states otherwise (a setting, a rule over printed figures)
+            label = anchor[3] if len(anchor) > 3 else key
+            budget, lo_hi, how = anchor[2], (anchor[2], anchor[2]), f"{label} = {anchor[2]:,} B"
             anchor_key = key
             break
         if key not in reading.printed:
             continue
         value = reading.printed[key]
+        if isinstance(value, list):  # printed once per worker: the first worker's
+            value = value[0]
         anchor_key = key
         if kind == "bytes":
             budget, lo_hi, how = int(value), (int(value), int(value)), f"{em.LABELS.get(key, key)} = {int(value):,} B"

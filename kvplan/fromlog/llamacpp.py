@@ -109,9 +109,9 @@ def figures(ctx) -> list:
             n_swa = p.get("n_swa", spec.sliding_window or 0)
             ubatch = p.get("n_ubatch", 512)
             fa = p.get("flash_attn")
-            if isinstance(fa, int):
-                x = swa_cells(cells, n_swa, p.get("n_seq", 1) or 1, ubatch, bool(fa), bool(ctx.reading.settings.get(
-                    "swa_full")))  # fmt: skip
+            full = bool(ctx.reading.settings.get("swa_full"))
+            if isinstance(fa, int) or full:
+                x = swa_cells(cells, n_swa, p.get("n_seq", 1) or 1, ubatch, bool(fa), full)
                 out.append(LogFigure("swa_kv_cells", "SWA cache cells", scells, x,
                                      REPRODUCED if x == scells else DIFFERS,
                                      f"min(n_ctx, pad(n_swa {n_swa} + n_ubatch {ubatch}, {256 if fa else 32}))"

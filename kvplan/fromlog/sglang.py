@@ -56,8 +56,9 @@ def options(reading) -> dict:
     ctx_len = reading.printed.get("context_len", s.get("context_length"))
     if isinstance(ctx_len, int):
         out["max_model_len"] = (ctx_len, "log (context_len)")
-    if isinstance(s.get("chunked_prefill_size"), int):
-        out["max_num_batched_tokens"] = (s["chunked_prefill_size"], "log")
+    chunk = reading.printed.get("chunked_prefill_size", s.get("chunked_prefill_size"))
+    if isinstance(chunk, int):
+        out["max_num_batched_tokens"] = (chunk, "log (chunked_prefill_size)")
     if reading.version:
         out["engine_version"] = (reading.version, "log")
     return out
@@ -132,7 +133,7 @@ def _from_memory(ctx, per_token: int) -> list:
     """The token count from the printed memory and ``mem_fraction_static``: ``int(rest × 2^30 // cell)``
     with ``rest = avail after weights − avail before weights × (1 − fraction)`` (GB figures rounded)."""
     p = ctx.reading.printed
-    frac = ctx.reading.settings.get("mem_fraction_static")
+    frac = ctx.opts.gpu_memory_utilization
     if not isinstance(frac, (int, float)) or "avail_after_weights_gb" not in p or "avail_before_weights_gb" not in p:
         return []
     if "max_total_num_tokens" not in p or per_token <= 0:

@@ -56,8 +56,8 @@ def anchors(reading) -> list:
     avail = reading.printed.get("available_gib")
     if isinstance(avail, (int, float)):
         frac = reading.settings.get("free_gpu_memory_fraction", DEFAULT_FRACTION)
-        out.append(("value", f"free_gpu_memory_fraction {frac} × available {avail} GiB (TensorRT-LLM's budget)",
-                    max(0, int(avail * GIB * frac))))  # fmt: skip
+        out.append(("value", "available_gib", max(0, int(avail * GIB * frac)),
+                    f"free_gpu_memory_fraction {frac} × available {avail} GiB (TensorRT-LLM's budget)"))  # fmt: skip
     return out
 
 
@@ -108,7 +108,11 @@ def figures(ctx) -> list:
             out.append(LogFigure(key, key, p[key], None, INPUT, "a setting, or the GPU"))
     for key, label in READ_LABELS.items():
         if key in p:
-            out.append(LogFigure(key, label, p[key], None, READ, "measured by TensorRT-LLM"))
+            if key == ctx.anchor:
+                out.append(LogFigure(key, label, p[key], round(ctx.budget / GIB, 2), "budget",
+                                     f"the budget: free_gpu_memory_fraction {frac} × this (TensorRT-LLM's rule)"))
+            else:
+                out.append(LogFigure(key, label, p[key], None, READ, "measured by TensorRT-LLM"))
     return out
 
 

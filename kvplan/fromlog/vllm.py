@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from kvplan.fromlog import (
     BUDGET, DIFFERS, INPUT, NOT_MODELLED, READ, REPRODUCED, LogFigure, budget_figure, count_figure, gib_range,
-    range_rounds_to, ratio_figure,
+    overlaps, range_rounds_to, ratio_figure,
 )  # fmt: skip
 from kvplan.units import GIB
 
@@ -103,6 +103,7 @@ def anchors(reading) -> list:
         ("gib", "kv_cache_memory_in_use_gib"),
         ("gib", "available_kv_gib"),
         ("gib", "kv_cache_size_gib"),
+        ("gib", "kv_cache_size_gib_per_rank"),  # V0 with workers that differ: the first worker's
     ]
 
 
@@ -217,6 +218,14 @@ def figures(ctx) -> list:
         out.append(LogFigure("encoder_cache_budget_tokens", "encoder cache budget (tokens)",
                              p["encoder_cache_budget_tokens"], None, NOT_MODELLED,
                              "the multimodal encoder cache: kvplan plans the language model's KV cache"))  # fmt: skip
+    if "kv_cache_size_gib_per_rank" in p:
+        first = p["kv_cache_size_gib_per_rank"][0]
+        lo_, hi_ = ctx.budget_range
+        ok = overlaps((lo_, hi_), gib_range(first)) or ctx.anchor == "kv_cache_size_gib_per_rank"
+        out.append(LogFigure("kv_cache_size_gib_per_rank", "KV Cache per worker (GiB)", p["kv_cache_size_gib_per_rank"],
+                             round(ctx.budget / GIB, 2), BUDGET if ctx.anchor == "kv_cache_size_gib_per_rank" else (
+                                 REPRODUCED if ok else DIFFERS), "the first worker's is the budget; the others "
+                             "differ by their non-torch memory (read)"))  # fmt: skip
     for key, label in READ_LABELS.items():
         if key in p:
             out.append(LogFigure(key, label, p[key], None, READ, "measured by vLLM"))
