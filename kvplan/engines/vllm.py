@@ -919,8 +919,8 @@ class GroupPlan(CachePlan):
         concurrency = xp.where(per_request > 0, num_blocks / xp.maximum(per_request, 1), 0.0)
         if self.rules.log_from_concurrency:
             tokens = xp.to_int(concurrency * seq)
-        elif self.rules.tokens_per_group and self.layout.groups:
-            tokens = num_blocks // len(self.layout.groups) * self.layout.block_size
+        elif self.rules.tokens_per_group and self.layout.groups:  # min_block_size over the groups
+            tokens = num_blocks // len(self.layout.groups) * self.reported_block_size(seq, xp)
         else:
             tokens = num_blocks * self.layout.block_size
         return dict(
