@@ -182,7 +182,9 @@ def fit(
         "other flags as what-ifs on its KV budget (docs/from-log.md).",
     ),
     tp: Optional[int] = typer.Option(None, "--tp", help="tensor_parallel_size (default 1)."),
-    pp: Optional[int] = typer.Option(None, "--pp", help="pipeline_parallel_size (layers split into stages; default 1)."),
+    pp: Optional[int] = typer.Option(
+        None, "--pp", help="pipeline_parallel_size (layers split into stages; default 1)."
+    ),
     max_model_len: Optional[str] = typer.Option(
         None, "--max-model-len", help="Tokens per request (default: the model's max context). 32k = 32768."
     ),
@@ -290,7 +292,8 @@ def fit(
 
     if from_log is not None:
         not_with = [flag for flag, v in (
-            ("--kv-cache-memory", kv_cache_memory), ("--activation-gib", activation_gib), ("--overhead-gib", overhead_gib),
+            ("--kv-cache-memory", kv_cache_memory), ("--activation-gib", activation_gib),
+            ("--overhead-gib", overhead_gib),
             ("--weights-gib", weights_gib), ("--speculative-model", speculative_model), ("--concurrency", concurrency),
             ("--context", context), ("--prompt-len", prompt_len), ("--mbu", mbu), ("--mfu", mfu),
         ) if v is not None]  # fmt: skip

@@ -1001,9 +1001,10 @@ def from_log_header(rep) -> list[str]:
     lines.append("  settings: " + "; ".join(shown))
     res = rep.result
     asked = res.engine_version_asked
-    lines.append(f"  rules:    {res.engine_rules}" + (f" (for {asked})" if asked and asked != res.engine_version else ""))
-    lo, hi = rep.budget_range
-    lines.append(f"  KV budget per GPU: {rep.budget_bytes:,} B = {fmt_gib(max(rep.budget_bytes, 0))}, from {rep.budget_source}")
+    for_asked = f" (for {asked})" if asked and asked != res.engine_version else ""
+    lines.append(f"  rules:    {res.engine_rules}{for_asked}")
+    gib = fmt_gib(max(rep.budget_bytes, 0))
+    lines.append(f"  KV budget per GPU: {rep.budget_bytes:,} B = {gib}, from {rep.budget_source}")
     for note in rep.notes:
         lines.append(f"  note: {note}")
     return lines
@@ -1086,7 +1087,9 @@ def from_log_json(rep) -> dict[str, Any]:
     }
     if rep.what_if is not None:
         d["what_if"] = {
-            "changes": [{"setting": k, "flag": _flag(k), "log": old, "new": new} for k, old, new in rep.what_if_changes],
+            "changes": [
+                {"setting": k, "flag": _flag(k), "log": old, "new": new} for k, old, new in rep.what_if_changes
+            ],
             "budget_bytes": rep.what_if_budget,
             "notes": list(rep.what_if_notes),
             "plan": fit_json(rep.what_if),

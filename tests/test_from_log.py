@@ -49,8 +49,10 @@ MODEL_FOR = {
     "vllm-qwen3-16": ("llama2-7b", "Qwen1.5-7B: 32 layers, 32 KV heads x 128, as Llama-2-7B"),
     "vllm-vllm-16570": ("qwen2.5-72b", "Qwen2.5-VL-72B's language model is Qwen2.5-72B's geometry"),
     "vllm-gpustack-1800": ("tests/fixtures/hf_configs/qwen2.5-vl-7b.json", "Qwen2.5-VL-7B's config"),
-    "sglang-sglang-15909": ("qwen3-30b-a3b", "Qwen3-Omni-30B-A3B's thinker: Qwen3-30B-A3B's geometry (48 layers, "
-                            "4 KV heads x 128; its K size checks it)"),
+    "sglang-sglang-15909": (
+        "qwen3-30b-a3b",
+        "Qwen3-Omni-30B-A3B's thinker: Qwen3-30B-A3B's geometry (48 layers, 4 KV heads x 128; its K size checks it)",
+    ),
     "sglang-sglang-18039": ("tests/fixtures/hf_configs/mimo-v2-flash.json", "MiMo-V2-Flash's config"),
     "trtllm-trtllm-2268": ("llama2-7b", "Qwen1.5-7B-sft: 32 layers, 32 KV heads x 128, as Llama-2-7B"),
 }
@@ -72,14 +74,14 @@ NOT_REPRODUCED = {
     "sglang-sglang-4048": NO_KV + " (an input-length error)",
     "sglang-sglang-7691": NO_KV + " (a profiled pool of -561981 tokens)",
     "sglang-sglang-11309-main": "SGLang's DeepSeek-V3.2 NSA cache (fp8 latent with scales + indexer keys) is not "
-                                "kvplan's MLA latent: KV size 54.52 GB is 40,021 B per token, kvplan 70,272",
+    "kvplan's MLA latent: KV size 54.52 GB is 40,021 B per token, kvplan 70,272",
     "sglang-sglang-11309-pr": "as sglang-sglang-11309-main",
     "sglang-sglang-18039": "SGLang's MiMo-V2-Flash pools (full and SWA layers of different geometry) are not modelled",
     "trtllm-trtllm-1188": NO_MODEL + " (qwen2.5-coder-0.5B)",
     "trtllm-trtllm-1400": NO_MODEL,
     "trtllm-trtllm-docs-memory": NO_MODEL,
     "trtllm-trtllm-224": "TensorRT-LLM of 2023 allocated 10,718 tokens, not whole 16- or 32-token blocks: kvplan's "
-                         "TensorRT-LLM rules are 1.0's",
+    "TensorRT-LLM rules are 1.0's",
     "vllm-club-3090-1086": NO_MODEL,
     "vllm-club-3090-294": NO_MODEL + " (qwen3.6-27b)",
     "vllm-club-3090-295": NO_MODEL + " (qwen3.6-27b)",
@@ -103,8 +105,8 @@ NOT_REPRODUCED = {
     "vllm-vllm-33263": NO_MODEL + " (Qwen3-1.7B)",
     "vllm-vllm-6746": NO_KV + " (only the weights)",
     "vllm-vllm-21348": "Available KV cache memory 8.11 GiB and GPU KV cache size 178,880 tokens x 48,128 B = 8.02 GiB "
-                       "disagree by 1.1%: the issue quotes one line of each, likely from different TP workers "
-                       "(their budgets differ by their non-torch memory), with LMCache's connector loaded",
+    "disagree by 1.1%: the issue quotes one line of each, likely from different TP workers "
+    "(their budgets differ by their non-torch memory), with LMCache's connector loaded",
 }
 
 

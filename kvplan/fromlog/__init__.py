@@ -190,7 +190,9 @@ def _gpu(reading, given: str | None):
     if reading.gpu_total_bytes:
         total = reading.gpu_total_bytes
         if named is not None:
-            return replace(named, cuda_total_observed_bytes=total), f"{named.name}, {reading.gpu_total_source} (the log)"
+            return replace(
+                named, cuda_total_observed_bytes=total
+            ), f"{named.name}, {reading.gpu_total_source} (the log)"
         return custom_gpu(total, f"{total / GIB:.2f}GiB"), f"{reading.gpu_total_source} (the log)"
     if named is not None:
         return named, f"{reading.gpu_name} (the log)"
@@ -290,8 +292,7 @@ def reproduce(text: str, model=None, given: dict | None = None, source: str = "t
     name = em.ENGINE_NAME
     if not any(k in reading.printed for k in em.KV_FIGURES):
         raise UsageError(
-            f"--from-log {source}: a {name} log without a KV-cache figure: none of {', '.join(em.KV_LINES)} "
-            "is in it"
+            f"--from-log {source}: a {name} log without a KV-cache figure: none of {', '.join(em.KV_LINES)} is in it"
         )
     # the model
     if model is not None:
@@ -355,7 +356,13 @@ def reproduce(text: str, model=None, given: dict | None = None, source: str = "t
         default = getattr(ctx["result"], key)
         if default != value:
             changes.append((key, default, value))
-    result, figures, lo_hi, budget, budget_source = ctx["result"], ctx["figures"], ctx["range"], ctx["budget"], ctx["how"]
+    result, figures, lo_hi, budget, budget_source = (
+        ctx["result"],
+        ctx["figures"],
+        ctx["range"],
+        ctx["budget"],
+        ctx["how"],
+    )
     notes.extend(ctx["notes"])
     rep = Reproduction(
         reading=reading, source=source, spec=spec, model_source=model_source, gpu=g, gpu_source=gpu_source,
@@ -410,6 +417,14 @@ def _candidates(spec, base: dict, unknown: list, min_tp: int = 1):
     return [(t, k) for k in kvs for t in tps]
 
 
+def _versions(em, base: dict) -> list:
+    """The engine versions to try: the log's (or the flag's), else each rule set the engine module offers
+    (``version_candidates``; the newest first), so that the figures say which rules the log follows."""
+    if "engine_version" in base or not hasattr(em, "version_candidates"):
+        return [base.get("engine_version")]
+    return em.version_candidates() or [None]
+
+
 def _clean(ctx) -> bool:
     return not any(f.status == DIFFERS for f in ctx["figures"])
 
@@ -419,20 +434,28 @@ def _best_context(em, reading, spec, gpu, base: dict, unknown: list) -> dict:
     (:func:`_candidates`) under which no printed figure differs, and the note names every candidate that
     reproduces the figures (several give the same bytes per GPU: TP 2 with FP8 = TP 4 with 16 bits when the
     KV heads split)."""
+    versions = _versions(em, base)
     cands = _candidates(spec, base, unknown, getattr(reading, "min_tp", 1) or 1)
     tried = []
-    for tp, kv in cands:
-        trial = dict(base, tp=tp)
-        if kv is not None:
-            trial["kv_dtype"] = kv
-        else:
-            trial.pop("kv_dtype", None)
-        try:
-            tried.append(((tp, kv), _context(em, reading, spec, gpu, trial), ""))
-        except UsageError as e:
-            if len(cands) == 1:
-                raise
-            tried.append(((tp, kv), None, str(e)))
+    for version in versions:
+        for tp, kv in cands:
+            trial = dict(base, tp=tp)
+            if kv is not None:
+                trial["kv_dtype"] = kv
+            else:
+                trial.pop("kv_dtype", None)
+            if version is not None:
+                trial["engine_version"] = version
+            try:
+                ctx = _context(em, reading, spec, gpu, trial)
+                ctx["version"] = version
+                tried.append(((tp, kv), ctx, ""))
+            except UsageError as e:
+                if len(cands) * len(versions) == 1:
+                    raise
+                tried.append(((tp, kv), None, str(e)))
+        if any(t[1] is not None and _clean(t[1]) and t[1]["checks"] for t in tried):
+            break  # the newest rules under which the figures reproduce
     good = [t for t in tried if t[1] is not None]
     if not good:
         raise UsageError(tried[-1][2])
@@ -474,12 +497,22 @@ def _best_context(em, reading, spec, gpu, base: dict, unknown: list) -> dict:
         elif len(clean) == 1:
             how = "the figures: only it reproduces them"
         else:
-            how = "the figures reproduce with " + ", ".join(names) + " (the same bytes per GPU)" + (
-                by_weights or "; the first taken")
+            how = (
+                "the figures reproduce with "
+                + ", ".join(names)
+                + " (the same bytes per GPU)"
+                + (by_weights or "; the first taken")
+            )
         if "tp" in unknown:
             inferred.append(("tp", tp, how))
         if "kv_dtype" in unknown:
             inferred.append(("kv_dtype", shown, how))
+    if len(versions) > 1:
+        later = [v for v in versions[: versions.index(ctx["version"])]]
+        why = f"the figures reproduce under {ctx['version']}'s rules" + (
+            f", not {', '.join(later)}'s" if later else "") if _clean(ctx) and ctx["checks"] else (
+            "not in the log; the newest rules")  # fmt: skip
+        inferred.append(("engine_version", ctx["version"], why))
     ctx["inferred"] = inferred
     return ctx
 

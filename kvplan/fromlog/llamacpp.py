@@ -90,9 +90,16 @@ def figures(ctx) -> list:
                 x = cells * per / MIB
                 out.append(ratio_figure(ctx, key, f"{label} (MiB)", x, x, f"{cells:,} cells × {per:,} B per cell"))
     if "kv_layers" in p:
-        out.append(LogFigure("kv_layers", "layers of the cache", p["kv_layers"], n,
-                             REPRODUCED if n == p["kv_layers"] else DIFFERS,
-                             "the model's " + ("full-attention layers" if has_swa else "attention layers")))
+        out.append(
+            LogFigure(
+                "kv_layers",
+                "layers of the cache",
+                p["kv_layers"],
+                n,
+                REPRODUCED if n == p["kv_layers"] else DIFFERS,
+                "the model's " + ("full-attention layers" if has_swa else "attention layers"),
+            )
+        )
     if has_swa:
         sn, sk, sv = cache_bytes_per_cell(spec, kt, vt, True)
         scells = p.get("swa_kv_cells")
@@ -103,8 +110,16 @@ def figures(ctx) -> list:
                     x = scells * per / MIB
                     out.append(ratio_figure(ctx, key, f"{label} (MiB)", x, x, f"{scells:,} cells × {per:,} B per cell"))
         if "swa_kv_layers" in p:
-            out.append(LogFigure("swa_kv_layers", "layers of the SWA cache", p["swa_kv_layers"], sn,
-                                 REPRODUCED if sn == p["swa_kv_layers"] else DIFFERS, "the model's sliding layers"))
+            out.append(
+                LogFigure(
+                    "swa_kv_layers",
+                    "layers of the SWA cache",
+                    p["swa_kv_layers"],
+                    sn,
+                    REPRODUCED if sn == p["swa_kv_layers"] else DIFFERS,
+                    "the model's sliding layers",
+                )
+            )
         if isinstance(scells, int) and isinstance(cells, int):
             n_swa = p.get("n_swa", spec.sliding_window or 0)
             ubatch = p.get("n_ubatch", 512)
@@ -112,10 +127,18 @@ def figures(ctx) -> list:
             full = bool(ctx.reading.settings.get("swa_full"))
             if isinstance(fa, int) or full:
                 x = swa_cells(cells, n_swa, p.get("n_seq", 1) or 1, ubatch, bool(fa), full)
-                out.append(LogFigure("swa_kv_cells", "SWA cache cells", scells, x,
-                                     REPRODUCED if x == scells else DIFFERS,
-                                     f"min(n_ctx, pad(n_swa {n_swa} + n_ubatch {ubatch}, {256 if fa else 32}))"
-                                     if not ctx.reading.settings.get("swa_full") else "n_ctx (full-size SWA cache)"))
+                out.append(
+                    LogFigure(
+                        "swa_kv_cells",
+                        "SWA cache cells",
+                        scells,
+                        x,
+                        REPRODUCED if x == scells else DIFFERS,
+                        f"min(n_ctx, pad(n_swa {n_swa} + n_ubatch {ubatch}, {256 if fa else 32}))"
+                        if not ctx.reading.settings.get("swa_full")
+                        else "n_ctx (full-size SWA cache)",
+                    )
+                )
     if "kv_buffer_mib_per_device" in p and "kv_size_mib" in p:
         bufs = p["kv_buffer_mib_per_device"]
         per_layer = (k + v) * (cells or 0) / MIB / max(n, 1)

@@ -12,7 +12,14 @@ profile_max_num_token``, each figure rounded to 0.01 GB).
 from __future__ import annotations
 
 from kvplan.fromlog import (
-    INPUT, NOT_MODELLED, READ, REPRODUCED, DIFFERS, LogFigure, count_figure, ratio_figure,
+    DIFFERS,
+    INPUT,
+    NOT_MODELLED,
+    READ,
+    REPRODUCED,
+    LogFigure,
+    count_figure,
+    ratio_figure,
 )  # fmt: skip
 from kvplan.units import GIB
 
@@ -99,19 +106,41 @@ def figures(ctx) -> list:
     if "max_running_requests" in p and tokens is not None:
         ctx_len = p.get("context_len", res.max_model_len)
         x = max_running_requests(tokens, ctx_len)
-        out.append(LogFigure("max_running_requests", "max_running_requests", p["max_running_requests"], x,
-                             REPRODUCED if x == p["max_running_requests"] else DIFFERS,
-                             f"min(max(int({tokens:,} / {ctx_len:,} × 512), 2048), 4096) + 1 (model_runner.py)"))
+        out.append(
+            LogFigure(
+                "max_running_requests",
+                "max_running_requests",
+                p["max_running_requests"],
+                x,
+                REPRODUCED if x == p["max_running_requests"] else DIFFERS,
+                f"min(max(int({tokens:,} / {ctx_len:,} × 512), 2048), 4096) + 1 (model_runner.py)",
+            )
+        )
     if "context_len" in p:
         x = ctx.spec.max_model_len
-        out.append(LogFigure("context_len", "context_len", p["context_len"], x,
-                             REPRODUCED if x == p["context_len"] else DIFFERS, "the model's max context"))
+        out.append(
+            LogFigure(
+                "context_len",
+                "context_len",
+                p["context_len"],
+                x,
+                REPRODUCED if x == p["context_len"] else DIFFERS,
+                "the model's max context",
+            )
+        )
     if "max_prefill_tokens" in p:
         given = ctx.reading.settings.get("max_prefill_tokens")
         x = given if isinstance(given, int) else DEFAULT_MAX_PREFILL_TOKENS
-        out.append(LogFigure("max_prefill_tokens", "max_prefill_tokens", p["max_prefill_tokens"], x,
-                             REPRODUCED if x == p["max_prefill_tokens"] else DIFFERS,
-                             "the setting" if isinstance(given, int) else "SGLang's default (server_args.py)"))
+        out.append(
+            LogFigure(
+                "max_prefill_tokens",
+                "max_prefill_tokens",
+                p["max_prefill_tokens"],
+                x,
+                REPRODUCED if x == p["max_prefill_tokens"] else DIFFERS,
+                "the setting" if isinstance(given, int) else "SGLang's default (server_args.py)",
+            )
+        )
     if "chunked_prefill_size" in p:
         out.append(LogFigure("chunked_prefill_size", "chunked_prefill_size", p["chunked_prefill_size"],
                              res.max_num_batched_tokens, INPUT, "the setting"))  # fmt: skip

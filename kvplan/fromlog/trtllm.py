@@ -46,6 +46,13 @@ def options(reading) -> dict:
     return out
 
 
+def version_candidates() -> list:
+    """The rule sets to try when the log does not print its version, newest first."""
+    from kvplan.engines.trtllm import RULE_SETS
+
+    return [r.version for r in RULE_SETS]
+
+
 def anchors(reading) -> list:
     out = [
         ("bytes", "kv_bytes"),
@@ -72,15 +79,30 @@ def figures(ctx) -> list:
         out.append(count_figure(ctx, "max_tokens", "max tokens in paged KV cache", res.kv_capacity_tokens,
                                 f"{res.num_blocks:,} blocks × {block}"))  # fmt: skip
     if "num_blocks_primary" in p:
-        out.append(count_figure(ctx, "num_blocks_primary", "primary pool blocks", res.num_blocks,
-                                f"cdiv(budget // {per_token:,} B per token, {block}) (resource_manager.py)"))
+        out.append(
+            count_figure(
+                ctx,
+                "num_blocks_primary",
+                "primary pool blocks",
+                res.num_blocks,
+                f"cdiv(budget // {per_token:,} B per token, {block}) (resource_manager.py)",
+            )
+        )
     if "allocated_gib" in p:
         x = res.kv_capacity_tokens * per_token / GIB
         out.append(ratio_figure(ctx, "allocated_gib", "Allocated (GiB)", x, x,
                                 f"{res.kv_capacity_tokens:,} tokens × {per_token:,} B"))  # fmt: skip
     if "kv_bytes" in p:
-        out.append(LogFigure("kv_bytes", "bytes for k/v cache", p["kv_bytes"], ctx.budget,
-                             "budget" if ctx.anchor == "kv_bytes" else REPRODUCED, "the KV budget, exact bytes"))
+        out.append(
+            LogFigure(
+                "kv_bytes",
+                "bytes for k/v cache",
+                p["kv_bytes"],
+                ctx.budget,
+                "budget" if ctx.anchor == "kv_bytes" else REPRODUCED,
+                "the KV budget, exact bytes",
+            )
+        )
     # the budget rule: fraction × available, or max_tokens asked (the smaller), to whole blocks
     frac = ctx.reading.settings.get("free_gpu_memory_fraction", DEFAULT_FRACTION)
     asked = ctx.reading.settings.get("max_tokens")
@@ -102,15 +124,32 @@ def figures(ctx) -> list:
         out.append(LogFigure("max_tokens_asked", "max tokens from the max_tokens asked", p["max_tokens"], cap,
                              REPRODUCED if cap == p["max_tokens"] else DIFFERS,
                              f"max_tokens {asked:,} rounded up to whole blocks of {block}"))  # fmt: skip
-    for key in ("tokens_per_block", "max_seq_len", "max_num_requests", "max_num_tokens", "free_gpu_memory_fraction",
-                "max_tokens_requested", "total_gib", "blocks_per_sequence", "attention_window"):
+    for key in (
+        "tokens_per_block",
+        "max_seq_len",
+        "max_num_requests",
+        "max_num_tokens",
+        "free_gpu_memory_fraction",
+        "max_tokens_requested",
+        "total_gib",
+        "blocks_per_sequence",
+        "attention_window",
+    ):
         if key in p:
             out.append(LogFigure(key, key, p[key], None, INPUT, "a setting, or the GPU"))
     for key, label in READ_LABELS.items():
         if key in p:
             if key == ctx.anchor:
-                out.append(LogFigure(key, label, p[key], round(ctx.budget / GIB, 2), "budget",
-                                     f"the budget: free_gpu_memory_fraction {frac} × this (TensorRT-LLM's rule)"))
+                out.append(
+                    LogFigure(
+                        key,
+                        label,
+                        p[key],
+                        round(ctx.budget / GIB, 2),
+                        "budget",
+                        f"the budget: free_gpu_memory_fraction {frac} × this (TensorRT-LLM's rule)",
+                    )
+                )
             else:
                 out.append(LogFigure(key, label, p[key], None, READ, "measured by TensorRT-LLM"))
     return out

@@ -21,8 +21,19 @@ release; V1: the release's set). Figures:
 from __future__ import annotations
 
 from kvplan.fromlog import (
-    BUDGET, DIFFERS, INPUT, NOT_MODELLED, READ, REPRODUCED, LogFigure, budget_figure, count_figure, gib_range,
-    overlaps, range_rounds_to, ratio_figure,
+    BUDGET,
+    DIFFERS,
+    INPUT,
+    NOT_MODELLED,
+    READ,
+    REPRODUCED,
+    LogFigure,
+    budget_figure,
+    count_figure,
+    gib_range,
+    overlaps,
+    range_rounds_to,
+    ratio_figure,
 )  # fmt: skip
 from kvplan.units import GIB
 
@@ -166,7 +177,8 @@ def figures(ctx) -> list:
             blocks = [_at(ctx, w[0]).num_blocks for w in workers]
             out.append(LogFigure("num_gpu_blocks", "num_gpu_blocks (the minimum over workers)", p["num_gpu_blocks"],
                                  min(blocks), REPRODUCED if min(blocks) == p["num_gpu_blocks"] else DIFFERS,
-                                 f"each worker's blocks from its GPU KV cache size line: {', '.join(map(str, blocks))}; "
+                                 f"each worker's blocks from its GPU KV cache size line: "
+                                 f"{', '.join(map(str, blocks))}; "
                                  "vLLM allocates the minimum"))  # fmt: skip
         else:
             out.append(count_figure(ctx, "num_gpu_blocks", "# GPU blocks", res.num_blocks,
@@ -202,7 +214,8 @@ def figures(ctx) -> list:
     if "block_size" in p:
         block = getattr(getattr(cache, "layout", None), "attention_block_size", res.block_size)
         out.append(count_figure(ctx, "block_size", "attention block size (tokens)", block,
-                                "the attention page scaled to cover the Mamba page (platforms/interface.py)"))  # fmt: skip
+                                "the attention page scaled to cover the Mamba page "
+                                "(platforms/interface.py)"))  # fmt: skip
     if "mamba_page_padding_pct" in p:
         pct = _mamba_padding(ctx)
         out.append(ratio_figure(ctx, "mamba_page_padding_pct", "Mamba page padded by (%)", pct, pct,
@@ -334,8 +347,16 @@ def _needed(ctx, at_lo, at_hi) -> list:
 
     if "kv_needed_gib" in p:
         x = needed(res.max_model_len) / GIB
-        out.append(ratio_figure(ctx, "kv_needed_gib", "KV cache needed for one request (GiB)", x, x,
-                                f"one request of {res.max_model_len:,} tokens, every layer (max_memory_usage_bytes)"))
+        out.append(
+            ratio_figure(
+                ctx,
+                "kv_needed_gib",
+                "KV cache needed for one request (GiB)",
+                x,
+                x,
+                f"one request of {res.max_model_len:,} tokens, every layer (max_memory_usage_bytes)",
+            )
+        )
         out.append(budget_figure(ctx, "available_kv_gib", LABELS["available_kv_gib"]))
     if "estimated_max_model_len" in p:
         lo, hi = ctx.budget_range

@@ -31,17 +31,41 @@ def _re(p: str):
     return re.compile(p.replace("{N}", N))
 
 
-PARAM = _re(r"(?:llama_context|llama_new_context_with_model):\s+(?P<k>n_ctx_per_seq|n_ctx|n_batch|n_ubatch|flash_attn|n_seq_max|causal_attn|kv_unified|swa_full)\s*=\s*(?P<v>\S+)")
+PARAM = _re(
+    r"(?:llama_context|llama_new_context_with_model):\s+(?P<k>n_ctx_per_seq|n_ctx|n_batch|n_ubatch|flash_attn|n_seq_max|causal_attn|kv_unified|swa_full)\s*=\s*(?P<v>\S+)"
+)
 LINES = [
-    ("size", _re(r"size\s*=\s*(?P<size>{N}) MiB \(\s*(?P<cells>\d+) cells,\s*(?P<layers>\d+) layers,\s*(?:(?P<seq>\d+)/)?(?P<seqs>\d+) seqs\), K \((?P<kt>\w+)\):\s*(?P<k>{N}) MiB, V \((?P<vt>\w+)\):\s*(?P<v>{N}) MiB")),
-    ("self_size", _re(r"KV self size\s*=\s*(?P<size>{N}) MiB, K \((?P<kt>\w+)\):\s*(?P<k>{N}) MiB, V \((?P<vt>\w+)\):\s*(?P<v>{N}) MiB")),
-    ("kv_init", _re(r"llama_kv_cache_init: kv_size = (?P<cells>\d+), offload = \d+, type_k = '(?P<kt>\w+)', type_v = '(?P<vt>\w+)', n_layer = (?P<layers>\d+)")),
+    (
+        "size",
+        _re(
+            r"size\s*=\s*(?P<size>{N}) MiB \(\s*(?P<cells>\d+) cells,\s*(?P<layers>\d+) layers,"
+            r"\s*(?:(?P<seq>\d+)/)?(?P<seqs>\d+) seqs\), K \((?P<kt>\w+)\):\s*(?P<k>{N}) MiB, V "
+            r"\((?P<vt>\w+)\):\s*(?P<v>{N}) MiB"
+        ),
+    ),
+    (
+        "self_size",
+        _re(
+            r"KV self size\s*=\s*(?P<size>{N}) MiB, K \((?P<kt>\w+)\):\s*(?P<k>{N}) MiB, V "
+            r"\((?P<vt>\w+)\):\s*(?P<v>{N}) MiB"
+        ),
+    ),
+    (
+        "kv_init",
+        _re(
+            r"llama_kv_cache_init: kv_size = (?P<cells>\d+), offload = \d+, type_k = '(?P<kt>\w+)', type_v = "
+            r"'(?P<vt>\w+)', n_layer = (?P<layers>\d+)"
+        ),
+    ),
     ("creating", _re(r"creating\s+(?P<which>non-SWA|SWA) KV cache, size = (?P<cells>\d+) cells")),
     ("swa_full", _re(r"using full-size SWA cache")),
     ("kv_buffer", _re(r"(?P<dev>\S+) KV buffer size\s*=\s*(?P<mib>{N}) MiB")),
     ("compute", _re(r"(?P<dev>\S+) compute buffer size\s*=\s*(?P<mib>{N}) MiB")),
     ("output", _re(r"(?P<dev>\S+)\s+output buffer size\s*=\s*(?P<mib>{N}) MiB")),
-    ("model_buffer", _re(r"(?:load_tensors|llm_load_tensors):\s+(?P<dev>\S+) (?:model )?buffer size\s*=\s*(?P<mib>{N}) MiB")),
+    (
+        "model_buffer",
+        _re(r"(?:load_tensors|llm_load_tensors):\s+(?P<dev>\S+) (?:model )?buffer size\s*=\s*(?P<mib>{N}) MiB"),
+    ),
     ("device", _re(r"using device (?P<dev>\S+) \((?P<name>.*)\) - (?P<mib>\d+) MiB free")),
     ("model_size", _re(r"model size\s*=\s*(?P<gib>{N}) GiB")),
     ("file_size", _re(r"file size\s*=\s*(?P<gib>{N}) GiB")),

@@ -35,9 +35,27 @@ def _re(p: str):
 LINES = [
     ("init_dist", _re(r"Init torch distributed ends\. mem usage=(?P<gb>{N}) GB")),
     ("weights_begin", _re(r"Load weight begin\. avail mem=(?P<gb>{N}) GB")),
-    ("weights_end", _re(r"Load weight end\.(?: type=(?P<arch>\w+),)?(?: dtype=(?:torch\.)?(?P<dtype>\w+),)? avail mem=(?P<gb>{N}) GB(?:, mem usage=(?P<used>{N}) GB)?")),
-    ("kv", _re(r"KV Cache is allocated\.(?: dtype: (?P<dtype>\w+),)?(?: #tokens: (?P<tokens>\d+),)?(?: K size: (?P<k>{N}) GB, V size: (?P<v>{N}) GB| KV size: (?P<kv>{N}) GB)")),
-    ("mamba", _re(r"Mamba Cache is allocated\. max_mamba_cache_size: (?P<n>\d+), conv_state size: (?P<conv>{N}) ?GB, ssm_state size: (?P<ssm>{N}) ?GB")),
+    (
+        "weights_end",
+        _re(
+            r"Load weight end\.(?: type=(?P<arch>\w+),)?(?: dtype=(?:torch\.)?(?P<dtype>\w+),)? avail "
+            r"mem=(?P<gb>{N}) GB(?:, mem usage=(?P<used>{N}) GB)?"
+        ),
+    ),
+    (
+        "kv",
+        _re(
+            r"KV Cache is allocated\.(?: dtype: (?P<dtype>\w+),)?(?: #tokens: (?P<tokens>\d+),)?(?: K size: "
+            r"(?P<k>{N}) GB, V size: (?P<v>{N}) GB| KV size: (?P<kv>{N}) GB)"
+        ),
+    ),
+    (
+        "mamba",
+        _re(
+            r"Mamba Cache is allocated\. max_mamba_cache_size: (?P<n>\d+), conv_state size: (?P<conv>{N}) ?GB, "
+            r"ssm_state size: (?P<ssm>{N}) ?GB"
+        ),
+    ),
     ("swa", _re(r"Use sliding window memory pool\. full_layer_tokens=(?P<full>\d+), swa_layer_tokens=(?P<swa>\d+)")),
     ("pool_end", _re(r"Memory pool end\. avail mem=(?P<gb>{N}) GB")),
     ("graph_begin", _re(r"Capture cuda graph begin\..*avail mem=(?P<gb>{N}) GB")),

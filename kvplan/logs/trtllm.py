@@ -31,10 +31,23 @@ def _re(p: str):
 
 
 LINES = [
-    ("usage", _re(r"Memory usage when calculating max tokens in paged kv cache: total: (?P<t>{N}) GiB, available: (?P<a>{N}) GiB")),
+    (
+        "usage",
+        _re(
+            r"Memory usage when calculating max tokens in paged kv cache: total: (?P<t>{N}) GiB, available: "
+            r"(?P<a>{N}) GiB"
+        ),
+    ),
     ("primary", _re(r"Number of blocks in KV cache primary pool: (?P<n>\d+)")),
     ("tpb", _re(r"Number of tokens per block: (?P<n>\d+)")),
-    ("blocks_per_seq", _re(r"Max KV cache blocks per sequence: (?P<m>\d+) \[window size=(?P<w>\d+)\], tokens per block=(?P<tpb>\d+), primary blocks=(?P<p>\d+), secondary blocks=(?P<s>\d+), max sequence length=(?P<l>\d+)")),
+    (
+        "blocks_per_seq",
+        _re(
+            r"Max KV cache blocks per sequence: (?P<m>\d+) \[window size=(?P<w>\d+)\], tokens per "
+            r"block=(?P<tpb>\d+), primary blocks=(?P<p>\d+), secondary blocks=(?P<s>\d+), max sequence "
+            r"length=(?P<l>\d+)"
+        ),
+    ),
     ("pages_per_seq", _re(r"Max KV cache pages per sequence: (?P<m>\d+)(?: \[window size=(?P<w>\d+)\])?")),
     ("allocated", _re(r"Allocated (?P<gib>{N}) GiB for max tokens in paged KV cache \((?P<n>\d+)\)")),
     ("allocate_bytes", _re(r"Allocate (?P<b>\d+) bytes for k/v cache")),
@@ -43,7 +56,10 @@ LINES = [
     ("context", _re(r"Allocated (?P<mib>{N}) MiB for execution context memory")),
     ("now", _re(r"IExecutionContext creation: .*now: CPU \d+, GPU (?P<mib>\d+) \(MiB\)")),
     ("buffers", _re(r"Allocated (?P<x>{N}) (?P<u>GB|MB) GPU memory for (?P<what>runtime buffers|decoder)")),
-    ("both", _re(r"Both free_gpu_memory_fraction and max_tokens are set \(to (?P<f>{N}) and (?P<n>\d+), respectively\)")),
+    (
+        "both",
+        _re(r"Both free_gpu_memory_fraction and max_tokens are set \(to (?P<f>{N}) and (?P<n>\d+), respectively\)"),
+    ),
     ("limits", _re(r"max_seq_len=(?P<l>\d+), max_num_requests=(?P<r>\d+), max_num_tokens=(?P<t>\d+)")),
     ("version", _re(r"TensorRT-LLM version: (?P<v>[\w.+-]+)")),
 ]

@@ -49,45 +49,91 @@ def _re(pattern: str):
 # (message key of the fingerprint table, pattern); the key ties a line's [file.py:LINE] to the releases
 LINES: list[tuple[str, str, re.Pattern]] = [
     # --- V1 ---
-    ("kv_cache_size", "kv_one_line", _re(
-        r"(?P<dev>\w+) KV cache size: (?P<tokens>{N}) tokens, Maximum concurrency for (?P<len>{N}) tokens per request: "
-        r"(?P<conc>{N})x")),
+    (
+        "kv_cache_size",
+        "kv_one_line",
+        _re(
+            r"(?P<dev>\w+) KV cache size: (?P<tokens>{N}) tokens, Maximum concurrency for (?P<len>{N}) tokens per "
+            r"request: "
+            r"(?P<conc>{N})x"
+        ),
+    ),
     ("kv_cache_size", "kv_tokens", _re(r"(?P<dev>\w+) KV cache size:\s+(?P<tokens>{N}) tokens")),
     ("kv_concurrency", "concurrency", _re(r"Maximum concurrency for (?P<len>{N}) tokens per request: (?P<conc>{N})x")),
     ("available_kv", "available_kv", _re(r"Available KV cache memory: (?P<gib>{N}) GiB")),
-    ("free_on_device", "free_weight", _re(
-        r"Free memory on device \((?P<free>{N})/(?P<total>{N}) GiB\) on startup\. Desired GPU memory utilization is "
-        r"\((?P<u>{N}), (?P<req>{N}) GiB\)\. Actual usage is (?P<w>{N}) GiB for weight, (?P<act>{N}) GiB for peak "
-        r"activation, (?P<nt>{N}) GiB for non-torch memory, and (?P<cg>{N}) GiB for CUDAGraph memory\.")),
-    ("free_on_device", "free_consumed", _re(
-        r"Free memory on device \((?P<free>{N})/(?P<total>{N}) GiB\) on startup\. Desired GPU memory utilization is "
-        r"\((?P<u>{N}), (?P<req>{N}) GiB\)\. Actual usage is (?P<consumed>{N}) GiB for consumed memory \(weights \+ "
-        r"non-torch\), (?P<act>{N}) GiB for peak activation, and (?P<cg>{N}) GiB for CUDAGraph memory\.")),
+    (
+        "free_on_device",
+        "free_weight",
+        _re(
+            r"Free memory on device \((?P<free>{N})/(?P<total>{N}) GiB\) on startup\. Desired GPU memory "
+            r"utilization is "
+            r"\((?P<u>{N}), (?P<req>{N}) GiB\)\. Actual usage is (?P<w>{N}) GiB for weight, (?P<act>{N}) GiB for peak "
+            r"activation, (?P<nt>{N}) GiB for non-torch memory, and (?P<cg>{N}) GiB for CUDAGraph memory\."
+        ),
+    ),
+    (
+        "free_on_device",
+        "free_consumed",
+        _re(
+            r"Free memory on device \((?P<free>{N})/(?P<total>{N}) GiB\) on startup\. Desired GPU memory "
+            r"utilization is "
+            r"\((?P<u>{N}), (?P<req>{N}) GiB\)\. Actual usage is (?P<consumed>{N}) GiB for consumed memory "
+            r"\(weights \+ "
+            r"non-torch\), (?P<act>{N}) GiB for peak activation, and (?P<cg>{N}) GiB for CUDAGraph memory\."
+        ),
+    ),
     ("model_loading", "model_loading", _re(r"Model loading took (?P<gib>{N}) GiB")),
     ("graph_capturing", "graph_capturing", _re(r"Graph capturing finished in {N} secs?\.?,? took (?P<gib>{N}) GiB")),
-    ("encoder_cache", "encoder_cache", _re(r"Encoder cache will be initialized with a budget of (?P<tokens>{N}) tokens")),
+    (
+        "encoder_cache",
+        "encoder_cache",
+        _re(r"Encoder cache will be initialized with a budget of (?P<tokens>{N}) tokens"),
+    ),
     ("", "padding_layers", _re(r"Add (?P<n>\d+) padding layers, may waste at most (?P<pct>{N})% KV cache memory")),
     ("", "attention_block", _re(r"Setting attention block size to (?P<n>\d+) tokens")),
     ("", "mamba_padding", _re(r"Padding mamba page size by (?P<pct>{N})%")),
     ("", "num_gpu_blocks_config", _re(r"num_gpu_blocks is: (?P<n>\d+)")),
-    ("", "needed", _re(
-        r"To serve at least one request with the models's max seq len \((?P<len>\d+)\), \((?P<need>{N}) GiB KV cache is "
-        r"needed, which is larger than the available KV cache memory \((?P<avail>{N}) GiB\)\.(?: Based on the available "
-        r"memory, the estimated maximum model length is (?P<est>\d+)\.)?")),
+    (
+        "",
+        "needed",
+        _re(
+            r"To serve at least one request with the models's max seq len \((?P<len>\d+)\), \((?P<need>{N}) GiB KV "
+            r"cache is "
+            r"needed, which is larger than the available KV cache memory \((?P<avail>{N}) GiB\)\.(?: Based on the "
+            r"available "
+            r"memory, the estimated maximum model length is (?P<est>\d+)\.)?"
+        ),
+    ),
     ("", "no_memory", _re(r"No available memory for the cache blocks")),
     # --- V0 ---
     ("", "v0_blocks", _re(r"(?:# )?(?P<dev>GPU|CUDA|cuda|\w+) blocks: (?P<gpu>\d+)(?:, # CPU blocks: (?P<cpu>\d+))?")),
     ("v0_weights", "v0_weights", _re(r"Loading model weights took (?P<gib>{N}) GB")),
-    ("", "v0_results", _re(
-        r"Memory profiling results: total_gpu_memory=(?P<total>{N})GiB initial_memory_usage=(?P<init>{N})GiB "
-        r"peak_torch_memory=(?P<peak>{N})GiB memory_usage_post_profile=(?P<post>{N})GiB non_torch_memory=(?P<nt>{N})GiB "
-        r"kv_cache_size=(?P<kv>{N})GiB gpu_memory_utilization=(?P<u>{N})")),
-    ("", "v0_can_use", _re(
-        r"the current vLLM instance can use total_gpu_memory \((?P<total>{N})GiB\) x gpu_memory_utilization "
-        r"\((?P<u>{N})\) = (?P<req>{N})GiB")),
-    ("", "v0_terms", _re(
-        r"model weights take (?P<w>{N})GiB; non_torch_memory takes (?P<nt>{N})GiB; PyTorch activation peak memory "
-        r"takes (?P<act>{N})GiB; the rest of the memory reserved for KV Cache is (?P<kv>{N})GiB")),
+    (
+        "",
+        "v0_results",
+        _re(
+            r"Memory profiling results: total_gpu_memory=(?P<total>{N})GiB initial_memory_usage=(?P<init>{N})GiB "
+            r"peak_torch_memory=(?P<peak>{N})GiB memory_usage_post_profile=(?P<post>{N})GiB "
+            r"non_torch_memory=(?P<nt>{N})GiB "
+            r"kv_cache_size=(?P<kv>{N})GiB gpu_memory_utilization=(?P<u>{N})"
+        ),
+    ),
+    (
+        "",
+        "v0_can_use",
+        _re(
+            r"the current vLLM instance can use total_gpu_memory \((?P<total>{N})GiB\) x gpu_memory_utilization "
+            r"\((?P<u>{N})\) = (?P<req>{N})GiB"
+        ),
+    ),
+    (
+        "",
+        "v0_terms",
+        _re(
+            r"model weights take (?P<w>{N})GiB; non_torch_memory takes (?P<nt>{N})GiB; PyTorch activation peak memory "
+            r"takes (?P<act>{N})GiB; the rest of the memory reserved for KV Cache is (?P<kv>{N})GiB"
+        ),
+    ),
     # vLLM PR #10511's tabular form (one term per line)
     ("", "t_total", _re(r"^\s*total_gpu_memory\s+(?P<gib>{N})GiB")),
     ("", "t_util", _re(r"^\s*gpu_memory_utilization\s+(?P<u>{N})\s*$")),
@@ -96,12 +142,22 @@ LINES: list[tuple[str, str, re.Pattern]] = [
     ("", "t_nt", _re(r"^\s*non_torch_memory\s+(?P<gib>{N})GiB")),
     ("", "t_act", _re(r"^\s*PyTorch activation peak memory\s+(?P<gib>{N})GiB")),
     ("", "t_kv", _re(r"^\s*available_kv_cache_memory\s+(?P<gib>{N})GiB")),
-    ("", "v0_too_long", _re(
-        r"The model's max seq len \((?P<len>\d+)\) is larger than the maximum number of tokens that can be stored in "
-        r"KV cache \((?P<tokens>\d+)\)")),
+    (
+        "",
+        "v0_too_long",
+        _re(
+            r"The model's max seq len \((?P<len>\d+)\) is larger than the maximum number of tokens that can be "
+            r"stored in "
+            r"KV cache \((?P<tokens>\d+)\)"
+        ),
+    ),
     # --- settings, version, model ---
     ("", "server_version", _re(r"vLLM API server version (?P<v>[\w.+-]+)")),
-    ("", "config", _re(r"Initializing (?:a|an) (?:(?P<gen>V[01]) )?LLM engine(?: \(v(?P<v>[\w.+-]+)\))? with config: (?P<cfg>.*)")),
+    (
+        "",
+        "config",
+        _re(r"Initializing (?:a|an) (?:(?P<gen>V[01]) )?LLM engine(?: \(v(?P<v>[\w.+-]+)\))? with config: (?P<cfg>.*)"),
+    ),
     ("", "non_default", _re(r"non-default args: (?P<args>\{.*)")),
     ("", "chunked", _re(r"Chunked prefill is enabled with max_num_batched_tokens=(?P<n>\d+)")),
     ("", "load_model", _re(r"Starting to load model (?P<m>\S+?)(?:\.\.\.)?$")),
@@ -111,12 +167,35 @@ LINES: list[tuple[str, str, re.Pattern]] = [
 
 # settings the config line and the non-default args state, by vLLM's names
 SETTING_KEYS = (
-    "model", "tensor_parallel_size", "pipeline_parallel_size", "max_model_len", "gpu_memory_utilization",
-    "max_num_batched_tokens", "max_num_seqs", "kv_cache_dtype", "dtype", "quantization", "block_size",
-    "enable_prefix_caching", "enable_chunked_prefill", "enforce_eager", "swap_space", "kv_cache_memory_bytes",
-    "num_gpu_blocks_override", "enable_expert_parallel", "data_parallel_size", "speculative_config",
-    "disable_custom_all_reduce", "limit_mm_per_prompt", "trust_remote_code", "cpu_offload_gb", "max_seq_len",
-    "kv_cache_memory", "distributed_executor_backend", "load_format", "attention_backend",
+    "model",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "max_model_len",
+    "gpu_memory_utilization",
+    "max_num_batched_tokens",
+    "max_num_seqs",
+    "kv_cache_dtype",
+    "dtype",
+    "quantization",
+    "block_size",
+    "enable_prefix_caching",
+    "enable_chunked_prefill",
+    "enforce_eager",
+    "swap_space",
+    "kv_cache_memory_bytes",
+    "num_gpu_blocks_override",
+    "enable_expert_parallel",
+    "data_parallel_size",
+    "speculative_config",
+    "disable_custom_all_reduce",
+    "limit_mm_per_prompt",
+    "trust_remote_code",
+    "cpu_offload_gb",
+    "max_seq_len",
+    "kv_cache_memory",
+    "distributed_executor_backend",
+    "load_format",
+    "attention_backend",
 )
 PLAN_SETTINGS = ("tensor_parallel_size", "max_model_len", "kv_cache_dtype", "gpu_memory_utilization")
 
@@ -134,7 +213,9 @@ def _dict_pairs(text: str) -> dict:
     if isinstance(whole, dict):
         return whole
     out = {}
-    for m in re.finditer(r"'(\w+)': ('[^']*'|\"[^\"]*\"|-?\d+(?:\.\d+)?|True|False|None|\{[^{}]*\}|\[[^\[\]]*\])", text):
+    for m in re.finditer(
+        r"'(\w+)': ('[^']*'|\"[^\"]*\"|-?\d+(?:\.\d+)?|True|False|None|\{[^{}]*\}|\[[^\[\]]*\])", text
+    ):
         v = _literal(m.group(2))
         if v is not None or m.group(2) == "None":
             out.setdefault(m.group(1), v)
@@ -149,7 +230,7 @@ def _config_pairs(text: str) -> dict:
         if raw.startswith("'"):
             val = raw.strip("'")
         elif raw.startswith("torch."):
-            val = raw[len("torch."):]
+            val = raw[len("torch.") :]
         else:
             val = _literal(raw)
             if val is None and raw not in ("None",):
@@ -263,8 +344,11 @@ def format_range(r: LogReading, kinds: set[str], texts: dict[str, str]) -> tuple
         return None, ""
     if "kv_one_line" in kinds:
         dev = texts.get("kv_one_line_dev", "GPU")
-        return ("0.30.0", "format: '<device> KV cache size' on one line (0.30+)") if dev != "GPU" else (
-            "0.28.0", "format: 'GPU KV cache size … Maximum concurrency' on one line (0.28+)")
+        return (
+            ("0.30.0", "format: '<device> KV cache size' on one line (0.30+)")
+            if dev != "GPU"
+            else ("0.28.0", "format: 'GPU KV cache size … Maximum concurrency' on one line (0.28+)")
+        )
     rounded = texts.get("rounded_gib")
     if "free_consumed" in kinds:
         return "0.27.0", "format: 'Actual usage is … for consumed memory' (0.27+)"
@@ -310,7 +394,7 @@ def parse(lines: list[str]) -> LogReading:
             v1 = True  # V1's engine-core process and its workers (v1/engine/core.py)
         pm = PREFIX.search(line)
         hit = False
-        for key, kind, pat in LINES:
+        for _key, kind, pat in LINES:
             m = pat.search(line)
             if not m:
                 continue
@@ -353,7 +437,7 @@ def parse(lines: list[str]) -> LogReading:
                     r.put("non_torch_gib", num(g["nt"]))
                 else:
                     r.put("consumed_gib", num(g["consumed"]))
-                rest = line[m.end():]
+                rest = line[m.end() :]
                 sugg = re.findall(r"--kv-cache-memory=(\d+)", rest)
                 if len(sugg) == 2:
                     r.put("kv_cache_memory_fit_bytes", int(sugg[0]))
