@@ -176,7 +176,7 @@ def compare(
     model: str = typer.Argument(..., help=MODEL_HELP),
     seq: str = typer.Option(..., "--seq", "-s", help="Tokens per request (128k = 131072)."),
     batch: int = typer.Option(1, "--batch", "-b", min=1, help="Concurrent requests."),
-    kv_dtype: str = typer.Option("auto", "--kv-dtype", help="KV dtype (auto = model dtype)."),
+    kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype", help="KV dtype (default auto = model dtype)."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """MHA vs the model vs MQA: the same geometry with H_kv = H_q, the model's H_kv, and H_kv = 1."""
@@ -216,19 +216,28 @@ def gpus(
 
 @app.command()
 def fit(
-    model: str = typer.Argument(..., help=MODEL_HELP),
-    gpu: str = typer.Option(
-        ...,
+    model: Optional[str] = typer.Argument(None, help=MODEL_HELP + " With --from-log: the log's model unless given."),
+    gpu: Optional[str] = typer.Option(
+        None,
         "--gpu",
         "-g",
-        help="Catalog GPU (h100, h200, a100-80gb, l4, mi300x, ...) or a size: 80GB, 80GiB, 81559MiB.",
+        help="Catalog GPU (h100, h200, a100-80gb, l4, mi300x, ...) or a size: 80GB, 80GiB, 81559MiB (required "
+        "without --from-log).",
     ),
-    tp: int = typer.Option(1, "--tp", help="tensor_parallel_size."),
-    pp: int = typer.Option(1, "--pp", help="pipeline_parallel_size (layers split into stages)."),
+    from_log: Optional[str] = typer.Option(
+        None,
+        "--from-log",
+        help="An engine's start-up log (vLLM, SGLang, TensorRT-LLM, llama.cpp): reproduce its figures and plan the "
+        "other flags as what-ifs on its KV budget (docs/from-log.md).",
+    ),
+    tp: Optional[int] = typer.Option(None, "--tp", help="tensor_parallel_size (default 1)."),
+    pp: Optional[int] = typer.Option(
+        None, "--pp", help="pipeline_parallel_size (layers split into stages; default 1)."
+    ),
     max_model_len: Optional[str] = typer.Option(
         None, "--max-model-len", help="Tokens per request (default: the model's max context). 32k = 32768."
     ),
-    kv_dtype: str = typer.Option("auto", "--kv-dtype", help="KV dtype (auto = model dtype)."),
+    kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype", help="KV dtype (default auto = model dtype)."),
     weights_dtype: Optional[str] = typer.Option(
         None,
         "--weights-dtype",
@@ -344,10 +353,40 @@ def fit(
     --mbu, --mfu: see kvplan.perf)."""
     from kvplan import api, render
     from kvplan import fit as fitmod
-    from kvplan.errors import DoesNotFit
+    from kvplan.errors import DoesNotFit, UsageError
     from kvplan.gpus import get_gpu
     from kvplan.units import parse_bytes, parse_tokens
 
+    if from_log is not None:
+        not_with = [flag for flag, v in (
+            ("--kv-cache-memory", kv_cache_memory), ("--activation-gib", activation_gib),
+            ("--overhead-gib", overhead_gib),
+            ("--weights-gib", weights_gib), ("--speculative-model", speculative_model), ("--concurrency", concurrency),
+            ("--context", context), ("--prompt-len", prompt_len), ("--mbu", mbu), ("--mfu", mfu),
+        ) if v is not None]  # fmt: skip
+        if shared_prefix not in ("0", 0) or num_speculative_tokens or num_mtp_layers:
+            not_with.append("--shared-prefix / --num-speculative-tokens / --num-mtp-layers")
+        if not_with:
+            raise UsageError(
+                f"{not_with[0]}: not with --from-log (the KV budget and the fixed memory come from the log); the "
+                "what-ifs it takes: --max-model-len, --kv-dtype, --max-num-seqs, --tp, --gpu-memory-utilization, "
+                "--max-num-batched-tokens, --block-size"
+            )
+        _fit_from_log(
+            from_log, model, gpu, json_out, tp=tp, pp=pp,
+            max_model_len=None if max_model_len is None else parse_tokens(max_model_len, "--max-model-len"),
+            kv_dtype=kv_dtype, max_num_seqs=max_num_seqs, gpu_memory_utilization=gpu_memory_utilization,
+            max_num_batched_tokens=max_num_batched_tokens, block_size=block_size, engine_version=engine_version,
+            weights_dtype=weights_dtype,
+        )  # fmt: skip
+        return
+    if model is None:
+        raise UsageError("MODEL: missing; give a model (see 'kvplan models'), or an engine's log with --from-log FILE")
+    if gpu is None:
+        raise UsageError("--gpu: missing; give a catalog GPU (h100, l4, ...) or a size (80GiB), or --from-log FILE")
+    tp = 1 if tp is None else tp
+    pp = 1 if pp is None else pp
+    kv_dtype = "auto" if kv_dtype is None else kv_dtype
     spec = _load_model(model)
     opts = api.fit_options(
         engine=engine, tp=tp, pp=pp, max_model_len=max_model_len, kv_dtype=kv_dtype, weights_dtype=weights_dtype,
@@ -402,6 +441,18 @@ def fit(
         render.fit_table(result, render.console(), shown)
 
 
+def _fit_from_log(path: str, model: str | None, gpu: str | None, json_out: bool, **given) -> None:
+    """``kvplan fit [MODEL] --from-log FILE``: read the log, reproduce its figures, plan the what-ifs."""
+    from kvplan import fromlog, render
+
+    spec = None if model is None else _load_model(model)
+    rep = fromlog.reproduce(fromlog.read_log_file(path), model=spec, given=given, source=path, gpu=gpu)
+    if json_out:
+        render.print_json(render.from_log_json(rep))
+    else:
+        render.from_log_table(rep, render.console())
+
+
 # --- fleet --------------------------------------------------------------------------------------
 
 
@@ -439,7 +490,7 @@ def fleet(
     max_num_seqs: Optional[int] = typer.Option(
         None, "--max-num-seqs", help="Cap on running requests per replica (vLLM max_num_seqs; TRT-LLM max_batch_size)."
     ),
-    kv_dtype: str = typer.Option("auto", "--kv-dtype", help="KV dtype (auto = model dtype)."),
+    kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype", help="KV dtype (default auto = model dtype)."),
     weights_dtype: Optional[str] = typer.Option(None, "--weights-dtype", help="Weights dtype (default: model dtype)."),
     weights_gib: Optional[str] = typer.Option(
         None, "--weights-gib", help="Weights per GPU (GiB, or a size with unit), instead of param_count; one --tp."

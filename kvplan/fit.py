@@ -107,6 +107,9 @@ class FitResult:
             per GPU); ``parallel_flags`` are the engine's flags for it.
         load_notes: what the engine changes to load the checkpoint at this layout (vLLM's refined FP8 block
             scales), one line each.
+        kv_tokens_rule: how the engine's "GPU KV cache size" is counted: ``concurrency`` (``int(max_concurrency ×
+            max_model_len)``), ``groups`` (``num_blocks // len(groups) × block_size``), ``blocks`` (``num_blocks ×
+            block_size``), "" (no such figure).
     """
 
     model: str
@@ -170,6 +173,7 @@ class FitResult:
     moe_tensor_parallel_size: int = 0
     parallel_flags: str = ""
     load_notes: tuple = ()
+    kv_tokens_rule: str = ""
 
     @property
     def fits(self) -> bool:

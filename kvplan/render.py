@@ -579,7 +579,7 @@ def fit_lines(r) -> list[str]:
         out.extend(llamacpp_lines(r))
     elif r.engine == "vllm":
         settings = [f"max_num_batched_tokens {r.max_num_batched_tokens:,}", f"max_num_seqs {r.max_num_seqs:,}"]
-        if r.engine_version != "0.11" and r.engine_version != "0.6":
+        if r.kv_cache_groups:
             settings += [
                 "async scheduling" if r.async_scheduling else "no async scheduling",
                 f"{fmt_tokens(r.max_in_flight_tokens)} in flight",
@@ -611,7 +611,14 @@ def fit_lines(r) -> list[str]:
                 f"One request of {fmt_tokens(r.max_model_len)} takes {plural(r.blocks_per_request, 'block')}{null}"
             )
         out.append(f"Engine log: {r.engine_log}")
-        if r.kv_cache_groups:
+        if r.kv_cache_groups and r.kv_tokens_rule == "groups" and len(r.kv_cache_groups) > 1:
+            out.append(
+                f'  "GPU KV cache size" is num_blocks // {plural(len(r.kv_cache_groups), "group")} × block_size '
+                f"(vLLM {r.engine_version} kv_cache_utils.py): one group's tokens, a token counted in every layer"
+            )
+        elif r.kv_cache_groups and r.kv_tokens_rule == "groups":
+            out.append('  "GPU KV cache size" is num_blocks × block_size (one KV cache group)')
+        elif r.kv_cache_groups:
             out.append(
                 '  "GPU KV cache size" is int(max concurrency × max_model_len) (vLLM kv_cache_utils.py '
                 "get_kv_cache_capacity): requests' worth of max_model_len, not the tokens of context that fit "
@@ -691,7 +698,7 @@ def budget_note(r) -> str:
         f"The KV budget is modelled ({fmt_gib_range(r.kv_budget_low_bytes, r.kv_budget_high_bytes)}: each modelled "
         f"term at the extremes measured on public {r.engine} logs, docs/budget-validation.md): {reqs} requests of "
         f"{fmt_tokens(r.max_model_len)} over that range. Exact: give the engine's printed budget with "
-        "--kv-cache-memory."
+        "--kv-cache-memory, or its start-up log with --from-log."
     )
 
 
@@ -1293,3 +1300,148 @@ def verify_table(r, con) -> None:
     )
     con.print(f"attention transient peak: {r.transient_peak_bytes:,} B ({fmt_mib(r.transient_peak_bytes)})")
     con.print(f"verify: {'OK' if r.ok else 'MISMATCH'} ({r.seconds:.1f} s)")
+
+
+# --- fit --from-log -----------------------------------------------------------------------------------------
+
+_MARKS = {"reproduced": "✓ reproduced", "differs": "✗ differs", "budget": "= the budget", "input": "setting",
+          "read": "read", "not modelled": "not modelled"}  # fmt: skip
+_ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM", "llamacpp": "llama.cpp"}
+
+
+def _cell(x) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, bool):
+        return str(x)
+    if isinstance(x, int):
+        return f"{x:,}"
+    if isinstance(x, float):
+        return f"{x:g}"
+    if isinstance(x, (list, tuple)):
+        return ", ".join(_cell(v) for v in x)
+    return str(x)
+
+
+def _setting_value(key: str, value) -> str:
+    if key == "kv_dtype" and value is None:
+        return "auto"
+    return _cell(value)
+
+
+def from_log_header(rep) -> list[str]:
+    """What kvplan read from the log: engine and version, model, GPU, settings (each with where it came from),
+    and the KV budget."""
+    r = rep.reading
+    name = _ENGINE_NAMES.get(r.engine, r.engine)
+    gen = f" {r.generation.upper()} engine," if r.generation else ""
+    version = f" {r.version}" if r.version else ""
+    how = f" ({r.version_source})" if r.version_source else " (version not in the log)"
+    lines = [f"{rep.source}: {name}{version} start-up log,{gen} {r.matched:,} of {r.lines:,} lines read{how}"]
+    lines.append(f"  model:    {rep.spec.name} ({rep.model_source})")
+    gpu = rep.gpu.name if rep.gpu.vendor != "custom" else "a GPU of"
+    lines.append(f"  GPU:      {gpu} {fmt_gib(rep.gpu.cuda_total_bytes)} ({rep.gpu_source})")
+    shown = []
+    for key, (value, where) in rep.settings.items():
+        if key in ("swap_space",):
+            continue
+        if key == "engine_version" and where.startswith("log ("):
+            where = "the log's version"
+        shown.append(f"{key} {_setting_value(key, value)} ({where})")
+    lines.append("  settings: " + "; ".join(shown))
+    res = rep.result
+    asked = res.engine_version_asked
+    for_asked = f" (for {asked})" if asked and asked != res.engine_version else ""
+    lines.append(f"  rules:    {res.engine_rules}{for_asked}")
+    gib = fmt_gib(max(rep.budget_bytes, 0))
+    lines.append(f"  KV budget per GPU: {rep.budget_bytes:,} B = {gib}, from {rep.budget_source}")
+    for note in rep.notes:
+        lines.append(f"  note: {note}")
+    return lines
+
+
+def from_log_table(rep, con) -> None:
+    """Print a reproduced log: what was read, every printed figure beside kvplan's, kvplan's plan on the
+    log's budget, and the what-if plan when what-if flags were given."""
+    from rich.table import Table
+    from rich.text import Text
+
+    for line in from_log_header(rep):
+        con.print(line, highlight=False, markup=False)
+    t = Table(title="The engine's figures and kvplan's", title_justify="left")
+    for col, just in (("figure", "left"), ("engine printed", "right"), ("kvplan", "right"), ("", "left"),
+                      ("how", "left")):  # fmt: skip
+        t.add_column(col, justify=just, no_wrap=col != "how")
+    order = {"differs": 0, "reproduced": 1, "budget": 2, "input": 3, "not modelled": 4, "read": 5}
+    for f in sorted(rep.figures, key=lambda f: order.get(f.status, 9)):
+        t.add_row(*(Text(x) for x in (f.label, _cell(f.printed), _cell(f.kvplan), _MARKS.get(f.status, f.status),
+                                      f.how)))  # fmt: skip
+    con.print(t)
+    computed = [f for f in rep.figures if f.status in ("reproduced", "differs")]
+    n_ok = sum(f.status == "reproduced" for f in computed)
+    read = sum(f.status == "read" for f in rep.figures)
+    summary = f"Reproduced {n_ok} of the {plural(len(computed), 'figure')} kvplan computes"
+    extra = []
+    if any(f.status == "budget" for f in rep.figures):
+        extra.append("the budget was taken from one more")
+    if read:
+        extra.append(f"{plural(read, 'figure')} the engine measured, shown as read")
+    con.print(summary + (f" ({'; '.join(extra)})" if extra else "") + ".", highlight=False, markup=False)
+    con.print(f"kvplan's plan on this budget ({fmt_gib(max(rep.budget_bytes, 0))} per GPU):", highlight=False)
+    for line in fit_lines(rep.result):
+        con.print(f"  {line}", highlight=False, markup=False)
+    if rep.what_if is not None:
+        changes = ", ".join(f"{_flag(k)} {_setting_value(k, new)} (the log: {_setting_value(k, old)})"
+                            for k, old, new in rep.what_if_changes)  # fmt: skip
+        con.print(f"What if {changes}: KV budget {fmt_gib(rep.what_if_budget)} per GPU", highlight=False,
+                  markup=False)  # fmt: skip
+        for note in rep.what_if_notes:
+            con.print(f"  note: {note}", highlight=False, markup=False)
+        for line in fit_lines(rep.what_if):
+            con.print(f"  {line}", highlight=False, markup=False)
+
+
+def _flag(key: str) -> str:
+    from kvplan.fromlog import FLAG_NAMES
+
+    return FLAG_NAMES.get(key, key)
+
+
+def from_log_json(rep) -> dict[str, Any]:
+    """JSON of a reproduced log: the reading, the settings (value and source), the budget, every figure beside
+    kvplan's, kvplan's plan on the budget (:func:`fit_json`) and the what-if plan (or null)."""
+    r = rep.reading
+    d: dict[str, Any] = {
+        "source": rep.source,
+        "engine": r.engine,
+        "generation": r.generation,
+        "version": r.version,
+        "version_source": r.version_source,
+        "model": rep.spec.name,
+        "model_source": rep.model_source,
+        "gpu": rep.gpu.name,
+        "gpu_total_bytes": rep.gpu.cuda_total_bytes,
+        "gpu_source": rep.gpu_source,
+        "settings": {k: {"value": v, "from": w} for k, (v, w) in rep.settings.items()},
+        "budget_bytes": rep.budget_bytes,
+        "budget_range": list(rep.budget_range),
+        "budget_source": rep.budget_source,
+        "figures": [to_jsonable(f) for f in rep.figures],
+        "reproduced": sum(f.status == "reproduced" for f in rep.figures),
+        "differs": sum(f.status == "differs" for f in rep.figures),
+        "notes": list(rep.notes),
+        "plan": fit_json(rep.result),
+        "what_if": None,
+        "reading": {"printed": r.printed, "per_worker": r.per_worker, "settings": r.settings, "model_id": r.model_id,
+                    "missing": r.missing, "lines": r.lines, "matched": r.matched},  # fmt: skip
+    }
+    if rep.what_if is not None:
+        d["what_if"] = {
+            "changes": [
+                {"setting": k, "flag": _flag(k), "log": old, "new": new} for k, old, new in rep.what_if_changes
+            ],
+            "budget_bytes": rep.what_if_budget,
+            "notes": list(rep.what_if_notes),
+            "plan": fit_json(rep.what_if),
+        }
+    return d

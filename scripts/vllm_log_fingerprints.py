@@ -38,6 +38,7 @@ MESSAGES: dict[str, tuple[str, str]] = {
     "model_loading": ("v1/worker/gpu_model_runner.py", r'"Model loading took|"Loading model weights took'),
     "encoder_cache": ("v1/worker/gpu_model_runner.py", r'"Encoder cache will be initialized with a'),
     "kv_cache_size": ("v1/core/kv_cache_utils.py", r'"(%s|GPU) KV cache size: |"# GPU blocks: '),
+    "kv_concurrency": ("v1/core/kv_cache_utils.py", r'"Maximum concurrency for %s tokens per request'),
     "v0_memory_profiling": ("worker/worker.py", r'"Memory profiling takes|"Memory profiling results'),
     "v0_blocks": ("executor/executor_base.py", r'"# %s blocks: %d'),
     "v0_blocks_gpu": ("executor/gpu_executor.py", r'"# GPU blocks: %d'),

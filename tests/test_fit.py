@@ -133,11 +133,12 @@ def test_vllm_sliding_window_blocks():
     assert r.max_in_flight_tokens == 16384 and r.padding_layers == 8
     assert r.blocks_per_request == 2048 + 6 * 1089
     assert r.kv_bytes_per_request == (2048 + 6 * 1089) * 1_310_720
-    # vLLM up to 0.11: every layer counted, sliding ones cdiv(min(1023 + 8192, 32768), 16) + 1 = 577 blocks
-    # full: 10 layers × 8,192 B = 81,920 B/token; sliding: 52 layers × 8,192 B = 425,984 B/token
-    expected = 81_920 * 32_768 + 425_984 * 577 * 16
+    # vLLM 0.11 (v1/core/kv_cache_utils.py): the same 7 groups and 8 padding layers, one batch of 8,192 tokens
+    # reserved by the sliding groups: cdiv(min(1023 + 8192, 32768), 16) + 1 = 577 blocks each (the corpus log
+    # vllm-file-9297248278, Gemma-3-27B on vLLM 0.11, is reproduced with these rules in tests/test_from_log.py)
     r = plan_fit(spec, get_gpu("h200"), FitOptions(max_model_len=32768, engine_version="0.11"))
-    assert r.kv_bytes_per_request == expected
+    assert (r.max_in_flight_tokens, r.padding_layers, r.null_block) == (8192, 8, False)
+    assert r.kv_bytes_per_request == (2048 + 6 * 577) * 1_310_720
     # a window kept as min(S, window) tokens, in 32-token blocks (SGLang's and TensorRT-LLM's rule for a window)
     plan = token_plan(spec, get_kv_dtype("bf16"), FitOptions(), 32, 32768, window_rule=window_as_blocks)
     assert plan.demand(32768) == (81_920 * 32_768 + 425_984 * 1024,)
@@ -445,7 +446,8 @@ def test_engine_version_and_flags_on_the_cli(cli):
     }
     assert runs["default"]["max_in_flight_tokens"] == 16384 and runs["sync"]["max_in_flight_tokens"] == 8192
     assert runs["default"]["padding_layers"] == 8 and runs["default"]["null_block"] is True
-    assert runs["old"]["engine_version"] == "0.11" and runs["old"]["kv_cache_groups"] == []
+    assert runs["old"]["engine_version"] == "0.11" and len(runs["old"]["kv_cache_groups"]) == 7
+    assert (runs["old"]["null_block"], runs["old"]["max_in_flight_tokens"]) == (False, 8192)
     assert len(runs["no-hma"]["kv_cache_groups"]) == 1  # every layer cached as full: one group of 62
     assert runs["sync"]["blocks_per_request"] < runs["default"]["blocks_per_request"]
     assert runs["no-hma"]["blocks_per_request"] == 2048
@@ -649,8 +651,9 @@ def test_capacity_labels_per_engine(cli):
     assert "vLLM's log" not in out and "counts a token in every layer" not in out
     code, out, _ = cli(*base, "--engine-version", "0.11")
     assert (
-        '  the log\'s "GPU KV cache size", num_blocks × block_size = 792,112 tokens, counts a token in every layer; '
-        "sliding-window, chunked and state layers hold less per request, so a request can be longer\n"
+        "Engine log: GPU KV cache size: 792,112 tokens, Maximum concurrency for 131,072 tokens per request: 11.36x\n"
+        '  "GPU KV cache size" is num_blocks // 2 groups × block_size (vLLM 0.11 kv_cache_utils.py): one group\'s '
+        "tokens, a token counted in every layer\n"
     ) in out
 
 
@@ -659,7 +662,7 @@ def test_engine_version_that_does_not_parse_is_refused(cli, engine):
     code, out, err = cli("fit", "llama3-8b", "--gpu", "h100", "--engine", engine, "--engine-version", "abc")
     assert (code, out, err.count("\n")) == (2, "", 1)
     sets = {
-        "vllm": "rule sets: 0.33, 0.11, 0.6",
+        "vllm": "rule sets: 0.33, 0.29, 0.26, 0.20.2, 0.11, 0.9, 0.6",
         "sglang": "SGLang rule sets: 0.5.23",
         "trtllm": "rule sets: 1.2, 1.0",
         "llamacpp": "llama.cpp rule sets: one (llama-kv-cache)",
@@ -686,12 +689,12 @@ def test_engine_version_names_the_rule_set_used(cli):
     assert code == 0
     assert err == (
         "kvplan: warning: --engine-version 0.5 is older than the oldest vLLM rule set kvplan has; applying 0.6 "
-        "(vLLM V0 engine (calibration logs vllm-01, vllm-17))\n"
+        "(vLLM V0 engine and V1 0.7-0.8 (one pool per layer, concurrency = blocks x block size / max_model_len))\n"
     )
     assert "vLLM 0.6 rules (for --engine-version 0.5): " in out
     d = json.loads(cli(*base, "--engine-version", "0.20.1", "--json")[1])
     assert (d["engine_version"], d["engine_version_asked"]) == ("0.11", "0.20.1")
-    assert d["engine_rules"].startswith("vLLM V1 up to 0.11")
+    assert d["engine_rules"].startswith("vLLM V1 0.11-0.20.1")
     code, out, err = cli(*base, "--engine-version", "0.11.0rc1")  # release candidates parse
     assert code == 0 and err == "" and "vLLM 0.11 rules (for --engine-version 0.11.0rc1): " in out
     # one rule set: any version that parses; the output names the set

@@ -356,6 +356,8 @@ class TokenPlan(CachePlan):
         blocks_rule: ``rule(budget, bytes_per_token, block, xp) -> blocks`` of the pool, or None for
             ``budget // bytes per block``.
         pool_is_blocks: requests are counted against the blocks allocated (TensorRT-LLM), not the budget.
+        concurrency_rule: ``rule(num_blocks, block_size, seq, xp)`` -> the engine's "Maximum concurrency",
+            or None for the pool's bytes over one request's (vLLM's V0 engine: blocks × block_size / seq).
     """
 
     stages: tuple = ()
@@ -368,6 +370,7 @@ class TokenPlan(CachePlan):
     pool_is_blocks: bool = False
     extras: dict = field(default_factory=dict)
     log: Any = None  # log(measures, seq, pools) -> str
+    concurrency_rule: Any = None
 
     @property
     def kv_bytes_per_token(self) -> int:  # type: ignore[override]
@@ -429,6 +432,8 @@ class TokenPlan(CachePlan):
         (shared,) = self.prefix(shared_prefix, xp)
         unique = per_request - shared
         concurrency = xp.where(unique > 0, xp.maximum(pool - shared, 0) / xp.maximum(unique, 1), 0.0)
+        if self.concurrency_rule is not None:
+            concurrency = self.concurrency_rule(num_blocks, self.block_size, seq, xp)
         return dict(
             num_blocks=num_blocks,
             kv_bytes_per_request=per_request,

@@ -975,3 +975,38 @@ def older_than_oldest(version: str | None) -> bool:
 
 
 ENGINE = LlamacppEngine()
+
+
+# --- what the start-up log prints (kvplan fit --from-log) ---------------------------------------------------
+
+
+def cache_bytes_per_cell(spec: ModelSpec, type_k, type_v, swa: bool | None = None) -> tuple[int, int, int]:
+    """(layers, K bytes, V bytes) one cell costs across the layers of one cache: llama.cpp's ``size = …
+    MiB (C cells, L layers, …), K (type): a MiB, V (type): b MiB`` is ``C ×`` these
+    (``llama-kv-cache.cpp``: a K row of ``n_embd_k_gqa = kv_heads × head_dim`` elements per layer in
+    ``type_k``, a V row of ``kv_heads × v_head_dim`` in ``type_v``). ``swa``: only the sliding-window layers
+    (True), only the others (False), every layer (None, no separate SWA cache). Layers split over devices
+    are counted on every device together (no TP in llama.cpp)."""
+    n = k = v = 0
+    for layer in spec.layers:
+        if layer.num_kv_heads is None or layer.kind not in ("full", "sliding", "chunked"):
+            continue
+        is_swa = layer.kind in ("sliding", "chunked")
+        if swa is not None and is_swa != swa:
+            continue
+        h = layer.num_kv_heads
+        n += 1
+        k += type_k.row_bytes(h * layer.head_dim, h)
+        v += type_v.row_bytes(h * layer.v_head_dim, h)
+    return n, k, v
+
+
+def swa_cells(n_ctx: int, n_swa: int, n_seq: int, n_ubatch: int, flash_attn: bool, swa_full: bool) -> int:
+    """Cells of the sliding-window cache of the builds of mid-2025 (b6000–b6200, the corpus's llama.cpp logs):
+    ``n_ctx`` with ``--swa-full``, else ``min(n_ctx, GGML_PAD(n_swa × n_seq + n_ubatch, n_pad))`` with
+    ``n_pad`` 256 under flash attention and 32 without (``llama-kv-cache-unified-iswa.cpp``,
+    ``llama_kv_cache_unified::get_padding``; the later commit of ``../shared/reference`` pads to 256 always)."""
+    if swa_full:
+        return n_ctx
+    pad = 256 if flash_attn else 32
+    return min(n_ctx, -(-(n_swa * n_seq + n_ubatch) // pad) * pad)

@@ -360,3 +360,36 @@ class SglangEngine(EngineRules):
 
 
 ENGINE = SglangEngine()
+
+
+# --- what the start-up log prints (kvplan fit --from-log) ---------------------------------------------------
+
+
+def kv_bytes_per_token(spec: ModelSpec, kv_dtype, tp: int) -> tuple[int, int, int]:
+    """(K, V, MLA latent) bytes one token costs on one TP rank across the model's layers, as SGLang's pools
+    hold them: ``MHATokenToKVPool`` K and V buffers of ``kv_heads_per_rank × head_dim`` per layer (its log:
+    ``K size: X GB, V size: Y GB`` = tokens × these / 2^30), ``MLATokenToKVPool`` one latent of
+    ``kv_lora_rank + qk_rope_head_dim`` per layer on every rank (``KV size``)."""
+    from kvplan.calc import kv_heads_per_rank
+    from kvplan.specs import KV_HEAD_KINDS
+
+    k = v = latent = 0
+    for layer in spec.layers:
+        if layer.kind in KV_HEAD_KINDS:
+            h = kv_heads_per_rank(layer.num_kv_heads, tp)
+            k += kv_dtype.row_bytes(h * layer.head_dim, h)
+            v += kv_dtype.row_bytes(h * layer.v_head_dim, h)
+        elif layer.kind == "mla":
+            latent += kv_dtype.row_bytes(layer.mla.latent_dim, 1)
+    return k, v, latent
+
+
+def max_running_requests(max_total_num_tokens: int, context_len: int) -> int:
+    """The ``max_running_requests`` SGLang prints without ``--max-running-requests``: the request pool's
+    ``min(max(int(tokens / context_len × 512), 2048), 4096)`` requests (``model_runner.py`` ``max_num_reqs``),
+    plus the pool's one extra slot (``ReqToTokenPool(size=max_num_reqs + 1)``; the scheduler prints the pool's
+    size: 2049 in the corpus logs sglang-04 and sglang-llms-in-clouds-qwq32b)."""
+    return min(max(int(max_total_num_tokens / context_len * 512), 2048), 4096) + 1
+
+
+DEFAULT_MAX_PREFILL_TOKENS = 16384  # srt/server_args.py ServerArgs.max_prefill_tokens

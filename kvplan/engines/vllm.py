@@ -1,6 +1,9 @@
 """vLLM's KV-cache sizing rules, by version: what ``kvplan fit --engine vllm [--engine-version V]`` applies.
 
-Rule sets (``--engine-version`` picks the newest set not newer than the version given):
+Rule sets (``--engine-version`` picks the newest set not newer than the version given). Each set's rules were
+read in vLLM's source at the releases named (``pip download --no-deps vllm==X``, the wheel's ``.py`` files;
+``v1/core/kv_cache_utils.py`` unless another file is named); ``kvplan fit --from-log`` reproduces the
+figures of real start-up logs of each range with them (``tests/test_from_log.py``):
 
 ==========  ==============================================================================================
 ``0.33``    (default) vLLM 0.33.0, mirrored function by function below and checked exactly against vLLM's
@@ -8,15 +11,35 @@ Rule sets (``--engine-version`` picks the newest set not newer than the version 
             groups with padding layers, a null block held back, async scheduling (2 batches in flight),
             "GPU KV cache size" = ``int(max_concurrency × max_model_len)``, Mamba page alignment, the
             Hopper backends' block sizes, per-GPU batch defaults.
-``0.11``    kvplan's rules before 0.33 support, which reproduce V1 logs up to 0.11 (calibration case
-            vllm-06): one pool counted per layer, synchronous scheduling, no null block, "GPU KV cache
-            size" = blocks × block_size, 16-token blocks, 8,192 batched tokens.
-``0.6``     the V0 engine (calibration cases vllm-01, vllm-17): the same KV rules as ``0.11``.
+``0.29``    0.29–0.32: as 0.33 for the KV cache (the null block reserved before the fit check,
+            ``0.29.0 kv_cache_utils.py:975, 2316``; in-flight batches, ``config/vllm.py
+            max_in_flight_tokens``); the batch defaults of 0.28–0.32 (no GB10 exception).
+``0.26``    0.26–0.28: no null block reserved; sliding and chunked layers reserve every in-flight batch
+            (``0.26.0 v1/kv_cache_interface.py SlidingWindowSpec`` takes ``max_in_flight_tokens``).
+``0.20.2``  0.20.2–0.25: "GPU KV cache size" = ``int(max_concurrency × max_model_len)``
+            (``0.20.2 kv_cache_utils.py:1706``, ``0.22.1 :1731``); windowed layers reserve one batch of
+            ``max_num_batched_tokens`` (``0.20.2 v1/kv_cache_interface.py:435``); no null block.
+``0.11``    0.11.0–0.20.1: KV cache groups of ``layers[i::n]`` (``0.11.0 kv_cache_utils.py:998``), one
+            pool of ``available // page // group_size`` blocks (``get_num_blocks``), "GPU KV cache size"
+            = ``num_blocks // len(groups) × min block size`` (``0.11.0 :1080``, ``0.19.1 :1302``, ``0.20.0
+            :1694``), "Maximum concurrency" = ``num_blocks / cdiv(Σ max_memory_usage, page)``
+            (``get_max_concurrency_for_kv_cache_config``, ``0.11.0 :780``), one batch reserved by windowed
+            layers, no null block, synchronous scheduling.
+``0.9``     0.9–0.10: the same counts (``0.10.2 kv_cache_utils.py:856`` uniform, ``:1026`` hybrid: ``num_blocks
+            // len(grouped_layers) × min_block_size``; concurrency ``:768``); groups of consecutive layers.
+``0.6``     the V0 engine (any release; its rules did not change) and V1 0.7–0.8: one pool counted per
+            layer, ``num_gpu_blocks = int(available // block_bytes)``, "Maximum concurrency" = ``num_gpu_blocks
+            × block_size / max_model_len`` (V0 ``0.7.3 executor/executor_base.py:114``, V1 ``0.8.5
+            kv_cache_utils.py:636``), the longest request ``block_size × num_gpu_blocks`` (V0
+            ``worker/worker.py raise_if_cache_size_invalid``), CPU blocks ``int(swap_space // block_bytes)``.
 ==========  ==============================================================================================
 
-Versions between 0.11 and 0.33 are not modelled separately: kvplan applies the 0.11 set and says so
-("vLLM 0.11 rules (for --engine-version 0.20)"). A version older than 0.6 gets the 0.6 set with a warning
-(:func:`older_than_oldest`); a value that is not a version number is an error listing the rule sets.
+Batch defaults (``max_num_batched_tokens`` / ``max_num_seqs``, :func:`batch_defaults_at`) follow the release
+asked, not the set: 0.8 ``≥ 70 GiB: 8,192 / 1,024`` (``0.8.5 engine/arg_utils.py:1596``), 0.9+ A100 excepted
+(``0.9.2 :1629``), 0.28+ ``≥ 160 GiB: 16,384 / 1,024`` (``0.29.0 :2698``), 0.33 GB10 excepted.
+
+A version older than 0.6 gets the 0.6 set with a warning (:func:`older_than_oldest`); a value that is not a
+version number is an error listing the rule sets.
 
 Hardware: block sizes follow the backends vLLM picks on a Hopper GPU (SM 9.0: H100, H200, H20, GH200)
 unless a rule names another family; a GPU given by size is taken as Hopper-class.
@@ -67,8 +90,16 @@ class VllmRules:
         log_from_concurrency: "GPU KV cache size" = ``int(max_concurrency × max_model_len)``
             (``get_kv_cache_capacity``); else blocks × block_size.
         batch_defaults_per_gpu: ``max_num_batched_tokens`` / ``max_num_seqs`` from the GPU's memory
-            (``EngineArgs.get_batch_defaults``); else 8,192 / 256.
+            (``EngineArgs.get_batch_defaults``, :func:`batch_defaults_at`); else 8,192 / 256.
         description: one line for the output.
+        tokens_per_group: "GPU KV cache size" = ``num_blocks // len(groups) × min block size`` (0.9–0.20.1)
+            rather than blocks × block_size.
+        in_flight_async: windowed layers reserve every in-flight batch (``max_in_flight_tokens``, 0.26+);
+            else one batch of ``max_num_batched_tokens``.
+        concurrency_from_tokens: "Maximum concurrency" = ``num_blocks × block_size / max_model_len`` and the
+            pool counted in whole blocks (V0, V1 0.7–0.8).
+        full_rules: the set is exact for the whole of its range (speculative decoding and the planning
+            details of 0.33 are modelled only under ``0.33``).
     """
 
     version: str
@@ -78,12 +109,28 @@ class VllmRules:
     log_from_concurrency: bool
     batch_defaults_per_gpu: bool
     description: str
+    tokens_per_group: bool = False
+    in_flight_async: bool = True
+    concurrency_from_tokens: bool = False
+    full_rules: bool = False
 
 
 RULE_SETS = (
-    VllmRules("0.33", True, True, True, True, True, "vLLM 0.33.0 (checked against its planning functions)"),
-    VllmRules("0.11", False, False, False, False, False, "vLLM V1 up to 0.11 (calibration log vllm-06)"),
-    VllmRules("0.6", False, False, False, False, False, "vLLM V0 engine (calibration logs vllm-01, vllm-17)"),
+    VllmRules("0.33", True, True, True, True, True, "vLLM 0.33.0 (checked against its planning functions)",
+              full_rules=True),
+    VllmRules("0.29", True, True, True, True, True, "vLLM 0.29-0.32 (null block reserved, in-flight batches)"),
+    VllmRules("0.26", True, False, True, True, True, "vLLM 0.26-0.28 (in-flight batches, no null block)"),
+    VllmRules("0.20.2", True, False, True, True, True,
+              "vLLM 0.20.2-0.25 (GPU KV cache size from the concurrency, one batch in flight)", in_flight_async=False),
+    VllmRules("0.11", True, False, False, False, True,
+              "vLLM V1 0.11-0.20.1 (KV cache groups, GPU KV cache size = blocks // groups x block size)",
+              tokens_per_group=True, in_flight_async=False),
+    VllmRules("0.9", True, False, False, False, True,
+              "vLLM V1 0.9-0.10 (KV cache groups, GPU KV cache size = blocks // groups x block size)",
+              tokens_per_group=True, in_flight_async=False),
+    VllmRules("0.6", False, False, False, False, False,
+              "vLLM V0 engine and V1 0.7-0.8 (one pool per layer, concurrency = blocks x block size / max_model_len)",
+              in_flight_async=False, concurrency_from_tokens=True),
 )
 LATEST = RULE_SETS[0]
 OLD_DEFAULT_BATCHED_TOKENS = 8192
@@ -135,21 +182,32 @@ def batch_defaults(cuda_total_bytes: int, gpu_name: str) -> tuple[int, int]:
 def version_batch_defaults(
     version: str | None, cuda_total_bytes: int, gpu_name: str, max_model_len: int
 ) -> tuple[int, int]:
-    """(max_num_batched_tokens, max_num_seqs) a version of vLLM's OpenAI server defaults to on this GPU.
+    """(max_num_batched_tokens, max_num_seqs) the OpenAI server of vLLM ``version`` defaults to on this GPU
+    (None: 0.33, :func:`batch_defaults`).
 
-    0.30+ (and no version): :func:`batch_defaults`. V1 0.8–0.29 (``engine/arg_utils.py`` default table): a GPU
-    of at least 70 GiB: 8,192 / 1,024, except an A100 from 0.9 (``0.9.2 engine/arg_utils.py:1631-1653``);
-    otherwise 2,048 / 256 (``0.8.5 engine/arg_utils.py:1596-1621``). V0 (before 0.8): the scheduler's
-    ``max(max_model_len, 2048)`` tokens without chunked prefill (``0.5.5 config.py:909``), 2,048 with it (on for
-    max_model_len > 32,768, ``0.6.3 engine/arg_utils.py:936-952``); 256 sequences.
+    V1 0.8: a GPU of at least 70 GiB 8,192 / 1,024, else 2,048 / 256 (``0.8.5 engine/arg_utils.py:1596``);
+    0.9–0.27: an A100 takes the small defaults (``0.9.2 engine/arg_utils.py:1629``); 0.28–0.32: at least
+    160 GiB 16,384 / 1,024 (``0.29.0 engine/arg_utils.py:2698``; absent in 0.27.0); 0.33: :func:`batch_defaults`
+    (a GB10 takes the small ones too). V0 (before 0.8): the scheduler's ``max(max_model_len, 2048)`` tokens
+    without chunked prefill (``0.5.5 config.py:909``), 2,048 with it (on for max_model_len > 32,768,
+    ``0.6.3 engine/arg_utils.py:936-952``); 256 sequences.
     """
-    v = parse_version(version) if version is not None else None
-    if v is None or v >= (0, 30, 0):
+    v = parse_version(version) if version else None
+    if v is None or v >= (0, 33, 0):
         return batch_defaults(cuda_total_bytes, gpu_name)
     if v < (0, 8, 0):
         return (2048 if max_model_len > 32768 else max(max_model_len, 2048)), OLD_DEFAULT_MAX_NUM_SEQS
-    big = cuda_total_bytes >= 70 * GIB and not (v >= (0, 9, 0) and "a100" in gpu_name.lower())
-    return (8192, 1024) if big else (2048, 256)
+    a100 = "a100" in gpu_name.lower()
+    if v >= (0, 28, 0) and cuda_total_bytes >= 160 * GIB:
+        return 16384, 1024
+    if cuda_total_bytes >= 70 * GIB and (v < (0, 9, 0) or not a100):
+        return 8192, 1024
+    return 2048, 256
+
+
+def batch_defaults_at(version: str | None, cuda_total_bytes: int, gpu_name: str) -> tuple[int, int]:
+    """:func:`version_batch_defaults` of a V1 release (its batched tokens do not depend on max_model_len)."""
+    return version_batch_defaults(version, cuda_total_bytes, gpu_name, 0)
 
 
 def in_flight_tokens(max_num_batched_tokens: int, pipeline_parallel_size: int, async_scheduling: bool) -> int:
@@ -805,6 +863,19 @@ def default_prefix_caching(spec: ModelSpec) -> bool:
     return any(x.kind in (*KV_HEAD_KINDS, "mla") for x in spec.layers)
 
 
+def default_prefix_caching_at(spec: ModelSpec, version: str | None) -> bool:
+    """Prefix caching by default at vLLM ``version`` (None: 0.33, :func:`default_prefix_caching`): before 0.26
+    off for hybrid models (attention + state layers: "Hybrid models do not support prefix caching since the
+    feature is still experimental", ``0.25.1 config/model.py:1885``; on from ``0.26.0 config/model.py:1896``),
+    so their Mamba layers keep one page and no prefill-checkpoint alignment."""
+    from kvplan.engines import parse_version
+
+    v = parse_version(version) if version else None
+    if v is not None and v < (0, 26, 0) and any(x.state is not None for x in spec.layers):
+        return False
+    return default_prefix_caching(spec)
+
+
 def log_line(kv_cache_tokens: int, max_model_len: int, max_concurrency: float) -> str:
     """The start-up log line (vLLM ``kv_cache_utils.py update_kv_cache_capacity``)."""
     return (
@@ -890,6 +961,8 @@ class GroupPlan(CachePlan):
         concurrency = xp.where(per_request > 0, num_blocks / xp.maximum(per_request, 1), 0.0)
         if self.rules.log_from_concurrency:
             tokens = xp.to_int(concurrency * seq)
+        elif self.rules.tokens_per_group and self.layout.groups:  # min_block_size over the groups
+            tokens = num_blocks // len(self.layout.groups) * self.reported_block_size(seq, xp)
         else:
             tokens = num_blocks * self.layout.block_size
         return dict(
@@ -906,11 +979,45 @@ class GroupPlan(CachePlan):
             dict(kind=g.kind, layers=len(g.layers), block_size=g.block_size, page_bytes=g.page_bytes)
             for g in self.layout.groups
         )
+        tokens_rule = "concurrency" if self.rules.log_from_concurrency else (
+            "groups" if self.rules.tokens_per_group else "blocks")
         return dict(self.extras, kv_cache_groups=groups, padding_layers=self.layout.padding_layers,
-                    null_block=self.rules.null_block, max_in_flight_tokens=self.in_flight)  # fmt: skip
+                    null_block=self.rules.null_block, max_in_flight_tokens=self.in_flight,
+                    kv_tokens_rule=tokens_rule)  # fmt: skip
 
     def log_line(self, measures: dict, seq: int, pools: tuple) -> str:
         return log_line(measures["kv_capacity_tokens"], seq, measures["max_concurrency"])
+
+
+def v0_concurrency(num_blocks, block_size: int, seq, xp=PY):
+    """"Maximum concurrency" of the V0 engine and of V1 0.7–0.8: ``num_gpu_blocks × block_size / max_model_len``
+    (``0.7.3 executor/executor_base.py:114``; ``0.8.5 v1/core/kv_cache_utils.py:636`` ``num_tokens /
+    max_model_len``)."""
+    return num_blocks * block_size / seq
+
+
+def cpu_blocks(swap_space_bytes: int, bytes_per_block: int) -> int:
+    """"# CPU blocks" of the V0 engine: ``int(swap_space_bytes // cache_block_size)`` per worker (``0.5.5
+    worker/worker.py determine_num_available_blocks``; ``swap_space`` 4 GiB by default, ``config.py
+    CacheConfig``)."""
+    return swap_space_bytes // bytes_per_block if bytes_per_block else 0
+
+
+def estimate_max_model_len(needed, available: int, max_model_len: int) -> int:
+    """The "estimated maximum model length" of vLLM's not-enough-memory error: the largest length L ≤
+    max_model_len with ``needed(L) ≤ available`` by binary search, 0 when not even 1 fits (``0.15.1
+    v1/core/kv_cache_utils.py:655 estimate_max_model_len``; ``needed`` sums every layer's
+    ``max_memory_usage_bytes``)."""
+    if needed(1) > available:
+        return 0
+    lo, hi, result = 1, max_model_len, 1
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        if needed(mid) <= available:
+            result, lo = mid, mid + 1
+        else:
+            hi = mid - 1
+    return result
 
 
 def legacy_window_tokens(kind: str, window: int, seq, block: int, xp=PY, in_flight: int = 0):
@@ -1076,7 +1183,9 @@ class VllmEngine(EngineRules):
         else:
             seqs = gpu_seqs
         asynch = rules.async_scheduling if opts.async_scheduling is None else opts.async_scheduling
-        prefix = default_prefix_caching(spec) if opts.enable_prefix_caching is None else opts.enable_prefix_caching
+        prefix = opts.enable_prefix_caching
+        if prefix is None:
+            prefix = default_prefix_caching_at(spec, opts.engine_version)
         hma = opts.hybrid_kv_cache_manager
         if hma is None:
             hma = default_hybrid_kv_cache_manager(spec, opts.num_mtp_layers, opts.speculative_model)
@@ -1092,7 +1201,7 @@ class VllmEngine(EngineRules):
 
     def check(self, spec: ModelSpec, opts: FitOptions, settings: Settings) -> None:
         self.check_kinds(spec)
-        check_speculative(spec, opts, settings.rules.kv_cache_groups)
+        check_speculative(spec, opts, settings.rules.full_rules)
 
     def parallel(self, spec: ModelSpec, opts: FitOptions) -> Parallel:
         return parallel(spec, opts)
@@ -1195,15 +1304,21 @@ class VllmEngine(EngineRules):
                     )
                 return log_line(m["kv_capacity_tokens"], seq, m["max_concurrency"])
 
-            extras = dict(common, max_in_flight_tokens=mnbt, async_scheduling=False, hybrid_kv_cache_manager=False)
+            extras = dict(common, max_in_flight_tokens=mnbt, async_scheduling=False, hybrid_kv_cache_manager=False,
+                          kv_tokens_rule="blocks")
+            whole = rules.concurrency_from_tokens
             return token_plan(spec, kv_dtype, opts, settings.block_size, max_len, window_rule=window,
-                              windows_full=opts.swa_full, in_flight=mnbt, extras=extras, log=log)  # fmt: skip
+                              windows_full=opts.swa_full, in_flight=mnbt, extras=extras, log=log,
+                              pool_is_blocks=whole, concurrency_rule=v0_concurrency if whole else None)  # fmt: skip
         layout = build_layout(
             spec, kv_dtype, tp, pp, max_len, settings.block_size, x["prefix_caching"], x["hybrid_kv_cache_manager"],
             x["family"], opts.pp_layer_partition, opts.num_speculative_tokens, opts.speculative_model,
             opts.num_mtp_layers,
         )  # fmt: skip
-        in_flight = in_flight_tokens(settings.max_num_batched_tokens, pp, x["async_scheduling"])
+        if rules.in_flight_async:
+            in_flight = in_flight_tokens(settings.max_num_batched_tokens, pp, x["async_scheduling"])
+        else:  # before 0.26 the windowed specs reserve one batch of max_num_batched_tokens
+            in_flight = settings.max_num_batched_tokens
         stages = pp_ranges(spec.num_layers, pp, opts.pp_layer_partition)
         worst = max(range(pp), key=lambda i: layout.bytes_per_block[i]) if layout.groups else 0
         sparse = is_sparse_mla(spec)

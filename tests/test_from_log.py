@@ -1,0 +1,368 @@
+"""``kvplan fit --from-log``: an engine's start-up log as the input (issue 15, item 4).
+
+The corpus (tests/fixtures/engine_logs/*.yaml) holds 100 real start-up logs with the figures each printed
+(``printed``, extracted by hand). Three layers of tests:
+
+1. the reader (kvplan.logs) on every entry: each hand-extracted figure is read with its value, the engine
+   and (vLLM) its generation are found, the settings it reads agree with the entry's;
+2. the reproduction (kvplan.fromlog) on every entry: no printed figure kvplan computes differs from the
+   engine's, every printed figure is accounted for (reproduced, the budget, a setting, measured by the engine
+   and shown as read, or named as not modelled), and the entries that cannot be reproduced are listed in
+   NOT_REPRODUCED with the reason (an entry there that reproduces fails: the table cannot go stale);
+3. round trips through the CLI, one per engine (vLLM V0, vLLM V1, SGLang, TensorRT-LLM, llama.cpp): the
+   printed figures come back exactly (to the printed rounding), what-ifs are planned on the log's budget,
+   and a log kvplan cannot read gets one line naming what is missing (exit 2).
+
+The expected values are the engines' own printed figures (the corpus), never kvplan's arithmetic.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kvplan.errors import UsageError
+from kvplan.fromlog import BUDGET, DIFFERS, REPRODUCED, reproduce
+from kvplan.logs import read_log
+from kvplan.logs.vllm_fingerprints import FINGERPRINTS
+
+ROOT = Path(__file__).resolve().parent.parent
+LOGS = ROOT / "tests" / "fixtures" / "engine_logs"
+ENTRIES = {p.stem: yaml.safe_load(p.read_text(encoding="utf-8")) for p in sorted(LOGS.glob("*.yaml"))}
+IDS = sorted(ENTRIES)
+
+# corpus keys that name the same line differently in two entries (the reader uses the first name)
+ALIASES = {"init_dist_mem_usage_gb": "init_mem_usage_gb", "compute_buffer_host_mib": "host_compute_buffer_mib"}
+
+# Entries without a model_ref whose model has the same attention geometry as a model kvplan has (the user's
+# MODEL argument); each reason says why the geometry is the same.
+MODEL_FOR = {
+    "vllm-17": ("llama2-13b", "CodeLlama-13B: Llama-2-13B's geometry (40 layers, 40 KV heads x 128)"),
+    "vllm-vllm-2136-a": ("llama2-13b", "CodeLlama-13B, as vllm-17"),
+    "vllm-vllm-2136-b": ("llama2-13b", "CodeLlama-13B, as vllm-17"),
+    "vllm-vllm-5248": ("llama2-7b", "deepseek-coder-6.7b: 32 layers, 32 KV heads x 128, as Llama-2-7B"),
+    "vllm-vllm-13061": ("qwen2.5-14b", "DeepSeek-R1-Distill-Qwen-14B is a Qwen2.5-14B"),
+    "vllm-qwen3-16": ("llama2-7b", "Qwen1.5-7B: 32 layers, 32 KV heads x 128, as Llama-2-7B"),
+    "vllm-vllm-16570": ("qwen2.5-72b", "Qwen2.5-VL-72B's language model is Qwen2.5-72B's geometry"),
+    "vllm-gpustack-1800": ("tests/fixtures/hf_configs/qwen2.5-vl-7b.json", "Qwen2.5-VL-7B's config"),
+    "sglang-sglang-15909": (
+        "qwen3-30b-a3b",
+        "Qwen3-Omni-30B-A3B's thinker: Qwen3-30B-A3B's geometry (48 layers, 4 KV heads x 128; its K size checks it)",
+    ),
+    "sglang-sglang-18039": ("tests/fixtures/hf_configs/mimo-v2-flash.json", "MiMo-V2-Flash's config"),
+    "trtllm-trtllm-2268": ("llama2-7b", "Qwen1.5-7B-sft: 32 layers, 32 KV heads x 128, as Llama-2-7B"),
+}
+# settings the quoted lines do not state, given as flags (as a user would), with where the entry has them
+FLAGS_FOR = {
+    "trtllm-trtllm-2268": ({"block_size": 64}, "TensorRT engines of 0.13 use 64-token blocks (the source's build)"),
+    "trtllm-02": ({"kv_dtype": "fp8"}, "kv_cache_dtype fp8 in the issue's config"),
+    "sglang-llms-in-clouds-qwq32b": ({"gpu_memory_utilization": 0.85}, "mem_fraction_static 0.85 in its command"),
+}
+
+NO_MODEL = "no model kvplan has: the log names none it can load and the corpus gives no model_ref"
+NO_KV = "a partial log: no KV-cache figure in the quoted lines"
+NOT_REPRODUCED = {
+    "llamacpp-file-14162148190": NO_MODEL + " (Qwen3-1.7B GGUF)",
+    "llamacpp-llama.cpp-11200": NO_MODEL,
+    "llamacpp-ollama-3158": NO_MODEL + " (general.name 'cognitivecomputations')",
+    "llamacpp-ollama-9068": NO_MODEL,
+    "sglang-sglang-11716": NO_MODEL,
+    "sglang-sglang-4048": NO_KV + " (an input-length error)",
+    "sglang-sglang-7691": NO_KV + " (a profiled pool of -561981 tokens)",
+    "sglang-sglang-11309-main": "SGLang's DeepSeek-V3.2 NSA cache (fp8 latent with scales + indexer keys) is not "
+    "kvplan's MLA latent: KV size 54.52 GB is 40,021 B per token, kvplan 70,272",
+    "sglang-sglang-11309-pr": "as sglang-sglang-11309-main",
+    "sglang-sglang-18039": "SGLang's MiMo-V2-Flash pools (full and SWA layers of different geometry) are not modelled",
+    "trtllm-trtllm-1188": NO_MODEL + " (qwen2.5-coder-0.5B)",
+    "trtllm-trtllm-1400": NO_MODEL,
+    "trtllm-trtllm-docs-memory": NO_MODEL,
+    "trtllm-trtllm-224": "TensorRT-LLM of 2023 allocated 10,718 tokens, not whole 16- or 32-token blocks: kvplan's "
+    "TensorRT-LLM rules are 1.0's",
+    "vllm-club-3090-1086": NO_MODEL,
+    "vllm-club-3090-294": NO_MODEL + " (qwen3.6-27b)",
+    "vllm-club-3090-295": NO_MODEL + " (qwen3.6-27b)",
+    "vllm-club-3090-46": NO_MODEL,
+    "vllm-club-3090-612": NO_MODEL + " (qwen3.6-35b-a3b)",
+    "vllm-club-3090-652": NO_MODEL + " (qwen3.6-35b-a3b)",
+    "vllm-file-62301781910": NO_MODEL + " (Qwen3-VL-2B)",
+    "vllm-lmcache-1739": NO_MODEL + " (Qwen3-14B)",
+    "vllm-vllm-10511-tp2": NO_KV + " (the KV line of the TP2 run is not quoted)",
+    "vllm-vllm-12126": NO_MODEL + " (Llama-3.2-11B-Vision)",
+    "vllm-vllm-14447": NO_MODEL,
+    "vllm-vllm-15766": NO_MODEL + " (a Gemma 3 of unknown size)",
+    "vllm-vllm-17238": NO_KV + " (only 'No available memory for the cache blocks')",
+    "vllm-vllm-19029-main": NO_MODEL + " (starcoder2-3b)",
+    "vllm-vllm-19029-pr": NO_MODEL + " (starcoder2-3b)",
+    "vllm-vllm-25350-a": NO_MODEL,
+    "vllm-vllm-25350-b": NO_MODEL,
+    "vllm-vllm-29796-a": NO_MODEL + " (Olmo-3-7B)",
+    "vllm-vllm-29796-b": NO_MODEL + " (Olmo-3-7B)",
+    "vllm-vllm-33155": NO_KV + " (only the weights)",
+    "vllm-vllm-33263": NO_MODEL + " (Qwen3-1.7B)",
+    "vllm-vllm-6746": NO_KV + " (only the weights)",
+    "vllm-vllm-21348": "Available KV cache memory 8.11 GiB and GPU KV cache size 178,880 tokens x 48,128 B = 8.02 GiB "
+    "disagree by 1.1%: the issue quotes one line of each, likely from different TP workers "
+    "(their budgets differ by their non-torch memory), with LMCache's connector loaded",
+}
+
+
+def _model(entry_id: str):
+    e = ENTRIES[entry_id]
+    ref = e["model_ref"] or MODEL_FOR.get(entry_id, (None,))[0]
+    if ref and ref.startswith("tests/"):
+        return str(ROOT / ref)
+    return ref
+
+
+def _reproduce(entry_id: str):
+    e = ENTRIES[entry_id]
+    flags = FLAGS_FOR.get(entry_id, ({},))[0]
+    return reproduce("\n".join(e["lines"]), model=_model(entry_id), given=flags, source=entry_id)
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, float) or isinstance(b, float):
+        return isinstance(a, (int, float)) and isinstance(b, (int, float)) and math.isclose(a, b, abs_tol=1e-9)
+    return a == b
+
+
+# --- 1. the reader ------------------------------------------------------------------------------------------
+
+
+def test_fingerprints_are_the_fixtures():
+    fixture = yaml.safe_load((ROOT / "tests" / "fixtures" / "vllm_budget_rules.yaml").read_text())["fingerprints"]
+    assert FINGERPRINTS == {v: {k: s.split(" ")[0] for k, s in calls.items()} for v, calls in fixture.items()}
+
+
+@pytest.mark.parametrize("entry_id", IDS)
+def test_reading_has_every_printed_figure(entry_id):
+    e = ENTRIES[entry_id]
+    r = read_log("\n".join(e["lines"]))
+    assert r.engine == e["engine"]
+    if e["engine"] == "vllm":
+        assert r.generation == e["engine_generation"]
+    for key, value in e["printed"].items():
+        got = r.printed.get(ALIASES.get(key, key), "not read")
+        assert _same(got, value), f"{key}: read {got!r}, the entry has {value!r}"
+    for key, value in r.settings.items():  # what the reader states, the entry (from the same source) agrees with
+        if key in e["settings"]:
+            assert _same(value, e["settings"][key]) or repr(value) == e["settings"][key], key
+    # a setting a plan needs and the lines do not state is named as missing
+    plan_keys = {"vllm": ("max_model_len", "gpu_memory_utilization", "kv_cache_dtype"), "sglang": ("tp_size",),
+                 "trtllm": ("max_seq_len",), "llamacpp": ()}[e["engine"]]  # fmt: skip
+    for key in plan_keys:
+        assert key in r.settings or key in r.missing, key
+    assert (r.model_id is None) == ("model" in r.missing)
+
+
+def test_reading_the_version_from_line_prefixes():
+    # vLLM prints [file.py:LINE] of each logger call: the lines name the release
+    r = read_log("\n".join(ENTRIES["vllm-file-9009555428"]["lines"]))
+    assert (r.version, r.versions) == ("0.11.0", ("0.11.0",)) and r.version_source.startswith("fingerprint:")
+    # a development build between releases: the nearest release by line numbers (0.20.1rc1.dev16 per the issue)
+    r = read_log("\n".join(ENTRIES["vllm-club-3090-46"]["lines"]))
+    assert r.version == "0.20.0" and "nearest by line numbers" in r.version_source
+    # printed versions win
+    r = read_log("\n".join(ENTRIES["vllm-brendanmckeag-sglang-vllm-benchmark"]["lines"]))
+    assert (r.version, r.model_id, r.tp) == ("0.9.1", "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", 1)
+
+
+def test_reading_keeps_every_worker():
+    r = read_log("\n".join(ENTRIES["vllm-file-38962983769"]["lines"]))
+    assert r.per_worker["kv_tokens"] == [238208, 237344]
+    assert r.per_worker["max_concurrency"] == [7.27, 7.24]
+    assert r.printed["num_gpu_blocks"] == 14834  # the engine's cache config: the minimum
+
+
+# --- 2. every corpus entry ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("entry_id", IDS)
+def test_entry_reproduces(entry_id):
+    if entry_id in NOT_REPRODUCED:
+        try:
+            rep = _reproduce(entry_id)
+        except UsageError:
+            return
+        statuses = {f.status for f in rep.figures}
+        assert DIFFERS in statuses or REPRODUCED not in statuses, (
+            f"{entry_id} reproduces now: drop it from NOT_REPRODUCED ({NOT_REPRODUCED[entry_id]})"
+        )
+        return
+    rep = _reproduce(entry_id)
+    wrong = [f"{f.key}: engine {f.printed}, kvplan {f.kvplan} ({f.how})" for f in rep.figures if f.status == DIFFERS]
+    assert not wrong, wrong
+    assert any(f.status in (REPRODUCED, BUDGET) for f in rep.figures)
+    shown = {f.key for f in rep.figures} | {f.key.removesuffix("_terms") for f in rep.figures}
+    unaccounted = [k for k in ENTRIES[entry_id]["printed"] if ALIASES.get(k, k) not in shown]
+    assert not unaccounted, f"printed figures not shown: {unaccounted}"
+
+
+def test_not_reproduced_table_names_corpus_entries():
+    assert set(NOT_REPRODUCED) <= set(ENTRIES) and set(MODEL_FOR) <= set(ENTRIES) and set(FLAGS_FOR) <= set(ENTRIES)
+    for entry_id in MODEL_FOR:
+        assert ENTRIES[entry_id]["model_ref"] is None, f"{entry_id} has a model_ref: MODEL_FOR is stale"
+
+
+def test_counts_per_engine():
+    # the report's counts: entries reproduced with at least one figure checked, by engine
+    checked = {}
+    for entry_id in IDS:
+        if entry_id in NOT_REPRODUCED:
+            continue
+        rep = _reproduce(entry_id)
+        if any(f.status == REPRODUCED for f in rep.figures):
+            checked[ENTRIES[entry_id]["engine"]] = checked.get(ENTRIES[entry_id]["engine"], 0) + 1
+    assert checked == {"vllm": 35, "sglang": 5, "trtllm": 4, "llamacpp": 6}
+
+
+# --- 3. round trips through the CLI, one per engine ---------------------------------------------------------
+
+
+def _log(tmp_path, entry_id) -> str:
+    p = tmp_path / f"{entry_id}.log"
+    p.write_text("\n".join(ENTRIES[entry_id]["lines"]) + "\n", encoding="utf-8")
+    return str(p)
+
+
+def _json(cli, *args):
+    code, out, err = cli(*args, "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    return d, {f["key"]: f for f in d["figures"]}
+
+
+def test_round_trip_vllm_v1_exact_bytes(cli, tmp_path):
+    # Qwen3-Next-80B on 2 x H200, vLLM 0.10.2: the budget is printed in bytes; every KV figure comes back
+    d, f = _json(cli, "fit", "qwen3-next-80b-a3b", "--from-log", _log(tmp_path, "vllm-file-7292846353"))
+    assert d["budget_bytes"] == 47_878_721_024 and d["version"] == "0.10.2" and d["settings"]["tp"]["value"] == 2
+    assert (f["kv_tokens"]["kvplan"], f["kv_tokens"]["status"]) == (973_760, "reproduced")
+    assert f["max_concurrency"]["kvplan"] == 14.77 and f["block_size"]["kvplan"] == 544
+    assert f["mamba_page_padding_pct"]["kvplan"] == 1.49 and f["available_kv_gib"]["kvplan"] == 44.59
+    assert d["reproduced"] == 7 and d["differs"] == 0
+
+
+def test_round_trip_vllm_v1_workers_and_tp_what_if(cli, tmp_path):
+    # Qwen3-235B FP8 on 8 x L40S, vLLM 0.10.2: one GPU KV cache size line per worker, the minimum allocated
+    log = _log(tmp_path, "vllm-file-38962983769")
+    d, f = _json(cli, "fit", "qwen3-235b-a22b", "--from-log", log)
+    assert f["kv_tokens"]["kvplan"] == 238_208 and f["num_gpu_blocks"]["kvplan"] == 14_834
+    assert f["max_concurrency"]["kvplan"] == ["7.27", "7.24"]
+    assert d["settings"]["tp"]["value"] == 8  # the weights the log prints (27.72 GiB per GPU) pick TP 8
+    # --tp 4 re-splits the weights: 2 x 27.72 GiB per GPU leaves nothing of the 39.98 GiB requested
+    d, _ = _json(cli, "fit", "qwen3-235b-a22b", "--from-log", log, "--tp", "4")
+    assert d["what_if"]["changes"] == [{"setting": "tp", "flag": "--tp", "log": 8, "new": 4}]
+    assert d["what_if"]["budget_bytes"] == 0 and d["what_if"]["plan"]["max_requests_by_memory"] == 0
+
+
+def test_round_trip_vllm_v1_max_model_len_what_if(cli, tmp_path):
+    # vllm-06 (0.28+ one-line format): 460,496 tokens, 3.51x at 131,072; at 65,536 the same pool holds twice the
+    # requests: 460,496 / 65,536 = 7.03
+    log = _log(tmp_path, "vllm-06")
+    d, f = _json(cli, "fit", "llama3.1-8b", "--from-log", log, "--max-model-len", "64k")
+    assert f["kv_tokens"]["kvplan"] == 460_496 and f["max_concurrency"]["kvplan"] == 3.51
+    assert f"{d['what_if']['plan']['max_concurrency']:.2f}" == f"{460_496 / 65_536:.2f}"
+    assert d["what_if"]["budget_bytes"] == d["budget_bytes"]
+
+
+def test_round_trip_vllm_v0(cli, tmp_path):
+    # vLLM V0 0.6.4, Llama-3.1-8B on an RTX 3090 at 29,000 tokens: blocks, CPU blocks, concurrency, the budget
+    d, f = _json(cli, "fit", "llama3.1-8b", "--from-log", _log(tmp_path, "vllm-vllm-10517-b"))
+    assert d["generation"] == "v0" and d["settings"]["engine_version"]["value"] == "0.6"
+    assert f["num_gpu_blocks"]["kvplan"] == 1478 and f["num_cpu_blocks"]["kvplan"] == 2048
+    assert f["max_concurrency"]["kvplan"] == 0.82 and f["kv_cache_size_gib"]["status"] == "reproduced"
+    assert f["kv_tokens"]["status"] == "budget" and d["differs"] == 0
+    # an FP8 KV cache on the same budget: a block is half the bytes, twice the blocks
+    d, _ = _json(cli, "fit", "llama3.1-8b", "--from-log", _log(tmp_path, "vllm-vllm-10517-b"), "--kv-dtype", "fp8")
+    assert d["what_if"]["plan"]["num_blocks"] == 2 * 1478
+
+
+def test_round_trip_vllm_max_num_seqs_what_if(cli, tmp_path):
+    # GPT-2 on vLLM 0.11: 589.34x at 1,024 tokens; --max-num-seqs 512 bounds the running requests
+    log = _log(tmp_path, "vllm-file-11223326262")
+    d, f = _json(cli, "fit", "gpt2", "--from-log", log, "--max-num-seqs", "512")
+    assert f["kv_tokens"]["kvplan"] == 603_488 and f["max_concurrency"]["kvplan"] == 589.34
+    plan = d["what_if"]["plan"]
+    assert plan["max_concurrent_requests"] == 512 and plan["max_requests_by_memory"] == 589
+
+
+def test_round_trip_sglang(cli, tmp_path):
+    # QwQ-32B on 4 x L4: K and V sizes, max_running_requests, and the token count from the memory figures
+    log = _log(tmp_path, "sglang-llms-in-clouds-qwq32b")
+    d, f = _json(cli, "fit", "qwen2.5-32b", "--from-log", log, "--gpu-memory-utilization", "0.85")
+    assert (f["k_size_gb"]["kvplan"], f["v_size_gb"]["kvplan"]) == (1.42, 1.42)
+    assert f["max_running_requests"]["kvplan"] == 2049 and f["context_len"]["kvplan"] == 131_072
+    assert f["max_total_num_tokens_memory"]["status"] == "reproduced"
+    assert d["settings"]["tp"]["value"] == 4 and d["differs"] == 0
+
+
+def test_round_trip_trtllm(cli, tmp_path):
+    # Llama-3.1-8B FP8 KV on an RTX 5090, TensorRT-LLM 0.19: blocks, tokens, GiB, and 0.9 x available
+    log = _log(tmp_path, "trtllm-02")
+    d, f = _json(cli, "fit", "llama3.1-8b", "--from-log", log, "--kv-dtype", "fp8")
+    assert f["num_blocks_primary"]["kvplan"] == 8219 and f["allocated_gib"]["kvplan"] == 16.05
+    assert f["num_blocks_primary_budget"]["status"] == "reproduced" and d["differs"] == 0
+
+
+def test_round_trip_llamacpp(cli, tmp_path):
+    # gpt-oss-20b on Ascend (CANN), llama.cpp: the full and the SWA caches, and the SWA cells (FA on: pad 256)
+    log = _log(tmp_path, "llamacpp-file-44321302313")
+    d, f = _json(cli, "fit", "gpt-oss-20b", "--from-log", log, "--kv-dtype", "q8_0")
+    assert (f["kv_size_mib"]["kvplan"], f["k_mib"]["kvplan"], f["swa_kv_size_mib"]["kvplan"]) == (3072, 1536, 18)
+    assert f["swa_kv_cells"]["kvplan"] == 768 and d["differs"] == 0
+    assert d["what_if"]["changes"][0]["new"] == "q8_0"
+
+
+def test_text_output_shows_both_figures(cli, tmp_path):
+    code, out, _ = cli("fit", "gemma3-27b", "--from-log", _log(tmp_path, "vllm-file-9297248278"))
+    assert code == 0
+    assert "vLLM 0.11.0 start-up log, V1 engine" in out
+    assert "GPU KV cache size (tokens)" in out and "205,696" in out and "50.05" in out
+    assert "Reproduced 5 of the 5 figures kvplan computes" in out
+
+
+# --- what a log kvplan cannot read gets ---------------------------------------------------------------------
+
+
+def test_not_a_log(cli, tmp_path):
+    p = tmp_path / "notes.txt"
+    p.write_text("hello\nworld\n")
+    code, out, err = cli("fit", "llama3-8b", "--from-log", str(p))
+    assert (code, out, err.count("\n")) == (2, "", 1)
+    assert err.startswith(f"kvplan: error: --from-log {p}: not a start-up log kvplan reads: no start-up line of vLLM")
+
+
+def test_log_without_kv_figure(cli, tmp_path):
+    code, out, err = cli("fit", "llama3.1-405b", "--from-log", _log(tmp_path, "vllm-vllm-6746"))
+    assert (code, out, err.count("\n")) == (2, "", 1)
+    assert "a vLLM log without a KV-cache figure: none of 'GPU KV cache size'" in err
+
+
+def test_log_without_model(cli, tmp_path):
+    code, out, err = cli("fit", "--from-log", _log(tmp_path, "vllm-vllm-2031-7b-main"))
+    assert (code, out, err.count("\n")) == (2, "", 1)
+    assert "the vLLM log does not name the model" in err and "kvplan fit MODEL --from-log FILE" in err
+
+
+def test_log_with_a_model_kvplan_cannot_load(cli, tmp_path):
+    code, _, err = cli("fit", "--from-log", _log(tmp_path, "vllm-club-3090-294"))
+    assert code == 2 and "names the model '~/.cache/huggingface/qwen3.6-27b-autoround-int4'" in err
+
+
+def test_model_from_the_log(cli, tmp_path):
+    # gpt-oss-120b's log names openai/gpt-oss-120b: the bundled model of that hf_repo
+    d, _ = _json(cli, "fit", "--from-log", _log(tmp_path, "vllm-dennislee22-120b-4gpu-080"))
+    assert d["model"] == "gpt-oss-120b" and d["differs"] == 0
+
+
+def test_missing_file_and_flags_not_taken(cli, tmp_path):
+    code, _, err = cli("fit", "--from-log", str(tmp_path / "none.log"))
+    assert code == 2 and err == f"kvplan: error: --from-log {tmp_path / 'none.log'}: no such file\n"
+    code, _, err = cli("fit", "llama3-8b", "--from-log", _log(tmp_path, "vllm-06"), "--kv-cache-memory", "10GiB")
+    assert code == 2 and err.startswith("kvplan: error: --kv-cache-memory: not with --from-log")
+    code, _, err = cli("fit", "llama3-8b")
+    assert code == 2 and err.startswith("kvplan: error: --gpu: missing")
