@@ -258,7 +258,7 @@ def test_newline_in_a_path_stays_one_line(cli):
 
 # --- weights: what each command says and takes when a spec has no param_count -----------------------
 
-CONFIG_8B = ROOT / "tests" / "fixtures" / "hf_configs" / "llama3.1-8b.json"  # a config.json: no parameter count
+CONFIG_8B = ROOT / "tests" / "fixtures" / "hf_configs" / "llama3.1-8b.json"  # a config.json (params counted)
 TOY = """\
 name: toy
 source: https://huggingface.co/org/toy/blob/main/config.json
@@ -326,11 +326,12 @@ def test_unknown_weights_messages_say_what_to_do_for_each_kind_of_model(cli, tmp
         f"kvplan: error: toy: {toy} gives no param_count, so weights are unknown; add param_count (total "
         "parameters) to that spec YAML, or give --weights-gib (weights per GPU)\n"
     )
-    # a config.json: it never has one
-    code, out, err = cli("fit", CONFIG_8B, "--gpu", "h100")
+    # a config.json of a family kvplan does not count (a hybrid) and no safetensors beside it
+    jamba = ROOT / "tests" / "fixtures" / "hf_configs" / "jamba-1.5-mini.json"
+    code, out, err = cli("fit", jamba, "--gpu", "h200")
     assert (code, out) == (2, "")
     assert err == (
-        "kvplan: error: llama3.1-8b: a config.json gives no parameter count and no safetensors weights were found "
+        "kvplan: error: jamba-1.5-mini: a config.json gives no parameter count and no safetensors weights were found "
         "with it (model.safetensors or model.safetensors.index.json), so weights are unknown; give --weights-gib "
         "(weights per GPU), or write a spec YAML with param_count\n"
     )

@@ -364,9 +364,12 @@ def test_suggests_bigger_gpu_at_bigger_tp():
 def test_given_budget_needs_no_param_count(tmp_path):
     p = tmp_path / "config.json"
     p.write_text((Path(__file__).parent / "fixtures/hf_configs/llama3.1-8b.json").read_text())
+    from dataclasses import replace
+
     from kvplan.loader import load_hf_config
 
-    r = plan_fit(load_hf_config(p), get_gpu("h100"), given_budget(GIB, max_model_len=4096))
+    spec = replace(load_hf_config(p), param_count=None, param_count_unquantized=0)  # a config never counted
+    r = plan_fit(spec, get_gpu("h100"), given_budget(GIB, max_model_len=4096))
     assert r.num_blocks == 512 and r.weights_bytes == 0
 
 

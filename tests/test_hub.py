@@ -17,6 +17,7 @@ from kvplan.readers import hub
 from .conftest import FIXTURES
 
 LLAMA31_8B = json.loads((FIXTURES / "hf_configs" / "llama3.1-8b.json").read_text())
+JAMBA = json.loads((FIXTURES / "hf_configs" / "jamba-1.5-mini.json").read_text())
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
@@ -230,11 +231,15 @@ def test_index_total_parameters_lets_weights_dtype_re_size_the_weights(cli, cach
         code, out, err = cli("fit", "acme/idx-params", "--gpu", "h100", *flag, "--json")
         assert code == 0, err
         r = json.loads(out)
-        assert (r["weights_bytes"], r["weights_dtype"]) == (8_030_261_248, "fp8")  # 1 B per parameter
+        # 1 B per parameter, but the embedding and the untied lm_head (2 x 128,256 x 4,096 = 1,050,673,152,
+        # counted from config.json) stay in bf16: vLLM's Fp8Config quantizes linear layers only
+        embedding = 2 * 128_256 * 4_096
+        assert (r["weights_bytes"], r["weights_dtype"]) == (8_030_261_248 + embedding, "fp8")
 
 
 def test_a_quantized_index_without_parameters_says_why_weights_dtype_cannot_apply(cli, cache):
-    config = {**LLAMA31_8B, "quantization_config": {"quant_method": "awq", "bits": 4}}
+    # Jamba (a hybrid): kvplan does not count its parameters from config.json (kvplan.readers.params)
+    config = {**JAMBA, "quantization_config": {"quant_method": "awq", "bits": 4}}
     index = {"metadata": {"total_size": 5_700_000_000}, "weight_map": {"a": "model-00001-of-00002.safetensors"}}
     files = {"config.json": json.dumps(config), "model.safetensors.index.json": json.dumps(index)}
     add_to_cache(cache, "acme/awq-idx", files)
@@ -246,6 +251,19 @@ def test_a_quantized_index_without_parameters_says_why_weights_dtype_cannot_appl
         "parameters, so --weights-dtype fp8 cannot re-size them; drop --weights-dtype, or give --weights-gib "
         "(weights per GPU)\n"
     )
+
+
+def test_a_quantized_index_of_a_counted_family_re_sizes_from_the_config_count(cli, cache):
+    # quantization_config changes bytes, not parameters: Llama-3.1-8B has 8,030,261,248 whatever the format
+    config = {**LLAMA31_8B, "quantization_config": {"quant_method": "awq", "bits": 4}}
+    index = {"metadata": {"total_size": 5_700_000_000}, "weight_map": {"a": "model-00001-of-00002.safetensors"}}
+    files = {"config.json": json.dumps(config), "model.safetensors.index.json": json.dumps(index)}
+    add_to_cache(cache, "acme/awq-idx8b", files)
+    spec = load_model("acme/awq-idx8b")
+    assert (spec.weights_bytes, spec.param_count) == (5_700_000_000, 8_030_261_248)
+    code, out, err = cli("fit", "acme/awq-idx8b", "--gpu", "h100", "--weights-dtype", "fp8", "--json")
+    assert code == 0, err
+    assert json.loads(out)["weights_bytes"] == 8_030_261_248 + 2 * 128_256 * 4_096  # embedding + lm_head bf16
 
 
 @pytest.mark.parametrize("shards_present", [True, False])
@@ -270,6 +288,7 @@ def test_a_local_checkpoint_folder_reads_its_safetensors(cli, tmp_path, shards_p
     for ref in (folder, folder / "config.json"):
         spec = load_model(str(ref))
         assert (spec.weights_bytes, spec.param_count) == expected
+        assert spec.param_count_unquantized == 0  # the config's embedding count is not of these toy tensors
     code, out, err = cli("fit", folder, "--gpu", "h100", "--json")
     assert code == 0, err
     assert json.loads(out)["weights_bytes"] == expected[0]
@@ -289,13 +308,25 @@ def test_packed_integer_weights_give_no_param_count(cache):
     packed = {"q.qweight": ("I32", [64, 8], 2048), "q.scales": ("F16", [4, 64], 512)}
     add_to_cache(cache, "acme/awq", {"config.json": json.dumps(LLAMA31_8B), "model.safetensors": safetensors(packed)})
     spec = load_model("acme/awq")
+    # the headers give bytes only; the parameters are the config's count (packing changes bytes, not weights)
+    assert (spec.weights_bytes, spec.param_count) == (2560, 8_030_261_248)
+    add_to_cache(cache, "acme/awq-jamba", {"config.json": json.dumps(JAMBA), "model.safetensors": safetensors(packed)})
+    spec = load_model("acme/awq-jamba")  # a family kvplan does not count: no parameters at all
     assert spec.weights_bytes == 2560 and spec.param_count is None
 
 
 def test_without_weights_fit_asks_for_weights_gib(cli, cache):
-    add_to_cache(cache, "acme/noweights", {"config.json": json.dumps(LLAMA31_8B)})
+    add_to_cache(cache, "acme/noweights", {"config.json": json.dumps(JAMBA)})
     code, out, err = cli("fit", "acme/noweights", "--gpu", "h100")
     assert code == 2 and "--weights-gib" in err
+
+
+def test_without_weights_a_counted_config_sizes_the_weights_from_its_parameters(cli, cache):
+    add_to_cache(cache, "acme/noweights8b", {"config.json": json.dumps(LLAMA31_8B)})
+    code, out, err = cli("fit", "acme/noweights8b", "--gpu", "h100", "--json")
+    assert code == 0, err
+    # Meta-Llama-3.1-8B's model.safetensors.index.json: total_size 16,060,522,496 = 2 B x 8,030,261,248
+    assert (json.loads(out)["weights_bytes"], json.loads(out)["weights_dtype"]) == (16_060_522_496, "bf16")
 
 
 # --- online (huggingface_hub's functions stood in for) --------------------------------------------

@@ -325,6 +325,19 @@ def _unquantized_dtype_bytes(config: Any) -> tuple[str, int] | None:
     return None
 
 
+def _quant_method(config: Any) -> str | None:
+    """``quantization_config.quant_method`` of a config.json (top level or ``text_config``), ``"set"`` when
+    the block has no method, None when the config has no quantization_config."""
+    if not isinstance(config, dict):
+        return None
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    block = config.get("quantization_config") or text.get("quantization_config")
+    if block is None:
+        return None
+    method = block.get("quant_method") if isinstance(block, dict) else None
+    return str(method)[:40] if method else "set"
+
+
 class CheckpointWeights(NamedTuple):
     """What a checkpoint's safetensors files tell of its weights.
 
@@ -348,10 +361,23 @@ def with_weights(spec, weights: CheckpointWeights | None, config: Any):
     Parameters come from the headers' float tensors; with only the index read, for a config without
     ``quantization_config``, from the index's ``total_parameters``, else from ``total_size`` / the config
     dtype's bytes (when it divides; every tensor is then in that dtype). A spec that already has a
-    param_count keeps it when none of these applies.
+    param_count (counted from config.json, :mod:`kvplan.readers.params`) keeps it when none of these
+    applies; its ``param_count_unquantized`` (the embedding and lm_head) is dropped when the checkpoint
+    holds fewer parameters than the config's model.
+
+    Without weights, a quantized config (``quantization_config``) with a counted param_count gets a
+    warning: kvplan sizes those parameters at the model dtype unless ``--weights-dtype`` says otherwise.
     """
     if weights is None:
-        return spec
+        method = _quant_method(config)
+        if method is None or spec.param_count is None or spec.weights_dtype is not None:
+            return spec
+        note = (
+            f"{spec.name}: no safetensors weights found; param_count {spec.param_count:,} is counted from "
+            f"config.json, but its quantization_config ({method}) is not applied to it: fit sizes the weights "
+            f"at {spec.dtype} unless --weights-dtype or --weights-gib says otherwise"
+        )
+        return replace(spec, warnings=(*spec.warnings, note))
     total, params, index_params, from_headers = weights
     note = ""
     unquantized = _unquantized_dtype_bytes(config)
@@ -365,7 +391,15 @@ def with_weights(spec, weights: CheckpointWeights | None, config: Any):
                 f"param_count {params:,} derived from model.safetensors.index.json total_size {total:,} B / "
                 f"{unquantized[1]} B ({unquantized[0]}, the config's dtype; no quantization_config)."
             )
-    spec = replace(spec, weights_bytes=total, param_count=params if params is not None else spec.param_count)
+    kept = spec.param_count_unquantized
+    if params is not None and spec.param_count is not None and params < spec.param_count:
+        kept = 0  # the config's embedding count belongs to a model the checkpoint's tensors do not hold
+    spec = replace(
+        spec,
+        weights_bytes=total,
+        param_count=params if params is not None else spec.param_count,
+        param_count_unquantized=kept,
+    )
     if note:
         spec = replace(spec, notes=f"{spec.notes} {note}".strip())
     return spec
