@@ -412,3 +412,42 @@ def test_safetensors_offsets_ending_before_they_begin_are_refused(cli, cache, of
         load_model("acme/negative")
     code, _, err = cli("estimate", "acme/negative", "--seq", "4k")
     assert code == 2 and len(err.strip().splitlines()) == 1 and "data_offsets" in err
+
+
+# --- a cache folder given as a path (the December trial: models--RekaAI--reka-flash-3 was not followed) ----
+
+
+def test_a_cache_repo_folder_is_followed_through_refs_main(cli, cache):
+    index = {"metadata": {"total_size": 16_060_522_496}, "weight_map": {"a": "model-00001-of-00004.safetensors"}}
+    files = {"config.json": json.dumps(LLAMA31_8B), "model.safetensors.index.json": json.dumps(index)}
+    snap = add_to_cache(cache, "acme/Llama-Local", files)
+    folder = cache / "models--acme--Llama-Local"
+    for ref in (folder, snap, snap / "config.json"):
+        spec = load_model(str(ref))
+        assert (spec.name, spec.weights_bytes, spec.num_layers) == ("acme/Llama-Local", 16_060_522_496, 32)
+    code, out, err = cli("fit", folder, "--gpu", "h100", "--json")
+    assert code == 0, err
+    assert json.loads(out)["model"] == "acme/Llama-Local"
+    # another snapshot than refs/main's is named with its commit
+    other = "fedcba9876543210fedcba9876543210fedcba98"
+    add_to_cache(cache, "acme/Llama-Local", files, revision="dev", commit=other)
+    assert load_model(str(folder / "snapshots" / other)).name == f"acme/Llama-Local@{other}"
+    assert load_model(str(folder)).name == "acme/Llama-Local"  # still refs/main's
+
+
+def test_a_cache_repo_folder_without_refs_main_needs_one_snapshot(cli, cache):
+    add_to_cache(cache, "acme/two", {"config.json": json.dumps(LLAMA31_8B)}, revision="v1")
+    folder = cache / "models--acme--two"
+    assert load_model(str(folder)).name == "acme/two"  # one snapshot: that one
+    add_to_cache(cache, "acme/two", {"config.json": json.dumps(LLAMA31_8B)}, revision="v2", commit="f" * 40)
+    code, out, err = cli("estimate", folder, "--seq", "4k")
+    assert (code, out) == (2, "")
+    assert err == (
+        f"kvplan: error: {folder}: a Hugging Face cache folder without refs/main and with 2 snapshots "
+        f"({COMMIT}, {'f' * 40}); give the snapshot folder (snapshots/<commit>)\n"
+    )
+    (folder / "refs" / "main").write_text("e" * 40)
+    code, out, err = cli("estimate", folder, "--seq", "4k")
+    assert code == 2
+    ref = folder / "refs" / "main"
+    assert err == f"kvplan: error: {ref}: names snapshot {'e' * 40!r}, which is not in {folder / 'snapshots'}\n"

@@ -306,6 +306,68 @@ def load_repo(ref: str):
     return with_weights(spec, repo_weight_bytes(repo, revision), config)
 
 
+# --- a cache folder given as a path ----------------------------------------------------------------
+
+_CACHE_PREFIX = "models--"
+_COMMIT_RE = re.compile(r"[0-9a-f]{40}")
+
+
+def cache_repo_id(folder: Path) -> str | None:
+    """``org/name`` of a Hugging Face cache repo folder (``models--org--name``), else None."""
+    name = folder.name
+    if not name.startswith(_CACHE_PREFIX) or "--" not in name[len(_CACHE_PREFIX) :]:
+        return None
+    repo = name[len(_CACHE_PREFIX) :].replace("--", "/", 1)
+    return repo if is_repo_id(repo) else None
+
+
+def cache_snapshot(folder: Path) -> Path | None:
+    """The snapshot folder a cache repo folder (``models--org--name``, holding ``refs/`` and ``snapshots/``)
+    stands for: the commit ``refs/main`` names, as huggingface_hub resolves a revision-less id; without
+    ``refs/main``, the only snapshot there is. None when ``folder`` is not a cache repo folder.
+
+    Raises:
+        SpecError: ``refs/main`` names a snapshot that is not there, or there is no ``refs/main`` and not
+            exactly one snapshot (the message lists them).
+    """
+    snapshots = folder / "snapshots"
+    if cache_repo_id(folder) is None or not snapshots.is_dir():
+        return None
+    ref = folder / "refs" / "main"
+    if ref.is_file():
+        commit = ref.read_text(encoding="utf-8", errors="replace").strip()
+        target = snapshots / commit
+        if not _COMMIT_RE.fullmatch(commit) or not target.is_dir():
+            raise SpecError(f"{ref}: names snapshot {commit[:64]!r}, which is not in {snapshots}")
+        return target
+    found = sorted(p.name for p in snapshots.iterdir() if p.is_dir())
+    if len(found) == 1:
+        return snapshots / found[0]
+    listed = ", ".join(found[:5]) + (" ..." if len(found) > 5 else "") if found else "none"
+    raise SpecError(
+        f"{folder}: a Hugging Face cache folder without refs/main and with {len(found)} snapshots ({listed}); "
+        "give the snapshot folder (snapshots/<commit>)"
+    )
+
+
+def cache_snapshot_name(folder: Path) -> str | None:
+    """The name of a cache snapshot folder (``models--org--name/snapshots/<commit>``): ``org/name`` when the
+    commit is the one ``refs/main`` names (or the only ref is absent), else ``org/name@<commit>``; None for
+    any other folder."""
+    if folder.parent.name != "snapshots":
+        return None
+    repo_folder = folder.parent.parent
+    repo = cache_repo_id(repo_folder)
+    if repo is None:
+        return None
+    ref = repo_folder / "refs" / "main"
+    try:
+        main = ref.read_text(encoding="utf-8", errors="replace").strip() if ref.is_file() else None
+    except OSError:
+        main = None
+    return repo if main in (None, folder.name) else f"{repo}@{folder.name}"
+
+
 _DTYPE_BYTES = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2}
 
 
