@@ -121,10 +121,10 @@ def test_unknown_weights_are_marked_in_the_models_panel(cli, tmp_path):
     ]
     assert [t.get_text() for t in panels[0].texts] == ["h100-sxm-80gb: no KV budget: weights unknown (no param_count)"]
     assert "h100-sxm-80gb: no KV budget" in [t.get_text() for t in panels[0].get_legend().get_texts()]
-    # one model alone, from a config.json (no parameter count): still its own panel, marked
-    config = Path(__file__).resolve().parent / "fixtures" / "hf_configs" / "llama3.1-8b.json"
+    # one model alone, from a config.json kvplan does not count (a hybrid): still its own panel, marked
+    config = Path(__file__).resolve().parent / "fixtures" / "hf_configs" / "jamba-1.5-mini.json"
     code, _, err = cli("plot", config, "--gpu", "h100", "--out", tmp_path / "k.png")
-    assert code == 0 and "no KV budget for llama3.1-8b: weights unknown (no param_count)" in err
+    assert code == 0 and "no KV budget for jamba-1.5-mini: weights unknown (no param_count)" in err
 
 
 def test_tp_engine_and_weights_dtype_as_fit(cli, tmp_path):
