@@ -93,13 +93,44 @@ REFERENCE_IDS = {
     "t4-16gb", "v100-16gb", "v100-32gb", "rtx3090-24gb", "rtx4090-24gb", "rtx5090-32gb", "rtx6000-ada-48gb",
     "rtx-pro-6000-blackwell-96gb", "mi250x-128gb", "mi300x-192gb", "mi325x-256gb", "mi355x-288gb",
 }  # fmt: skip
+# Added after the December 2026 trial (users own them and found them missing), each with its nvidia-smi /
+# HIP totals from public output: (id, smi MiB, CUDA/HIP-visible total in bytes, ECC-off smi MiB or None).
+ADDED = {
+    "rtx-a6000-48gb": (49140, 48676 << 20, None),  # ECC off is the workstation default; on: 46068
+    "a40-48gb": (46068, 45416 << 20, 49140),
+    "l20-48gb": (46068, None, 49140),
+    "mi210-64gb": (65520, 68_702_699_520, None),
+}
 
 
 # --- the bundled catalog --------------------------------------------------------------------------
 
 
 def test_catalog_holds_every_reference_gpu():
-    assert {g.id for g in load_catalog()} == REFERENCE_IDS
+    assert {g.id for g in load_catalog()} == REFERENCE_IDS | set(ADDED)
+
+
+@pytest.mark.parametrize("gpu_id", sorted(ADDED))
+def test_the_added_gpus_carry_their_driver_totals(gpu_id):
+    smi, cuda, ecc_off = ADDED[gpu_id]
+    g = get_gpu(gpu_id)
+    assert g.smi_total_mib == smi and g.status in ("confirmed", "corroborated") and g.source
+    if cuda is None:  # estimated: smi total less the family's reserve (Ada: 631 MiB)
+        assert (g.cuda_total_is_observed, g.cuda_total_bytes) == (False, (smi - 631) << 20)
+    else:
+        assert (g.cuda_total_is_observed, g.cuda_total_bytes) == (True, cuda) and g.cuda_total_source
+    if ecc_off is not None:
+        assert f"{ecc_off} MiB" in g.notes
+
+
+@pytest.mark.parametrize(
+    "typed, gpu_id",
+    [("RTX A6000", "rtx-a6000-48gb"), ("NVIDIA RTX A6000", "rtx-a6000-48gb"), ("a6000", "rtx-a6000-48gb"),
+     ("A40", "a40-48gb"), ("NVIDIA A40", "a40-48gb"), ("L20", "l20-48gb"), ("NVIDIA L20", "l20-48gb"),
+     ("MI210", "mi210-64gb"), ("AMD Instinct MI210", "mi210-64gb")],
+)  # fmt: skip
+def test_the_added_gpus_resolve_by_the_names_users_type(typed, gpu_id):
+    assert get_gpu(typed).id == gpu_id
 
 
 @pytest.mark.parametrize("gpu", load_catalog(), ids=lambda g: g.id)
