@@ -53,6 +53,18 @@ def _load_model(ref: str):
     return spec
 
 
+def _get_gpu(text: str, flag: str = "--gpu"):
+    """:func:`kvplan.gpus.get_gpu` and its notes (:func:`kvplan.gpus.gpu_notes`), printed on stderr."""
+    from kvplan import render
+    from kvplan.gpus import get_gpu, gpu_notes
+
+    gpu = get_gpu(text, flag)
+    notes = gpu_notes(text, gpu, flag)
+    for note in notes:
+        render.warn(note)
+    return gpu, notes
+
+
 @app.callback()
 def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
@@ -172,7 +184,8 @@ def fit(
         ...,
         "--gpu",
         "-g",
-        help="Catalog GPU (h100, h200, a100-80gb, l4, mi300x, ...) or a size: 80GB, 80GiB, 81559MiB.",
+        help="Catalog GPU (h100, h200, a100-sxm-40gb, l4, mi300x, ...; 'kvplan gpus') or the CUDA-visible total as a "
+        "size: 80GB, 79.2GiB (torch.cuda.mem_get_info()[1], less than nvidia-smi's total).",
     ),
     tp: int = typer.Option(1, "--tp", help="tensor_parallel_size."),
     pp: int = typer.Option(1, "--pp", help="pipeline_parallel_size (layers split into stages)."),
@@ -278,7 +291,6 @@ def fit(
     from kvplan import api, render
     from kvplan import fit as fitmod
     from kvplan.errors import DoesNotFit
-    from kvplan.gpus import get_gpu
     from kvplan.units import parse_bytes, parse_tokens
 
     spec = _load_model(model)
@@ -296,7 +308,7 @@ def fit(
         speculative_model=None if speculative_model is None else _load_model(speculative_model),
         num_mtp_layers=num_mtp_layers,
     )  # fmt: skip
-    g = get_gpu(gpu)
+    g, gpu_notes = _get_gpu(gpu)
     old = fitmod.engine_version_warning(opts.engine, engine_version)
     if old:
         render.warn(old)
@@ -304,7 +316,9 @@ def fit(
         result = fitmod.require_fit(spec, g, opts)
     except DoesNotFit as e:
         if json_out:
-            render.print_json(render.fit_json(e.result, reason=e.reason, suggestions=e.suggestions))
+            render.print_json(
+                render.fit_json(e.result, reason=e.reason, suggestions=e.suggestions, gpu_notes=gpu_notes)
+            )
         raise
     if result.max_model_len > spec.max_model_len:
         render.warn(
@@ -324,7 +338,7 @@ def fit(
             render.warn(note)
     shown = speed if asked else None
     if json_out:
-        render.print_json(render.fit_json(result, speed))
+        render.print_json(render.fit_json(result, speed, gpu_notes=gpu_notes))
     else:
         render.fit_table(result, render.console(), shown)
 
@@ -415,7 +429,9 @@ def fleet(
         weights_dtype=weights_dtype, gpu_memory_utilization=gpu_memory_utilization, engine_version=engine_version,
         max_num_seqs=max_num_seqs, pp_layer_partition=pp_layer_partition,
     )  # fmt: skip
-    gpus = [get_gpu(g) for g in gpu] if gpu else load_catalog()
+    resolved = [_get_gpu(g) for g in gpu]
+    gpu_notes = tuple(n for _, notes in resolved for n in notes)
+    gpus = [g for g, _ in resolved] if gpu else load_catalog()
     prices = fleetmod.parse_prices(price, get_gpu, gpus if gpu else None)
     from kvplan.fit import engine_version_warning
 
@@ -439,7 +455,7 @@ def fleet(
             f"{spec.max_model_len:,} tokens (computed anyway)"
         )
     if json_out:
-        render.print_json(render.fleet_json(spec.name, wl, rows))
+        render.print_json(render.fleet_json(spec.name, wl, rows, gpu_notes))
     elif csv_out:
         render.print_csv([render.fleet_row_dict(r) for r in rows])
     else:
@@ -602,7 +618,6 @@ def sweep(
     from kvplan import api, render
     from kvplan import sweep as sweepmod
     from kvplan.errors import UsageError
-    from kvplan.gpus import get_gpu
     from kvplan.units import parse_tokens, plural
 
     if csv_out and json_out:
@@ -619,7 +634,7 @@ def sweep(
     )  # fmt: skip
     specs = [_load_model(m) for m in model]
     seqs = [parse_tokens(s) for s in seq]
-    gpus_ = [get_gpu(g) for g in gpu]
+    gpus_ = [_get_gpu(g)[0] for g in gpu]
     result = sweepmod.sweep(specs, seqs, gpus_, kv_dtype, tp, opts)
     if result.skipped_rows:
         render.warn(sweepmod.skipped_message(result))
@@ -677,12 +692,11 @@ def plot(
     --throughput, the decode tokens/s bound against concurrency with the memory wall marked; needs kvplan[plot]."""
     from kvplan import plot as plotmod
     from kvplan import render
-    from kvplan.gpus import get_gpu
     from kvplan.units import parse_tokens
 
     path = plotmod.check_out(out, force)
     specs = [_load_model(m) for m in model]
-    gpus_ = [get_gpu(g) for g in gpu]
+    gpus_ = [_get_gpu(g)[0] for g in gpu]
     if throughput:
         written, tdata = plotmod.plot_throughput(
             specs[0], gpus_, parse_tokens(context, "--context"), path, force, kv_dtype=kv_dtype,

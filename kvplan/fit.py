@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from kvplan import engines
-from kvplan.calc import check_tp, resolve_kv_dtype, valid_tp_sizes
+from kvplan.calc import check_tp, kv_replication, resolve_kv_dtype, valid_tp_sizes
 from kvplan.dtypes import get_weight_dtype
 from kvplan.engines import ENGINE_NAMES, Engine, engine_rules, engine_version_warning, get_engine  # noqa: F401
 from kvplan.engines.base import count_requests, longest_request
@@ -90,6 +90,8 @@ class FitResult:
             (vLLM ≥ 0.33: blocks less the null block; SGLang's hybrid-SWA pools: token slots; otherwise bytes).
         num_speculative_tokens, drafter_layers: speculative decoding (vLLM ≥ 0.33): draft tokens per step and
             the drafter's layers in the pool (MTP modules, or a draft model's / EAGLE head's layers).
+        gpu_total_basis: where gpu_total_bytes comes from (:attr:`kvplan.gpus.GPU.cuda_total_basis`).
+        kv_replication: copies of the cache across the TP group (:func:`kvplan.calc.kv_replication`), or None.
     """
 
     model: str
@@ -140,6 +142,8 @@ class FitResult:
     engine_version_asked: str = ""
     engine_rules: str = ""
     pools: tuple = ()
+    gpu_total_basis: str = ""
+    kv_replication: object = None
 
     @property
     def fits(self) -> bool:
@@ -281,6 +285,8 @@ def _result(spec, gpu, opts, settings, budget, cache, kv_dtype_name: str, max_le
         engine_log=cache.log_line(m, max_len, caps),
         max_requests_ratio=ratio,
         pools=tuple(zip(cache.pool_names, caps, cache.unit_bytes, strict=True)),
+        gpu_total_basis=gpu.cuda_total_basis,
+        kv_replication=kv_replication(spec, opts.tensor_parallel_size),
         **fields,
     )
 

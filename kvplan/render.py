@@ -137,6 +137,7 @@ def estimate_json(est) -> dict[str, Any]:
         "total_bytes": est.total_bytes,
         "total_gib": est.total_bytes / GIB,
         "total_gb": est.total_bytes / GB,
+        "kv_replication": None if est.kv_replication is None else to_jsonable(est.kv_replication),
         "groups": [
             {
                 "kind": g.kind,
@@ -201,6 +202,8 @@ def estimate_table(est, con) -> None:
     con.print(t)
     n = est.total_bytes
     con.print(f"KV cache: {fmt_bytes(n)} ({fmt_gib(n)}, {fmt_gb(n)})")
+    if est.kv_replication is not None:
+        con.print(est.kv_replication.note)
 
 
 # --- models ------------------------------------------------------------------------------------
@@ -384,16 +387,20 @@ def gpus_table(gpus, con) -> None:
 # --- fit -------------------------------------------------------------------------------------------
 
 
-def fit_json(r, speed=None, reason: str | None = None, suggestions: list[str] | None = None) -> dict[str, Any]:
+def fit_json(
+    r, speed=None, reason: str | None = None, suggestions: list[str] | None = None, gpu_notes: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """JSON object of a :class:`kvplan.fit.FitResult` (all fields, plus fits and GiB figures).
 
     ``max_model_len_fit`` is null when no length is too long (every layer's cache is bounded). With ``speed``
     (a :class:`kvplan.perf.PerfResult`), its headline keys (decode_step_bytes, decode_step_flops,
     tpot_ms_bound, decode_tokens_per_s_bound, ttft_ms_bound, mbu, mfu) and ``throughput``: all of it.
     ``reason`` and ``suggestions``: why a plan does not fit and what would (the flags, each with a note in
-    parentheses, as ``kvplan fit`` prints them on stderr); null and [] for a plan that fits.
+    parentheses, as ``kvplan fit`` prints them on stderr); null and [] for a plan that fits. ``gpu_notes``:
+    what ``--gpu`` resolved to when it could mean another card or total (:func:`kvplan.gpus.gpu_notes`).
     """
     d = to_jsonable(r)
+    d["gpu_notes"] = list(gpu_notes)
     if r.max_model_len_unbounded:
         d["max_model_len_fit"] = None
     d["fits"] = r.fits
@@ -566,6 +573,8 @@ def fit_lines(r) -> list[str]:
                 "  KV capacity counts a token in every layer; sliding-window, chunked and state layers hold less "
                 "per request, so a request can be longer"
             )
+    if getattr(r, "kv_replication", None) is not None:
+        out.append(r.kv_replication.note)
     out.append(f"Max concurrent requests of {fmt_tokens(r.max_model_len)}: {r.max_concurrent_requests:,}")
     if r.limited_by_max_num_seqs:
         cap = "max_batch_size" if r.engine == "trtllm" else "max_num_seqs"
@@ -607,7 +616,8 @@ def fit_table(r, con, speed=None) -> None:
         b, gi, gd = size_cells(n)
         t.add_row(label, b, gi, gd, note)
 
-    row("GPU memory (CUDA total)", r.gpu_total_bytes)
+    basis = getattr(r, "gpu_total_basis", "")
+    row("GPU memory (CUDA total)", r.gpu_total_bytes, "observed in a log" if basis.startswith("observed") else basis)
     if r.engine == "vllm":
         row("usable", r.usable_bytes, f"× gpu_memory_utilization {r.gpu_memory_utilization}")
     elif r.engine == "sglang":
@@ -652,12 +662,14 @@ def fleet_row_dict(r) -> dict[str, Any]:
     return d
 
 
-def fleet_json(model: str, workload, rows) -> dict[str, Any]:
-    """JSON of a fleet plan: the workload and every layout."""
+def fleet_json(model: str, workload, rows, gpu_notes: tuple[str, ...] = ()) -> dict[str, Any]:
+    """JSON of a fleet plan: the workload, every layout, and what each ``--gpu`` resolved to when it could
+    mean another card or total (``gpu_notes``, :func:`kvplan.gpus.gpu_notes`)."""
     return {
         "model": model,
         "workload": to_jsonable(workload),
         "concurrency_is": "total across the fleet",
+        "gpu_notes": list(gpu_notes),
         "layouts": [fleet_row_dict(r) for r in rows],
     }
 

@@ -221,7 +221,7 @@ def test_svg(cli, tmp_path):
         (
             ["--gpu", "h1000"],
             "kvplan: error: --gpu: unknown GPU 'h1000'; did you mean h100, h200, h100-nvl? "
-            "(or give a size like 80GB, 80GiB, 81559MiB)",
+            "(or give the CUDA-visible total, like 80GB or 79.2GiB)",
         ),
     ],
 )
