@@ -77,7 +77,9 @@ def _root(
 
 @app.command()
 def estimate(
-    model: str = typer.Argument(..., help=MODEL_HELP),
+    model: List[str] = typer.Argument(
+        ..., metavar="MODEL...", help=MODEL_HELP + " Several: one summary table, side by side."
+    ),
     seq: List[str] = typer.Option(..., "--seq", "-s", help="Tokens per request; repeat for several. 128k = 131072."),
     batch: int = typer.Option(1, "--batch", "-b", min=1, help="Concurrent requests."),
     kv_dtype: str = typer.Option(
@@ -87,30 +89,41 @@ def estimate(
         None, "--block-size", min=1, help="Round each request up to whole blocks of N tokens (paged engines)."
     ),
     tp: int = typer.Option(1, "--tp", min=1, help="Tensor-parallel size: report bytes per GPU."),
-    json_out: bool = typer.Option(False, "--json", help="Print JSON: one object per --seq value (a list for several)."),
+    summary: bool = typer.Option(
+        False, "--summary", help="One line per model and --seq (the default for several models)."
+    ),
+    json_out: bool = typer.Option(
+        False, "--json", help="Print JSON: one object per model and --seq value (a list for several)."
+    ),
 ) -> None:
-    """KV-cache bytes of MODEL for requests of --seq tokens: per layer kind, per request, per batch."""
+    """KV-cache bytes of each MODEL for requests of --seq tokens: per layer kind, per request, per batch."""
     from kvplan import calc, render
     from kvplan.units import parse_tokens
 
-    spec = _load_model(model)
+    specs = [_load_model(m) for m in model]
     seqs = [parse_tokens(s) for s in seq]
-    results = [calc.estimate(spec, s, batch, kv_dtype, block_size, tp) for s in seqs]
-    for r in results:
+    results = [(spec, calc.estimate(spec, s, batch, kv_dtype, block_size, tp)) for spec in specs for s in seqs]
+    for spec, r in results:
         if r.exceeds_max_model_len:
             render.warn(
                 f"--seq {r.seq_len:,} is beyond {spec.name}'s max context of {spec.max_model_len:,} tokens "
                 "(computed anyway: rope scaling may allow it)"
             )
     if json_out:
-        objs = [render.estimate_json(r) | ({"reader": spec.reader} if spec.reader else {}) for r in results]
+        objs = [render.estimate_json(r) | ({"reader": spec.reader} if spec.reader else {}) for spec, r in results]
         render.print_json(objs[0] if len(objs) == 1 else objs)
         return
     con = render.console()
-    for r in results:
+    if summary or len(specs) > 1:
+        render.estimate_summary_table([r for _, r in results], con)
+        for spec in specs:
+            if spec.reader:
+                con.print(f"{spec.name} read by: {spec.reader}", style="dim", highlight=False)
+        return
+    for _, r in results:
         render.estimate_table(r, con)
-    if spec.reader:  # which reader built the spec (a wrapper's text model, or transformers' fallback)
-        con.print(f"read by: {spec.reader}", style="dim", highlight=False)
+    if specs[0].reader:  # which reader built the spec (a wrapper's text model, or transformers' fallback)
+        con.print(f"read by: {specs[0].reader}", style="dim", highlight=False)
 
 
 # --- models ---------------------------------------------------------------------------------------
@@ -136,7 +149,7 @@ def models(
 
 @app.command()
 def compare(
-    model: str = typer.Argument(..., help=MODEL_HELP),
+    model: str = typer.Argument(..., metavar="MODEL", help=MODEL_HELP),
     seq: str = typer.Option(..., "--seq", "-s", help="Tokens per request (128k = 131072)."),
     batch: int = typer.Option(1, "--batch", "-b", min=1, help="Concurrent requests."),
     kv_dtype: str = typer.Option("auto", "--kv-dtype", help="KV dtype (auto = model dtype)."),
@@ -179,7 +192,7 @@ def gpus(
 
 @app.command()
 def fit(
-    model: str = typer.Argument(..., help=MODEL_HELP),
+    model: str = typer.Argument(..., metavar="MODEL", help=MODEL_HELP),
     gpu: str = typer.Option(
         ...,
         "--gpu",
@@ -348,7 +361,7 @@ def fit(
 
 @app.command()
 def fleet(
-    model: str = typer.Argument(..., help=MODEL_HELP),
+    model: str = typer.Argument(..., metavar="MODEL", help=MODEL_HELP),
     workload: Optional[str] = typer.Option(
         None, "--workload", "-w", help="Workload YAML: request classes with concurrency and tokens."
     ),
@@ -473,7 +486,7 @@ def fleet(
 
 @app.command()
 def verify(
-    model: str = typer.Argument(..., help=MODEL_HELP),
+    model: str = typer.Argument(..., metavar="MODEL", help=MODEL_HELP),
     seq: str = typer.Option(
         "4096",
         "--seq",
@@ -582,7 +595,9 @@ def verify(
 
 @app.command()
 def sweep(
-    model: List[str] = typer.Argument(..., help="Models: bundled names, spec YAMLs or config.json files."),
+    model: List[str] = typer.Argument(
+        ..., metavar="MODEL...", help="Models: bundled names, spec YAMLs or config.json files."
+    ),
     seq: List[str] = typer.Option(..., "--seq", "-s", help="max_model_len values; repeat for several. 128k = 131072."),
     gpu: List[str] = typer.Option(
         ..., "--gpu", "-g", help="GPUs (catalog names or sizes like 80GiB); repeat for several."
@@ -664,7 +679,7 @@ def sweep(
 @app.command()
 def plot(
     model: List[str] = typer.Argument(
-        ..., help="Models to draw; with --gpu one panel each, with its own KV budget per GPU."
+        ..., metavar="MODEL...", help="Models to draw; with --gpu one panel each, with its own KV budget per GPU."
     ),
     max_seq: str = typer.Option(
         "128k", "--max-seq", help="Longest context on the x axis (starts at 512 tokens): 513 to 1024m. 128k = 131072."
@@ -730,6 +745,16 @@ def _click_errors() -> tuple[type, type]:
     return mro["UsageError"], mro["ClickException"]
 
 
+def _plain_metavars(command):
+    """``command`` with its arguments shown as click shows them (``MODEL``), not typer 0.28's ``{MODEL}``
+    (typer wraps a required argument's metavar in braces in the usage line)."""
+    for cmd in [command, *getattr(command, "commands", {}).values()]:
+        for param in cmd.params:
+            if getattr(param, "param_type_name", "") == "argument" and param.metavar:
+                param.make_metavar = lambda ctx=None, usage=False, p=param: p.metavar
+    return command
+
+
 def _command_for(argv: list[str]):
     """The click command to run: only the subcommand ``argv`` names (building all of them costs start-up
     time that grows with every command), or the whole app for --help, --version and unknown names."""
@@ -741,8 +766,8 @@ def _command_for(argv: list[str]):
             single.info = app.info
             single.registered_callback = app.registered_callback
             single.registered_commands = [info]
-            return typer.main.get_command(single)
-    return typer.main.get_command(app)
+            return _plain_metavars(typer.main.get_command(single))
+    return _plain_metavars(typer.main.get_command(app))
 
 
 def _drop_stdout() -> None:

@@ -206,6 +206,34 @@ def estimate_table(est, con) -> None:
         con.print(est.kv_replication.note)
 
 
+def estimate_summary_table(ests, con) -> None:
+    """Print estimates one line each (model, length, dtype, TP): bytes per request, and per batch when the
+    batch is above 1; layer kinds in short form; replication noted below the table."""
+    from rich.table import Table
+
+    batch = max(e.batch_size for e in ests)
+    tp = max(e.tensor_parallel_size for e in ests)
+    paging = {e.block_size for e in ests} - {None}
+    title = "KV cache per request" + (f", per GPU at TP={tp}" if tp > 1 else "")
+    title += f", blocks of {fmt_tokens(paging.pop())}" if len(paging) == 1 else ""
+    t = Table(title=title, title_justify="left")
+    cols = ["model", "seq", "KV dtype", "layers", "bytes/request", "GiB", "GB"]
+    if batch > 1:
+        cols += [f"batch of {batch:,}, bytes", "GiB "]
+    for col in cols:
+        t.add_column(col, justify="left" if col in ("model", "KV dtype", "layers") else "right", no_wrap=True)
+    for e in ests:
+        b, gi, gd = size_cells(e.bytes_per_request)
+        kinds = " + ".join(f"{g.layers} {g.kind}" for g in e.groups)
+        cells = [e.model, f"{e.seq_len:,}", e.kv_dtype, kinds, b, gi, gd]
+        if batch > 1:
+            cells += [f"{e.total_bytes:,}", fmt_gib(e.total_bytes).removesuffix(" GiB")]
+        t.add_row(*cells)
+    con.print(t)
+    for note in dict.fromkeys(f"{e.model}: {e.kv_replication.note}" for e in ests if e.kv_replication):
+        con.print(note)
+
+
 # --- models ------------------------------------------------------------------------------------
 
 
