@@ -165,6 +165,23 @@ def _model_dtype(argv: list[str]) -> str | None:
     return None
 
 
+def _takes_several(flag: str, target: str) -> str:
+    """``; 'kvplan sweep' and 'kvplan fleet' take several``: the commands whose ``flag`` (or ``target``)
+    takes several values, read from the commands themselves; "" when none does."""
+    import typer
+
+    from kvplan.cli import app
+
+    group = typer.main.get_command(app)
+    several = [
+        f"'kvplan {name}'" for name, cmd in getattr(group, "commands", {}).items() if {flag, target} & _options(cmd)[2]
+    ]
+    if not several:
+        return ""
+    verb = "takes" if len(several) == 1 else "take"
+    return f"; {', '.join(several[:-1])}{' and ' if len(several) > 1 else ''}{several[-1]} {verb} several"
+
+
 def rewrite(argv: list[str], command) -> list[str]:
     """``argv`` with engine spellings replaced by the flags of the command it invokes, and comma lists split.
 
@@ -248,8 +265,7 @@ def rewrite(argv: list[str], command) -> list[str]:
                     )
                 if target not in multiple:
                     raise UsageError(
-                        f"{flag}: one value only for 'kvplan {argv[0]}' (got {value!r}); "
-                        "'kvplan estimate' and 'kvplan sweep' take several"
+                        f"{flag}: one value only for 'kvplan {argv[0]}' (got {value!r}){_takes_several(flag, target)}"
                     )
             for p in parts:
                 out.extend([target, p.strip()])
