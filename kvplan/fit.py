@@ -19,7 +19,8 @@ Memory model per GPU (vLLM's meaning of ``gpu_memory_utilization``)::
 
 with ``total`` the CUDA-visible memory (``torch.cuda.mem_get_info``), weights = param_count × weight
 bytes / (TP × PP) (:mod:`kvplan.weights`). Each engine changes where the fraction applies, the block size
-and how windowed layers are counted: see its module (``../shared/reference/ENGINES.md`` gathers the rules).
+and how windowed layers are counted: see its module in :mod:`kvplan.engines` (each rule cites the engine
+source it mirrors).
 """
 
 from __future__ import annotations
