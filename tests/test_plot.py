@@ -299,3 +299,48 @@ def test_final_write_does_not_replace_a_file_that_appeared(tmp_path):
     assert out.read_bytes() == b"mine" and sorted(p.name for p in tmp_path.iterdir()) == ["p.png"]
     _write_atomic(fig, out, force=True)
     assert out.read_bytes()[:4] == b"\x89PNG"
+
+
+# --- the December 2026 trial's nits -----------------------------------------------------------------------
+
+
+def test_a_panel_names_each_gpu_once_and_small_ticks_read_in_mib():
+    from kvplan.gpus import get_gpu
+    from kvplan.loader import load_bundled
+    from kvplan.plot import figure, gib_tick, plot_data
+
+    spec = load_bundled("llama3.1-8b")
+    data = plot_data([spec], [get_gpu("h100")], max_seq=131072, kv_dtype="fp8", tensor_parallel_size=8)
+    fig = figure(data)
+    ax = next(a for a in fig.axes if a.get_visible())
+    names = [t.get_text() for t in ax.texts] + [t.get_text() for t in ax.get_legend().get_texts()]
+    assert not any("NVIDIA" in n for n in names)  # the id on the line and in the legend, not two names
+    assert any(n.startswith("h100-sxm-80gb: KV budget") for n in names)
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    # 512 tokens × 32 layers × 1 KV head × 128 × 2 × 1 B = 4 MiB per GPU at TP 8, fp8: ticks reach 2^-8 GiB
+    assert "4 MiB" in labels and not any(label.startswith("0.00") for label in labels)
+    assert [gib_tick(x) for x in (16, 1, 0.5, 2**-7, 2**-12)] == ["16", "1", "512 MiB", "8 MiB", "0.25 MiB"]
+
+
+def test_throughput_limits_are_drawn_above_the_bounds_and_wall_labels_on_a_box(tmp_path, monkeypatch):
+    from kvplan import plot as plotmod
+    from kvplan.gpus import get_gpu
+    from kvplan.loader import load_bundled
+
+    captured = {}
+    real = plotmod._write_atomic
+    monkeypatch.setattr(
+        plotmod,
+        "_write_atomic",
+        lambda fig, out, force=False: captured.setdefault("fig", fig) and real(fig, out, force),
+    )
+    gpus = [get_gpu("h100"), get_gpu("h200")]
+    plotmod.plot_throughput(load_bundled("llama3.1-70b"), gpus, 8192, tmp_path / "t.png", tensor_parallel_size=4)
+    ax = captured["fig"].axes[0]
+    lines = {ln.get_label(): ln for ln in ax.get_lines()}
+    limit = lines["NVIDIA H100 80GB HBM3: physical limit"]
+    bound = lines["NVIDIA H200: bound at MBU 0.7, MFU 0.5"]
+    assert limit.get_zorder() > bound.get_zorder()  # H100's limit (3.35 TB/s) lies on H200's 4.8 × 0.7 line
+    walls = [t for t in ax.texts if "requests fit" in t.get_text()]
+    assert [t.get_text() for t in walls] == ["h100-sxm-80gb: 56 requests fit", "h200-sxm-141gb: 143 requests fit"]
+    assert all(t.get_bbox_patch() is not None for t in walls)
