@@ -866,6 +866,7 @@ def sweep_table(
         ("KV budget\nGiB/GPU", "right"),
         ("KV/request\nGiB/GPU", "right"),
         ("whole\nrequests", "right"),
+        ("limit", "left"),
         ("vLLM log\nconcurrency" if vllm else "concurrency\n(cut)", "right"),
         ("vLLM log KV\ncache tokens" if vllm else "pool\ntokens", "right"),
         ("fits", "left"),
@@ -881,6 +882,7 @@ def sweep_table(
             f"{r['kv_budget_bytes'] / GIB:,.3f}",
             f"{r['kv_bytes_per_request'] / GIB:,.3f}",
             f"{r['max_concurrent_requests']:,}",
+            r.get("limit", "memory"),
             f"{r['max_concurrency']:.2f}x" if vllm else f"{fmt_ratio_floor(r['max_requests_ratio'])}x",
             f"{r['kv_capacity_tokens']:,}",
             "yes" if r["fits"] else "no",
@@ -890,7 +892,7 @@ def sweep_table(
         con.print(
             'vLLM log columns: "Maximum concurrency" (rounded, the null block counted) and "GPU KV cache size" '
             "= int(concurrency × seq) (kv_cache_utils.py get_kv_cache_capacity), not the tokens of context that fit; "
-            "whole requests: what fits"
+            "whole requests: what fits; limit: what sets them (memory, or the engine's max_num_seqs)"
         )
 
 
