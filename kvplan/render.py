@@ -555,10 +555,9 @@ def fit_lines(r) -> list[str]:
             )
         out.append(f"Engine log: {r.engine_log}")
         if r.kv_cache_groups:
-            out.append(
-                '  "GPU KV cache size" is int(max concurrency × max_model_len) (vLLM kv_cache_utils.py '
-                "get_kv_cache_capacity): requests' worth of max_model_len, not the tokens of context that fit "
-                "(see the longest single request)"
+            out.append(  # one short line: it is printed by every vLLM fit
+                '  "GPU KV cache size" = int(concurrency × max_model_len) (vLLM get_kv_cache_capacity), not the '
+                "tokens that fit"
             )
         else:
             what = 'the log\'s "GPU KV cache size", ' if r.engine_version != "0.6" else ""
