@@ -353,7 +353,13 @@ def fit(
     if json_out:
         render.print_json(render.fit_json(result, speed, gpu_notes=gpu_notes))
     else:
-        render.fit_table(result, render.console(), shown)
+        exact = None
+        if result.pipeline_parallel_size == 1 and not result.drafter_layers:  # the same layers as estimate's
+            from kvplan import calc
+
+            exact = calc.estimate(spec, result.max_model_len, 1, result.kv_dtype, None, tp).bytes_per_request
+        windowed = any(layer.kind in ("sliding", "chunked") or layer.state is not None for layer in spec.layers)
+        render.fit_table(result, render.console(), shown, exact, windowed)
 
 
 # --- fleet --------------------------------------------------------------------------------------

@@ -619,8 +619,27 @@ def fit_lines(r) -> list[str]:
     return out
 
 
-def fit_table(r, con, speed=None) -> None:
-    """Print a fit plan: memory per GPU, then what fits, then (with ``speed``) the speed bound."""
+def engine_rules_line(r, exact_bytes: int | None, windowed: bool = False) -> str | None:
+    """``KV per request`` against the exact cache of ``kvplan estimate`` (``exact_bytes``, the same length,
+    dtype and TP): how many bytes the engine's block and page rules add, or None when they add none.
+    ``windowed``: the model has sliding-window, chunked or state layers (engines reserve more for them)."""
+    if exact_bytes is None or r.kv_bytes_per_request <= exact_bytes:
+        return None
+    extra = r.kv_bytes_per_request - exact_bytes
+    windowed_text = (
+        ", and for windowed and state layers more than they hold (tokens in flight, whole pages)" if windowed else ""
+    )
+    return (
+        f"KV per request {r.kv_bytes_per_request:,} B is {extra:,} B ({100 * extra / exact_bytes:.1f} %) above the "
+        f"exact cache of 'kvplan estimate' ({exact_bytes:,} B): the engine reserves whole blocks of "
+        f"{fmt_tokens(r.block_size)}{windowed_text}"
+    )
+
+
+def fit_table(r, con, speed=None, exact_bytes: int | None = None, windowed: bool = False) -> None:
+    """Print a fit plan: memory per GPU, then what fits, then (with ``speed``) the speed bound. With
+    ``exact_bytes`` (``kvplan estimate``'s bytes of one request), a line saying what the engine's block rules
+    add to it (:func:`engine_rules_line`; ``windowed`` as there)."""
     from rich.table import Table
 
     stage = (
@@ -672,8 +691,14 @@ def fit_table(r, con, speed=None) -> None:
     if r.shared_prefix_tokens:
         row("shared prefix (once)", r.shared_prefix_bytes, fmt_tokens(r.shared_prefix_tokens))
     con.print(t)
+    extra = engine_rules_line(r, exact_bytes, windowed)
     for line in fit_lines(r):
         con.print(line)
+        if extra and line.startswith(("One request of", "KV capacity:")):
+            con.print(extra)
+            extra = None
+    if extra:
+        con.print(extra)
     if speed is not None:
         for line in fit_speed_lines(speed):
             con.print(line)

@@ -691,3 +691,23 @@ def test_shared_prefix_takes_token_counts(cli):
     code, out, err = cli(*base, "--shared-prefix", "lots")
     assert (code, out) == (2, "")
     assert err == "kvplan: error: --shared-prefix: 'lots' is not a token count; use e.g. 4096, 32k or 128k (k = 1024)\n"
+
+
+def test_fit_says_what_the_engine_rules_add_to_the_exact_cache(cli):
+    # the December 2026 trial: a hybrid's estimate and fit disagree (0.572 vs 0.725 GiB) and fit only said
+    # "engine block rules". Granite-4.0-H-Tiny, 32k: the exact cache (kvplan estimate, checked against
+    # transformers in test_oracle) against vLLM's per-request bytes (400-token blocks, Mamba pages)
+    # exact: 8,192 B/token (4 attention layers) × 32,768 + 36 Mamba-2 states of 806,400 B = 297,465,856 B;
+    # vLLM 0.33: 109 blocks of 3,276,800 B (its 400-token pages, Mamba states in pages of their own)
+    exact = json.loads(cli("estimate", "granite-4.0-h-tiny", "--seq", "32k", "--json")[1])["bytes_per_request"]
+    r = json.loads(cli("fit", "granite-4.0-h-tiny", "--gpu", "h100", "--max-model-len", "32k", "--json")[1])
+    assert (exact, r["kv_bytes_per_request"]) == (8192 * 32768 + 36 * 806_400, 109 * 3_276_800)
+    code, out, _ = cli("fit", "granite-4.0-h-tiny", "--gpu", "h100", "--max-model-len", "32k")
+    assert (
+        "KV per request 357,171,200 B is 59,705,344 B (20.1 %) above the exact cache of 'kvplan estimate' "
+        "(297,465,856 B): the engine reserves whole blocks of 400 tokens, and for windowed and state layers more "
+        "than they hold (tokens in flight, whole pages)\n"
+    ) in out
+    # a plain model whose blocks divide the length: nothing added, no line
+    code, out, _ = cli("fit", "llama3.1-8b", "--gpu", "h100", "--max-model-len", "32k")
+    assert "above the exact cache" not in out
