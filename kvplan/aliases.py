@@ -165,14 +165,13 @@ def _model_dtype(argv: list[str]) -> str | None:
     return None
 
 
-def _takes_several(flag: str, target: str) -> str:
+def _takes_several(flag: str, target: str, every_command) -> str:
     """``; 'kvplan sweep' and 'kvplan fleet' take several``: the commands whose ``flag`` (or ``target``)
-    takes several values, read from the commands themselves; "" when none does."""
-    import typer
-
-    from kvplan.cli import app
-
-    group = typer.main.get_command(app)
+    takes several values, read from the commands themselves (``every_command()``: the click group of all
+    of them); "" when none does, or none was given."""
+    if every_command is None:
+        return ""
+    group = every_command()
     several = [
         f"'kvplan {name}'" for name, cmd in getattr(group, "commands", {}).items() if {flag, target} & _options(cmd)[2]
     ]
@@ -182,11 +181,13 @@ def _takes_several(flag: str, target: str) -> str:
     return f"; {', '.join(several[:-1])}{' and ' if len(several) > 1 else ''}{several[-1]} {verb} several"
 
 
-def rewrite(argv: list[str], command) -> list[str]:
+def rewrite(argv: list[str], command, every_command=None) -> list[str]:
     """``argv`` with engine spellings replaced by the flags of the command it invokes, and comma lists split.
 
     ``command`` is the click command (or group) that will parse ``argv``; ``argv[0]`` names the
-    subcommand when it is a group. Tokens after ``--`` are left alone.
+    subcommand when it is a group. Tokens after ``--`` are left alone. ``every_command``: a function
+    returning the group of every command, called only to name, in an error, the commands that take
+    several values of a flag.
 
     Raises:
         UsageError: a ``--dtype`` or ``--quantization`` value with no known weight dtype,
@@ -265,7 +266,8 @@ def rewrite(argv: list[str], command) -> list[str]:
                     )
                 if target not in multiple:
                     raise UsageError(
-                        f"{flag}: one value only for 'kvplan {argv[0]}' (got {value!r}){_takes_several(flag, target)}"
+                        f"{flag}: one value only for 'kvplan {argv[0]}' (got {value!r})"
+                        + _takes_several(flag, target, every_command)
                     )
             for p in parts:
                 out.extend([target, p.strip()])

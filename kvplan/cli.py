@@ -793,7 +793,8 @@ def run(argv: Optional[List[str]] = None) -> int:
     try:
         from kvplan.aliases import rewrite  # engine spellings (--tensor-parallel-size ...) and comma lists
 
-        rv = command.main(args=rewrite(argv, command), prog_name="kvplan", standalone_mode=False)
+        every = lambda: typer.main.get_command(app)  # noqa: E731 - built only to word an error
+        rv = command.main(args=rewrite(argv, command, every), prog_name="kvplan", standalone_mode=False)
         sys.stdout.flush()  # a full disk / closed stdout fails here, not at interpreter exit
     except KvplanError as e:
         sys.stderr.write(f"kvplan: error: {_one_line(str(e))}\n")
