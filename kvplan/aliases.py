@@ -225,11 +225,29 @@ def _model_dtype(argv: list[str]) -> str | None:
     return None
 
 
-def rewrite(argv: list[str], command) -> list[str]:
+def _takes_several(flag: str, target: str, every_command) -> str:
+    """``; 'kvplan sweep' and 'kvplan fleet' take several``: the commands whose ``flag`` (or ``target``)
+    takes several values, read from the commands themselves (``every_command()``: the click group of all
+    of them); "" when none does, or none was given."""
+    if every_command is None:
+        return ""
+    group = every_command()
+    several = [
+        f"'kvplan {name}'" for name, cmd in getattr(group, "commands", {}).items() if {flag, target} & _options(cmd)[2]
+    ]
+    if not several:
+        return ""
+    verb = "takes" if len(several) == 1 else "take"
+    return f"; {', '.join(several[:-1])}{' and ' if len(several) > 1 else ''}{several[-1]} {verb} several"
+
+
+def rewrite(argv: list[str], command, every_command=None) -> list[str]:
     """``argv`` with engine spellings replaced by the flags of the command it invokes, and comma lists split.
 
     ``command`` is the click command (or group) that will parse ``argv``; ``argv[0]`` names the
-    subcommand when it is a group. Tokens after ``--`` are left alone.
+    subcommand when it is a group. Tokens after ``--`` are left alone. ``every_command``: a function
+    returning the group of every command, called only to name, in an error, the commands that take
+    several values of a flag.
 
     Raises:
         UsageError: a number flag's value outside ASCII (:func:`kvplan.units.check_ascii_number`), a ``--dtype`` or
@@ -314,8 +332,8 @@ def rewrite(argv: list[str], command) -> list[str]:
                     )
                 if target not in multiple:
                     raise UsageError(
-                        f"{flag}: one value only for 'kvplan {argv[0]}' (got {value!r}); "
-                        "'kvplan estimate' and 'kvplan sweep' take several"
+                        f"{flag}: one value only for 'kvplan {argv[0]}' (got {value!r})"
+                        + _takes_several(flag, target, every_command)
                     )
             for p in parts:
                 out.extend([target, p.strip()])

@@ -33,9 +33,17 @@ def _spec(model):
     return model if isinstance(model, ModelSpec) else load_model(str(model))
 
 
-def _tokens(value, flag: str, allow_zero: bool = False) -> int:
+def _tokens(value, flag: str, allow_zero: bool = False, caller: str = "") -> int:
+    from kvplan.errors import UsageError
     from kvplan.units import parse_tokens
 
+    if isinstance(value, (list, tuple, set, range)):  # the CLI's comma list has no Python form: one call each
+        name = flag.lstrip("-").replace("-", "_")
+        shown = repr(value) if len(repr(value)) <= 60 else f"{repr(value)[:57]}..."
+        raise UsageError(
+            f"{name}: one token count (an int, or a string like '32k'), not a {type(value).__name__} ({shown}); "
+            f"call {caller or 'it'} once per length"
+        )
     return parse_tokens(value, flag, allow_zero=allow_zero)
 
 
@@ -87,7 +95,7 @@ def estimate(model, seq, batch: int = 1, kv_dtype: str = "auto", block_size: int
     """
     from kvplan import calc
 
-    return calc.estimate(_spec(model), _tokens(seq, "--seq"), batch, kv_dtype, block_size, tp)
+    return calc.estimate(_spec(model), _tokens(seq, "--seq", caller="kvplan.estimate"), batch, kv_dtype, block_size, tp)
 
 
 def fit_options(

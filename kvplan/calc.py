@@ -247,6 +247,61 @@ class LayerGroup:
     compressed_bytes: int = 0
 
 
+@dataclass(frozen=True)
+class KVReplication:
+    """Copies of each cached token across the GPUs of a tensor-parallel group, when there is more than one.
+
+    Attributes:
+        factor: GPUs holding a copy of each KV head (``TP // H_kv`` when TP > H_kv) or of the MLA latent
+            (TP: every rank keeps it whole); the largest over the model's layers.
+        kv_heads: the H_kv that is replicated (1 for an MLA latent).
+        kind: ``heads`` or ``mla``.
+        note: one line saying so, for the CLI.
+    """
+
+    factor: int
+    kv_heads: int
+    kind: str
+    note: str
+
+
+def kv_replication(spec: ModelSpec, tensor_parallel_size: int) -> KVReplication | None:
+    """How many GPUs of a TP group cache each token's K/V (or MLA latent), when more than one; else None.
+
+    A rank keeps ``max(1, H_kv // TP)`` KV heads (vLLM ``ModelConfig.get_num_kv_heads``), so at TP > H_kv each
+    head is stored on ``TP // H_kv`` ranks; an MLA layer keeps its latent whole on every rank (vLLM
+    ``MLAAttentionSpec``). Per-GPU bytes times TP are then ``factor`` times one copy of the model's cache.
+    """
+    tp = tensor_parallel_size
+    if tp <= 1:
+        return None
+    best: tuple[int, int, str] | None = None  # (factor, H_kv, kind)
+    for layer in spec.layers:
+        if layer.kind in KV_HEAD_KINDS and layer.num_kv_heads < tp:
+            cand = (tp // layer.num_kv_heads, layer.num_kv_heads, "heads")
+        elif layer.kind == "mla":
+            cand = (tp, 1, "mla")
+        else:
+            continue
+        if best is None or cand[0] > best[0]:
+            best = cand
+    if best is None:
+        return None
+    factor, heads, kind = best
+    if kind == "mla":
+        note = (
+            f"KV replicated: an MLA latent is cached whole on each of the {tp} GPUs (vLLM MLAAttentionSpec), so "
+            f"the per-GPU bytes × {tp} GPUs are {factor}× the model's cache"
+        )
+    else:
+        note = (
+            f"KV replicated: TP={tp} > H_kv={heads}, so each KV head is cached on {factor} of the {tp} GPUs "
+            f"(vLLM get_num_kv_heads: max(1, H_kv // TP) heads per GPU); the per-GPU bytes × {tp} GPUs are "
+            f"{factor}× the model's cache"
+        )
+    return KVReplication(factor, heads, kind, note)
+
+
 @dataclass(frozen=True, eq=False)
 class Estimate:
     """KV-cache bytes of one model for ``batch_size`` requests of ``seq_len`` tokens (per TP rank).
@@ -261,6 +316,7 @@ class Estimate:
         groups: per layer kind.
         bytes_per_request: bytes of one request.
         total_bytes: ``bytes_per_request × batch_size``.
+        kv_replication: copies of the cache across the TP group (:func:`kv_replication`), or None.
     """
 
     model: str
@@ -273,6 +329,7 @@ class Estimate:
     bytes_per_request: int
     total_bytes: int
     max_model_len: int
+    kv_replication: KVReplication | None = None
 
     @property
     def exceeds_max_model_len(self) -> bool:
@@ -366,6 +423,7 @@ def estimate(
         bytes_per_request=per_request,
         total_bytes=per_request * batch_size,
         max_model_len=spec.max_model_len,
+        kv_replication=kv_replication(spec, tensor_parallel_size),
     )
 
 

@@ -102,6 +102,18 @@ def _llama_options():
 _LO = _llama_options
 
 
+def _get_gpu(text: str, flag: str = "--gpu"):
+    """:func:`kvplan.gpus.get_gpu` and its notes (:func:`kvplan.gpus.gpu_notes`), printed on stderr."""
+    from kvplan import render
+    from kvplan.gpus import get_gpu, gpu_notes
+
+    gpu = get_gpu(text, flag)
+    notes = gpu_notes(text, gpu, flag)
+    for note in notes:
+        render.warn(note)
+    return gpu, notes
+
+
 @app.callback()
 def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
@@ -114,7 +126,9 @@ def _root(
 
 @app.command()
 def estimate(
-    model: str = typer.Argument(..., help=MODEL_HELP),
+    model: List[str] = typer.Argument(
+        ..., metavar="MODEL...", help=MODEL_HELP + " Several: one summary table, side by side."
+    ),
     seq: List[str] = typer.Option(..., "--seq", "-s", help="Tokens per request; repeat for several. 128k = 131072."),
     batch: int = typer.Option(1, "--batch", "-b", min=1, help="Concurrent requests."),
     kv_dtype: str = typer.Option(
@@ -124,30 +138,41 @@ def estimate(
         None, "--block-size", min=1, help="Round each request up to whole blocks of N tokens (paged engines)."
     ),
     tp: int = typer.Option(1, "--tp", min=1, help="Tensor-parallel size: report bytes per GPU."),
-    json_out: bool = typer.Option(False, "--json", help="Print JSON: one object per --seq value (a list for several)."),
+    summary: bool = typer.Option(
+        False, "--summary", help="One line per model and --seq (the default for several models)."
+    ),
+    json_out: bool = typer.Option(
+        False, "--json", help="Print JSON: one object per model and --seq value (a list for several)."
+    ),
 ) -> None:
-    """KV-cache bytes of MODEL for requests of --seq tokens: per layer kind, per request, per batch."""
+    """KV-cache bytes of each MODEL for requests of --seq tokens: per layer kind, per request, per batch."""
     from kvplan import calc, render
     from kvplan.units import parse_tokens
 
-    spec = _load_model(model)
+    specs = [_load_model(m) for m in model]
     seqs = [parse_tokens(s) for s in seq]
-    results = [calc.estimate(spec, s, batch, kv_dtype, block_size, tp) for s in seqs]
-    for r in results:
+    results = [(spec, calc.estimate(spec, s, batch, kv_dtype, block_size, tp)) for spec in specs for s in seqs]
+    for spec, r in results:
         if r.exceeds_max_model_len:
             render.warn(
                 f"--seq {r.seq_len:,} is beyond {spec.name}'s max context of {spec.max_model_len:,} tokens "
                 "(computed anyway: rope scaling may allow it)"
             )
     if json_out:
-        objs = [render.estimate_json(r) | ({"reader": spec.reader} if spec.reader else {}) for r in results]
+        objs = [render.estimate_json(r) | ({"reader": spec.reader} if spec.reader else {}) for spec, r in results]
         render.print_json(objs[0] if len(objs) == 1 else objs)
         return
     con = render.console()
-    for r in results:
+    if summary or len(specs) > 1:
+        render.estimate_summary_table([r for _, r in results], con)
+        for spec in specs:
+            if spec.reader:
+                con.print(f"{spec.name} read by: {spec.reader}", style="dim", highlight=False)
+        return
+    for _, r in results:
         render.estimate_table(r, con)
-    if spec.reader:  # which reader built the spec (a wrapper's text model, or transformers' fallback)
-        con.print(f"read by: {spec.reader}", style="dim", highlight=False)
+    if specs[0].reader:  # which reader built the spec (a wrapper's text model, or transformers' fallback)
+        con.print(f"read by: {specs[0].reader}", style="dim", highlight=False)
 
 
 # --- models ---------------------------------------------------------------------------------------
@@ -173,7 +198,7 @@ def models(
 
 @app.command()
 def compare(
-    model: str = typer.Argument(..., help=MODEL_HELP),
+    model: str = typer.Argument(..., metavar="MODEL", help=MODEL_HELP),
     seq: str = typer.Option(..., "--seq", "-s", help="Tokens per request (128k = 131072)."),
     batch: int = typer.Option(1, "--batch", "-b", min=1, help="Concurrent requests."),
     kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype", help="KV dtype (default auto = model dtype)."),
@@ -221,8 +246,9 @@ def fit(
         None,
         "--gpu",
         "-g",
-        help="Catalog GPU (h100, h200, a100-80gb, l4, mi300x, ...) or a size: 80GB, 80GiB, 81559MiB (required "
-        "without --from-log).",
+        help="Catalog GPU (h100, h200, a100-sxm-40gb, l4, mi300x, ...; 'kvplan gpus') or the CUDA-visible total as a "
+        "size: 80GB, 79.2GiB (torch.cuda.mem_get_info()[1], less than nvidia-smi's total); required without "
+        "--from-log.",
     ),
     from_log: Optional[str] = typer.Option(
         None,
@@ -354,7 +380,6 @@ def fit(
     from kvplan import api, render
     from kvplan import fit as fitmod
     from kvplan.errors import DoesNotFit, UsageError
-    from kvplan.gpus import get_gpu
     from kvplan.units import parse_bytes, parse_tokens
 
     if from_log is not None:
@@ -406,7 +431,7 @@ def fit(
             ctx_size, n_parallel, kv_unified, cache_type_k, cache_type_v, flash_attn, n_batch, llama_tool
         ),
     )  # fmt: skip
-    g = get_gpu(gpu)
+    g, gpu_notes = _get_gpu(gpu)
     old = fitmod.engine_version_warning(opts.engine, engine_version)
     if old:
         render.warn(old)
@@ -414,7 +439,9 @@ def fit(
         result = fitmod.require_fit(spec, g, opts)
     except DoesNotFit as e:
         if json_out:
-            render.print_json(render.fit_json(e.result, reason=e.reason, suggestions=e.suggestions))
+            render.print_json(
+                render.fit_json(e.result, reason=e.reason, suggestions=e.suggestions, gpu_notes=gpu_notes)
+            )
         raise
     for note in result.load_notes:
         render.warn(note)
@@ -436,9 +463,15 @@ def fit(
             render.warn(note)
     shown = speed if asked else None
     if json_out:
-        render.print_json(render.fit_json(result, speed))
+        render.print_json(render.fit_json(result, speed, gpu_notes=gpu_notes))
     else:
-        render.fit_table(result, render.console(), shown)
+        exact = None
+        if result.pipeline_parallel_size == 1 and not result.drafter_layers:  # the same layers as estimate's
+            from kvplan import calc
+
+            exact = calc.estimate(spec, result.max_model_len, 1, result.kv_dtype, None, tp).bytes_per_request
+        windowed = any(layer.kind in ("sliding", "chunked") or layer.state is not None for layer in spec.layers)
+        render.fit_table(result, render.console(), shown, exact, windowed)
 
 
 def _fit_from_log(path: str, model: str | None, gpu: str | None, json_out: bool, **given) -> None:
@@ -458,7 +491,7 @@ def _fit_from_log(path: str, model: str | None, gpu: str | None, json_out: bool,
 
 @app.command()
 def fleet(
-    model: str = typer.Argument(..., help=MODEL_HELP),
+    model: str = typer.Argument(..., metavar="MODEL", help=MODEL_HELP),
     workload: Optional[str] = typer.Option(
         None, "--workload", "-w", help="Workload YAML: request classes with concurrency and tokens."
     ),
@@ -591,7 +624,9 @@ def fleet(
             ctx_size, n_parallel, kv_unified, cache_type_k, cache_type_v, flash_attn, n_batch, llama_tool
         ),
     )  # fmt: skip
-    gpus = [get_gpu(g) for g in gpu] if gpu else load_catalog()
+    resolved = [_get_gpu(g) for g in gpu]
+    gpu_notes = tuple(n for _, notes in resolved for n in notes)
+    gpus = [g for g, _ in resolved] if gpu else load_catalog()
     prices = fleetmod.parse_prices(price, get_gpu, gpus if gpu else None)
     from kvplan.fit import engine_version_warning
 
@@ -627,7 +662,7 @@ def fleet(
             f"{spec.max_model_len:,} tokens (computed anyway)"
         )
     if json_out:
-        render.print_json(render.fleet_json(spec.name, wl, rows))
+        render.print_json(render.fleet_json(spec.name, wl, rows, gpu_notes))
     elif csv_out:
         render.print_csv([render.fleet_row_dict(r) for r in rows])
     else:
@@ -645,7 +680,7 @@ def fleet(
 
 @app.command()
 def verify(
-    model: str = typer.Argument(..., help=MODEL_HELP),
+    model: str = typer.Argument(..., metavar="MODEL", help=MODEL_HELP),
     seq: str = typer.Option(
         "4096",
         "--seq",
@@ -754,7 +789,9 @@ def verify(
 
 @app.command()
 def sweep(
-    model: List[str] = typer.Argument(..., help="Models: bundled names, spec YAMLs or config.json files."),
+    model: List[str] = typer.Argument(
+        ..., metavar="MODEL...", help="Models: bundled names, spec YAMLs or config.json files."
+    ),
     seq: List[str] = typer.Option(..., "--seq", "-s", help="max_model_len values; repeat for several. 128k = 131072."),
     gpu: List[str] = typer.Option(
         ..., "--gpu", "-g", help="GPUs (catalog names or sizes like 80GiB); repeat for several."
@@ -802,7 +839,6 @@ def sweep(
     from kvplan import api, render
     from kvplan import sweep as sweepmod
     from kvplan.errors import UsageError
-    from kvplan.gpus import get_gpu
     from kvplan.units import parse_tokens, plural
 
     if csv_out and json_out:
@@ -825,7 +861,7 @@ def sweep(
     )  # fmt: skip
     specs = [_load_model(m) for m in model]
     seqs = [parse_tokens(s) for s in seq]
-    gpus_ = [get_gpu(g) for g in gpu]
+    gpus_ = [_get_gpu(g)[0] for g in gpu]
     result = sweepmod.sweep(specs, seqs, gpus_, kv_dtype, tp, opts)
     if result.skipped_rows:
         render.warn(sweepmod.skipped_message(result))
@@ -855,7 +891,7 @@ def sweep(
 @app.command()
 def plot(
     model: List[str] = typer.Argument(
-        ..., help="Models to draw; with --gpu one panel each, with its own KV budget per GPU."
+        ..., metavar="MODEL...", help="Models to draw; with --gpu one panel each, with its own KV budget per GPU."
     ),
     max_seq: str = typer.Option(
         "128k", "--max-seq", help="Longest context on the x axis (starts at 512 tokens): 513 to 1024m. 128k = 131072."
@@ -883,12 +919,11 @@ def plot(
     --throughput, the decode tokens/s bound against concurrency with the memory wall marked; needs kvplan[plot]."""
     from kvplan import plot as plotmod
     from kvplan import render
-    from kvplan.gpus import get_gpu
     from kvplan.units import parse_tokens, printable
 
     path = plotmod.check_out(out, force)
     specs = [_load_model(m) for m in model]
-    gpus_ = [get_gpu(g) for g in gpu]
+    gpus_ = [_get_gpu(g)[0] for g in gpu]
     if throughput:
         written, tdata = plotmod.plot_throughput(
             specs[0], gpus_, parse_tokens(context, "--context"), path, force, kv_dtype=kv_dtype,
@@ -922,6 +957,16 @@ def _click_errors() -> tuple[type, type]:
     return mro["UsageError"], mro["ClickException"]
 
 
+def _plain_metavars(command):
+    """``command`` with its arguments shown as click shows them (``MODEL``), not typer 0.28's ``{MODEL}``
+    (typer wraps a required argument's metavar in braces in the usage line)."""
+    for cmd in [command, *getattr(command, "commands", {}).values()]:
+        for param in cmd.params:
+            if getattr(param, "param_type_name", "") == "argument" and param.metavar:
+                param.make_metavar = lambda ctx=None, usage=False, p=param: p.metavar
+    return command
+
+
 def _command_for(argv: list[str]):
     """The click command to run: only the subcommand ``argv`` names (building all of them costs start-up
     time that grows with every command), or the whole app for --help, --version and unknown names."""
@@ -933,8 +978,8 @@ def _command_for(argv: list[str]):
             single.info = app.info
             single.registered_callback = app.registered_callback
             single.registered_commands = [info]
-            return typer.main.get_command(single)
-    return typer.main.get_command(app)
+            return _plain_metavars(typer.main.get_command(single))
+    return _plain_metavars(typer.main.get_command(app))
 
 
 def _drop_stdout() -> None:
@@ -954,7 +999,8 @@ def run(argv: Optional[List[str]] = None) -> int:
     try:
         from kvplan.aliases import rewrite  # engine spellings (--tensor-parallel-size ...) and comma lists
 
-        rv = command.main(args=rewrite(argv, command), prog_name="kvplan", standalone_mode=False)
+        every = lambda: typer.main.get_command(app)  # noqa: E731 - built only to word an error
+        rv = command.main(args=rewrite(argv, command, every), prog_name="kvplan", standalone_mode=False)
         sys.stdout.flush()  # a full disk / closed stdout fails here, not at interpreter exit
     except KvplanError as e:
         sys.stderr.write(f"kvplan: error: {_one_line(str(e))}\n")

@@ -19,7 +19,8 @@ Memory model per GPU (vLLM's meaning of ``gpu_memory_utilization``)::
 
 with ``total`` the CUDA-visible memory (``torch.cuda.mem_get_info``), weights = param_count × weight
 bytes / (TP × PP) (:mod:`kvplan.weights`). Each engine changes where the fraction applies, the block size
-and how windowed layers are counted: see its module (``../shared/reference/ENGINES.md`` gathers the rules).
+and how windowed layers are counted: see its module in :mod:`kvplan.engines` (each rule cites the engine
+source it mirrors).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from kvplan import engines
-from kvplan.calc import check_tp, valid_tp_sizes
+from kvplan.calc import check_tp, kv_replication, valid_tp_sizes
 from kvplan.dtypes import get_weight_dtype
 from kvplan.engines import ENGINE_NAMES, Engine, engine_rules, engine_version_warning, get_engine  # noqa: F401
 from kvplan.engines.base import count_requests, longest_request
@@ -110,6 +111,8 @@ class FitResult:
         kv_tokens_rule: how the engine's "GPU KV cache size" is counted: ``concurrency`` (``int(max_concurrency ×
             max_model_len)``), ``groups`` (``num_blocks // len(groups) × block_size``), ``blocks`` (``num_blocks ×
             block_size``), "" (no such figure).
+        gpu_total_basis: where gpu_total_bytes comes from (:attr:`kvplan.gpus.GPU.cuda_total_basis`).
+        kv_replication: copies of the cache across the TP group (:func:`kvplan.calc.kv_replication`), or None.
     """
 
     model: str
@@ -174,6 +177,8 @@ class FitResult:
     parallel_flags: str = ""
     load_notes: tuple = ()
     kv_tokens_rule: str = ""
+    gpu_total_basis: str = ""
+    kv_replication: object = None
 
     @property
     def fits(self) -> bool:
@@ -284,6 +289,7 @@ def fit_plan(spec: ModelSpec, gpu: GPU, opts: FitOptions):
         moe_tensor_parallel_size=par.expert_slicing,
         parallel_flags=par.flags,
         load_notes=notes,
+        kv_replication=kv_replication(spec, par.attn_tp),  # the cache is split over the attention TP only
     )
     return replace(result, **layout), cache
 
@@ -356,6 +362,8 @@ def _result(spec, gpu, opts, settings, budget, cache, kv_dtype_name: str, max_le
         budget_terms=tuple(
             dict(name=t.name, bytes=t.bytes, low=t.low, high=t.high, source=t.source) for t in budget.terms
         ),  # fmt: skip
+        gpu_total_basis=gpu.cuda_total_basis,
+        kv_replication=kv_replication(spec, opts.tensor_parallel_size),
         **fields,
     )
     base.update(cache.fit_fields())  # the engine's own fields (and its names for shared ones: llama.cpp's K/V types)

@@ -11,7 +11,8 @@ and where the numbers come from). Three totals matter and differ:
   value where a log shows it, else ``smi total - reserve_mib``.
 
 ``--gpu`` accepts a catalog id or alias (ignoring case, "-", "_" and spaces) or a size with a unit
-(``80GB`` = 80 × 10⁹ B, ``80GiB`` = 80 × 2³⁰ B, ``81559MiB``); a size is taken as the CUDA-visible total.
+(``80GB`` = 80 × 10⁹ B, ``80GiB`` = 80 × 2³⁰ B, ``81121MiB``); a size is taken as the CUDA-visible total
+(a size equal to a card's nvidia-smi total is planned as given, with a note: :func:`gpu_notes`).
 """
 
 from __future__ import annotations
@@ -110,6 +111,17 @@ class GPU:
     def is_custom(self) -> bool:
         """True for a GPU made from a size rather than taken from the catalog."""
         return self.vendor == "custom"
+
+    @property
+    def cuda_total_basis(self) -> str:
+        """Where :attr:`cuda_total_bytes` comes from, in words: a size given as ``--gpu``, a log, or the
+        nvidia-smi / rocm-smi total less the reserve."""
+        if self.is_custom:
+            return f"--gpu {self.name.removeprefix('custom ')}, taken as the CUDA-visible total"
+        if self.cuda_total_is_observed:
+            return f"observed: {self.cuda_total_source}"
+        smi = "rocm-smi" if self.vendor == "amd" else "nvidia-smi"
+        return f"estimated: {smi} {self.smi_total_mib:,} MiB − reserve {self.reserve_mib:,} MiB"
 
 
 # --- catalog file ---------------------------------------------------------------------------------
@@ -307,6 +319,8 @@ def load_catalog() -> list[GPU]:
 # rocm-smi and torch on ROCm print "AMD Instinct MI300X" (OAM modules: "... MI300X OAM").
 _VENDOR_PREFIXES = ("nvidia", "geforce", "tesla", "amd", "instinct", "radeon")
 _FORM_SUFFIXES = ("oam",)
+_FORM_WORDS = ("sxm", "pcie")  # form factors: the same product, another board
+_GB_WORD = re.compile(r"\d+gb")
 
 
 def _driver_keys(text: str) -> list[str]:
@@ -392,6 +406,53 @@ def custom_gpu(size_bytes: int, label: str) -> GPU:
     )
 
 
+def gpu_notes(text: str, gpu: GPU, flag: str = "--gpu") -> tuple[str, ...]:
+    """What to tell a user about the GPU ``text`` resolved to (:func:`get_gpu`), one line each:
+
+    - a short alias that also names cards of another memory size (``a100`` is the SXM 80 GB; the 40 GB
+      cards carry the same words, and differ only in size and form factor): which card and total were
+      used, and the other ids;
+    - a size equal to a catalog card's nvidia-smi / rocm-smi total (``81559MiB``, the H100's): CUDA sees
+      less than the driver's total (the reserve), so name the card or give the CUDA-visible total.
+
+    Empty when neither applies (an id, a product name, an unambiguous alias, any other size).
+    """
+    if gpu.is_custom:
+        same = [g for g in _bundled() if g.smi_total_bytes == gpu.cuda_total_bytes != g.cuda_total_bytes]
+        if not same:
+            return ()
+        first = same[0]
+        smi = "rocm-smi" if first.vendor == "amd" else "nvidia-smi"
+        card = f"{flag} {first.id}" if len(same) == 1 else f"one of {', '.join(g.id for g in same)}"
+        return (
+            f"{flag} {str(text).strip()} is the {smi} total of {', '.join(g.id for g in same)}, but CUDA sees less "
+            f"(the driver's reserve): {first.cuda_total_bytes / 2**30:,.2f} GiB on {first.id} "
+            f"({first.cuda_total_basis.split(':')[0]}); planned with {gpu.cuda_total_bytes / 2**30:,.2f} GiB as "
+            f"given; give the card's id ({card}) or the CUDA-visible total (torch.cuda.mem_get_info()[1])",
+        )
+    key = _norm(str(text))
+    if key == _norm(gpu.id) or key not in {_norm(a) for a in gpu.aliases}:
+        return ()
+    words = _tokens(str(text))
+    others = [
+        g
+        for g in _bundled()
+        if g is not gpu
+        and g.marketed_gb != gpu.marketed_gb
+        and words <= _tokens(g.id)
+        and all(w in _FORM_WORDS or _GB_WORD.fullmatch(w) for w in _tokens(g.id) - words)
+    ]
+    if not others:
+        return ()
+    sizes = sorted({g.marketed_gb for g in others})
+    what = " and ".join(f"{x:g} GB" for x in sizes)
+    return (
+        f"{flag} {str(text).strip()} is the {gpu.name} ({gpu.id}, CUDA total {gpu.cuda_total_bytes / 2**30:,.2f} "
+        f"GiB, {gpu.cuda_total_basis.split(':')[0]}); the {what} {'card is' if len(others) == 1 else 'cards are'} "
+        f"{', '.join(g.id for g in others)}: give that id if yours is one",
+    )
+
+
 def get_gpu(text: str, flag: str = "--gpu") -> GPU:
     """Resolve what a user typed for a GPU: a catalog id or alias, or a size.
 
@@ -422,4 +483,4 @@ def get_gpu(text: str, flag: str = "--gpu") -> GPU:
             return names[k]
     close = _suggest(str(text))
     hint = f"did you mean {', '.join(close)}? " if close else "run 'kvplan gpus' for the list "
-    raise UsageError(f"{flag}: unknown GPU {text!r}; {hint}(or give a size like 80GB, 80GiB, 81559MiB)")
+    raise UsageError(f"{flag}: unknown GPU {text!r}; {hint}(or give the CUDA-visible total, like 80GB or 79.2GiB)")

@@ -73,14 +73,26 @@ def load_hf_config(path: str | os.PathLike, name: str | None = None) -> ModelSpe
     is a checkpoint's: its weights (and parameter count) come from the ``model.safetensors`` or
     ``model.safetensors.index.json`` beside it, as for a Hub repo (:func:`kvplan.readers.hub.folder_weight_bytes`).
 
+    A Hugging Face cache folder works too: ``models--org--name`` is followed through ``refs/main`` to its
+    snapshot (:func:`kvplan.readers.hub.cache_snapshot`), and a snapshot folder's spec is named ``org/name``
+    (``org/name@commit`` for a snapshot other than refs/main's), not after the commit hash.
+
     Raises:
         SpecError: missing file, malformed JSON, or missing/inconsistent keys.
     """
     import json
 
     p = Path(path)
+    if p.is_dir() and not (p / "config.json").exists() and p.name.startswith("models--"):
+        from kvplan.readers.hub import cache_snapshot
+
+        p = cache_snapshot(p) or p  # a Hugging Face cache repo folder: the snapshot refs/main names
     if p.is_dir():
         p = p / "config.json"
+    if name is None and p.name == "config.json" and p.parent.parent.name == "snapshots":
+        from kvplan.readers.hub import cache_snapshot_name
+
+        name = cache_snapshot_name(p.parent)  # org/name, not the commit hash of the folder
     text = _read_text(p)
     try:
         config = json.loads(text)

@@ -362,6 +362,12 @@ def _draw_curves(ax, xs, curves: list[Curve], colors: dict[str, str]) -> bool:
     return dotted_any
 
 
+def gib_tick(gib: float) -> str:
+    """A y tick of the KV axis: GiB from 1 up (``16``), MiB below (``512 MiB``, ``8 MiB``), never a long
+    decimal (``0.0078125``)."""
+    return f"{gib:g}" if gib >= 1 else f"{gib * 1024:g} MiB"
+
+
 def _draw_budgets(
     ax, budgets: tuple[BudgetLine, ...], gpu_order: list[str], no_budget: tuple[tuple[str, str], ...] = ()
 ) -> None:
@@ -382,8 +388,8 @@ def _draw_budgets(
             continue
         y = b.budget_bytes / GIB
         shade = GPU_SHADES[k % 2]
-        ax.axhline(
-            y, color=shade, lw=1.4, ls=GPU_STYLES[k % len(GPU_STYLES)], label=f"{b.gpu_name}: KV budget {y:,.1f} GiB"
+        ax.axhline(  # named by its id, as on the line's own label: one name per GPU in a panel
+            y, color=shade, lw=1.4, ls=GPU_STYLES[k % len(GPU_STYLES)], label=f"{b.gpu}: KV budget {y:,.1f} GiB"
         )
         ax.annotate(
             f"{b.gpu}: {y:,.1f} GiB",
@@ -475,7 +481,7 @@ def figure(data: PlotData):
         ymax = 2 ** ((hi - f * lo) / (1 - f))
         ax0.set_ylim(ymin, ymax)
     yticks = [2.0**k for k in range(-12, 16) if ymin <= 2.0**k <= ymax]
-    ax0.set_yticks(yticks, [f"{t:g}" for t in yticks])
+    ax0.set_yticks(yticks, [gib_tick(t) for t in yticks])
     for ax in axes[:n]:
         ax.minorticks_off()
         ax.grid(True, which="major", color="0.9", lw=0.8)
@@ -483,7 +489,7 @@ def figure(data: PlotData):
     tp = data.tensor_parallel_size
     per = f", per GPU at TP={tp}" if tp > 1 else ""
     xlabel = "context length per request (tokens, log₂ scale; 1k = 1,024)"
-    ylabel = f"KV cache per request{per} (GiB = 2³⁰ B, log₂ scale)"
+    ylabel = f"KV cache per request{per} (GiB = 2³⁰ B, log₂ scale)"  # ticks below 1 GiB say MiB
     if n == 1:
         ax0.set_xlabel(xlabel)
         ax0.set_ylabel(ylabel)
@@ -677,13 +683,24 @@ def render_throughput(data: ThroughputData, out: Path, force: bool = True) -> Pa
             "-",
             color=color,
             lw=2.2,
+            zorder=2,
             label=f"{c.gpu_name}: estimate (MBU {data.mbu:.2g}, MFU {data.mfu:.2g} + fixed costs)",
         )
-        ax.plot([xs[j] for j in beyond], [c.tokens_per_s[j] for j in beyond], ":", color=color, lw=1.4)
-        ax.plot(xs, c.limit_tokens_per_s, "--", color=color, lw=1.2, alpha=0.8, label=f"{c.gpu_name}: physical limit")
+        ax.plot([xs[j] for j in beyond], [c.tokens_per_s[j] for j in beyond], ":", color=color, lw=1.4, zorder=2)
+        # above every solid line: one GPU's limit can lie exactly on another's bound (H100 at 3.35 TB/s under
+        # H200's 4.8 × 0.7 = 3.36 TB/s) and would be hidden beneath it
+        ax.plot(
+            xs,
+            c.limit_tokens_per_s,
+            ls=(0, (5, 3)),
+            color=color,
+            lw=1.6,
+            zorder=4,
+            label=f"{c.gpu_name}: physical limit",
+        )
         if wall:
             ax.axvline(wall, color=color, lw=1.0, ls="-.", alpha=0.9)
-            ax.annotate(
+            ax.annotate(  # on a white box above the curves, so the text never runs through a line
                 f"{c.gpu}: {wall:,} requests fit",
                 xy=(wall, 0.98),
                 xycoords=("data", "axes fraction"),
@@ -692,6 +709,8 @@ def render_throughput(data: ThroughputData, out: Path, force: bool = True) -> Pa
                 va="top",
                 fontsize=8.5,
                 color=color,
+                zorder=5,
+                bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none", "alpha": 0.85},
             )
         if c.max_num_seqs and c.max_num_seqs < wall:
             ax.axvline(c.max_num_seqs, color=color, lw=0.8, ls=(0, (1, 2)))

@@ -149,6 +149,7 @@ def estimate_json(est) -> dict[str, Any]:
         "total_bytes": est.total_bytes,
         "total_gib": est.total_bytes / GIB,
         "total_gb": est.total_bytes / GB,
+        "kv_replication": None if est.kv_replication is None else to_jsonable(est.kv_replication),
         "groups": [_group_json(g) for g in est.groups],
     }
 
@@ -221,6 +222,36 @@ def estimate_table(est, con) -> None:
     con.print(t)
     n = est.total_bytes
     con.print(f"KV cache: {fmt_bytes(n)} ({fmt_gib(n)}, {fmt_gb(n)})")
+    if est.kv_replication is not None:
+        con.print(est.kv_replication.note)
+
+
+def estimate_summary_table(ests, con) -> None:
+    """Print estimates one line each (model, length, dtype, TP): bytes per request, and per batch when the
+    batch is above 1; layer kinds in short form; replication noted below the table."""
+    from rich.table import Table
+
+    batch = max(e.batch_size for e in ests)
+    tp = max(e.tensor_parallel_size for e in ests)
+    paging = {e.block_size for e in ests} - {None}
+    title = "KV cache per request" + (f", per GPU at TP={tp}" if tp > 1 else "")
+    title += f", blocks of {fmt_tokens(paging.pop())}" if len(paging) == 1 else ""
+    t = Table(title=title, title_justify="left")
+    cols = ["model", "seq", "KV dtype", "layers", "bytes/request", "GiB", "GB"]
+    if batch > 1:
+        cols += [f"batch of {batch:,}, bytes", "GiB "]
+    for col in cols:
+        t.add_column(col, justify="left" if col in ("model", "KV dtype", "layers") else "right", no_wrap=True)
+    for e in ests:
+        b, gi, gd = size_cells(e.bytes_per_request)
+        kinds = " + ".join(f"{g.layers} {g.kind}" for g in e.groups)
+        cells = [e.model, f"{e.seq_len:,}", e.kv_dtype, kinds, b, gi, gd]
+        if batch > 1:
+            cells += [f"{e.total_bytes:,}", fmt_gib(e.total_bytes).removesuffix(" GiB")]
+        t.add_row(*cells)
+    con.print(t)
+    for note in dict.fromkeys(f"{e.model}: {e.kv_replication.note}" for e in ests if e.kv_replication):
+        con.print(note)
 
 
 # --- models ------------------------------------------------------------------------------------
@@ -404,7 +435,9 @@ def gpus_table(gpus, con) -> None:
 # --- fit -------------------------------------------------------------------------------------------
 
 
-def fit_json(r, speed=None, reason: str | None = None, suggestions: list[str] | None = None) -> dict[str, Any]:
+def fit_json(
+    r, speed=None, reason: str | None = None, suggestions: list[str] | None = None, gpu_notes: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """JSON object of a :class:`kvplan.fit.FitResult` (all fields, plus fits and GiB figures).
 
     ``max_model_len_fit`` is null when no length is too long (every layer's cache is bounded). With ``speed``
@@ -415,8 +448,11 @@ def fit_json(r, speed=None, reason: str | None = None, suggestions: list[str] | 
     ``throughput``: both figures in full. ``reason`` and ``suggestions``: why a plan does not fit and what
     would (the flags, each with a note in parentheses, as ``kvplan fit`` prints them on stderr); null and []
     for a plan that fits.
+    ``gpu_notes``: what ``--gpu`` resolved to when it could mean another card or total
+    (:func:`kvplan.gpus.gpu_notes`).
     """
     d = to_jsonable(r)
+    d["gpu_notes"] = list(gpu_notes)
     if r.max_model_len_unbounded:
         d["max_model_len_fit"] = None
     d["fits"] = r.fits
@@ -619,10 +655,9 @@ def fit_lines(r) -> list[str]:
         elif r.kv_cache_groups and r.kv_tokens_rule == "groups":
             out.append('  "GPU KV cache size" is num_blocks × block_size (one KV cache group)')
         elif r.kv_cache_groups:
-            out.append(
-                '  "GPU KV cache size" is int(max concurrency × max_model_len) (vLLM kv_cache_utils.py '
-                "get_kv_cache_capacity): requests' worth of max_model_len, not the tokens of context that fit "
-                "(see the longest single request)"
+            out.append(  # one short line: it is printed by every vLLM fit
+                '  "GPU KV cache size" = int(concurrency × max_model_len) (vLLM get_kv_cache_capacity), not the '
+                "tokens that fit"
             )
         else:
             what = 'the log\'s "GPU KV cache size", ' if r.engine_version != "0.6" else ""
@@ -665,6 +700,8 @@ def fit_lines(r) -> list[str]:
                 "  KV capacity counts a token in every layer; sliding-window, chunked and state layers hold less "
                 "per request, so a request can be longer"
             )
+    if getattr(r, "kv_replication", None) is not None:
+        out.append(r.kv_replication.note)
     out.append(f"Max concurrent requests of {fmt_tokens(r.max_model_len)}: {r.max_concurrent_requests:,}")
     if r.limited_by_max_num_seqs:
         cap = "max_batch_size" if r.engine == "trtllm" else "max_num_seqs"
@@ -702,8 +739,27 @@ def budget_note(r) -> str:
     )
 
 
-def fit_table(r, con, speed=None) -> None:
-    """Print a fit plan: memory per GPU, then what fits, then (with ``speed``) the speed bound."""
+def engine_rules_line(r, exact_bytes: int | None, windowed: bool = False) -> str | None:
+    """``KV per request`` against the exact cache of ``kvplan estimate`` (``exact_bytes``, the same length,
+    dtype and TP): how many bytes the engine's block and page rules add, or None when they add none.
+    ``windowed``: the model has sliding-window, chunked or state layers (engines reserve more for them)."""
+    if exact_bytes is None or r.kv_bytes_per_request <= exact_bytes:
+        return None
+    extra = r.kv_bytes_per_request - exact_bytes
+    windowed_text = (
+        ", and for windowed and state layers more than they hold (tokens in flight, whole pages)" if windowed else ""
+    )
+    return (
+        f"KV per request {r.kv_bytes_per_request:,} B is {extra:,} B ({100 * extra / exact_bytes:.1f} %) above the "
+        f"exact cache of 'kvplan estimate' ({exact_bytes:,} B): the engine reserves whole blocks of "
+        f"{fmt_tokens(r.block_size)}{windowed_text}"
+    )
+
+
+def fit_table(r, con, speed=None, exact_bytes: int | None = None, windowed: bool = False) -> None:
+    """Print a fit plan: memory per GPU, then what fits, then (with ``speed``) the speed bound. With
+    ``exact_bytes`` (``kvplan estimate``'s bytes of one request), a line saying what the engine's block rules
+    add to it (:func:`engine_rules_line`; ``windowed`` as there)."""
     from rich.table import Table
 
     stage = (
@@ -742,7 +798,8 @@ def fit_table(r, con, speed=None) -> None:
         span = f"modelled, {fmt_gib_range(term['low'], term['high'])}"
         t.add_row(label, f"≈ {b}", f"≈ {gi}", f"≈ {gd}", f"{note}; {span}" if note else span)
 
-    row("GPU memory (CUDA total)", r.gpu_total_bytes)
+    basis = getattr(r, "gpu_total_basis", "")
+    row("GPU memory (CUDA total)", r.gpu_total_bytes, "observed in a log" if basis.startswith("observed") else basis)
     if r.engine == "vllm":
         row("usable", r.usable_bytes, f"× gpu_memory_utilization {r.gpu_memory_utilization}")
     elif r.engine == "sglang":
@@ -811,8 +868,14 @@ def fit_table(r, con, speed=None) -> None:
     if r.shared_prefix_tokens:
         row("shared prefix (once)", r.shared_prefix_bytes, fmt_tokens(r.shared_prefix_tokens))
     con.print(t)
+    extra = engine_rules_line(r, exact_bytes, windowed)
     for line in fit_lines(r):
         con.print(line)
+        if extra and line.startswith(("One request of", "KV capacity:")):
+            con.print(extra)
+            extra = None
+    if extra:
+        con.print(extra)
     if par.attn_dp > 1:
         con.print(
             f"Attention data parallelism: {par.attn_dp} groups of {par.attn_tp} GPU(s) per stage, each holding its own "
@@ -836,12 +899,14 @@ def fleet_row_dict(r) -> dict[str, Any]:
     return d
 
 
-def fleet_json(model: str, workload, rows) -> dict[str, Any]:
-    """JSON of a fleet plan: the workload and every layout."""
+def fleet_json(model: str, workload, rows, gpu_notes: tuple[str, ...] = ()) -> dict[str, Any]:
+    """JSON of a fleet plan: the workload, every layout, and what each ``--gpu`` resolved to when it could
+    mean another card or total (``gpu_notes``, :func:`kvplan.gpus.gpu_notes`)."""
     return {
         "model": model,
         "workload": to_jsonable(workload),
         "concurrency_is": "total across the fleet",
+        "gpu_notes": list(gpu_notes),
         "layouts": [fleet_row_dict(r) for r in rows],
     }
 
@@ -1174,6 +1239,7 @@ def sweep_table(
         ("KV budget\nGiB/GPU", "right"),
         ("KV/request\nGiB/GPU", "right"),
         ("whole\nrequests", "right"),
+        ("limit", "left"),
         ("vLLM log\nconcurrency" if vllm else "concurrency\n(cut)", "right"),
         ("vLLM log KV\ncache tokens" if vllm else "pool\ntokens", "right"),
         ("fits", "left"),
@@ -1188,6 +1254,7 @@ def sweep_table(
             f"{r['kv_budget_bytes'] / GIB:,.3f}",
             f"{r['kv_bytes_per_request'] / GIB:,.3f}",
             f"{r['max_concurrent_requests']:,}",
+            r.get("limit", "memory"),
             f"{r['max_concurrency']:.2f}x" if vllm else f"{fmt_ratio_floor(r['max_requests_ratio'])}x",
             f"{r['kv_capacity_tokens']:,}",
             "yes" if r["fits"] else "no",
@@ -1207,7 +1274,7 @@ def sweep_table(
         con.print(
             'vLLM log columns: "Maximum concurrency" (rounded, the null block counted) and "GPU KV cache size" '
             "= int(concurrency × seq) (kv_cache_utils.py get_kv_cache_capacity), not the tokens of context that fit; "
-            "whole requests: what fits"
+            "whole requests: what fits; limit: what sets them (memory, or the engine's max_num_seqs)"
         )
 
 

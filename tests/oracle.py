@@ -402,3 +402,75 @@ def _module_states(block) -> tuple[OracleTensor, ...]:
             if isinstance(t, torch.Tensor):
                 out.append(_tensor(name, t))
     return tuple(out)
+
+
+@dataclass(frozen=True)
+class OracleParams:
+    """transformers' parameter count of a config.json's causal LM, built on the meta device.
+
+    Attributes:
+        total: ``sum(p.numel() for p in model.parameters())`` (tied weights once).
+        embedding: the input embedding plus an untied output embedding (lm_head).
+        moe_layers: decoder layers whose MLP holds routed experts (an ``experts`` child).
+        expert: parameters of one routed expert of the first MoE layer (its slice of every expert tensor),
+            or None for a dense model.
+        experts: routed experts per MoE layer, or None.
+    """
+
+    total: int
+    embedding: int
+    moe_layers: int
+    expert: int | None
+    experts: int | None
+
+
+def count_parameters(config: dict) -> OracleParams:
+    """transformers 5.23's parameter count of ``config`` (see :class:`OracleParams`), cached per config.
+
+    Raises:
+        OracleUnavailable: no config class, or the meta build failed.
+    """
+    return _params_cached(json.dumps(config, sort_keys=True))
+
+
+@functools.lru_cache(maxsize=None)
+def _params_cached(config_json: str) -> OracleParams:
+    import torch
+    import transformers
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    transformers.logging.set_verbosity_error()
+    raw = json.loads(config_json)
+    model_type = raw.pop("model_type", None)
+    if model_type in ORACLE_ALIASES and model_type not in CONFIG_MAPPING_NAMES:
+        target, renames, _ = ORACLE_ALIASES[model_type]
+        for old, new in renames.items():
+            if old in raw and new not in raw:
+                raw[new] = raw.pop(old)
+        model_type = target
+    if model_type not in CONFIG_MAPPING_NAMES:
+        raise OracleUnavailable(f"transformers {transformers.__version__} has no config class for {model_type!r}")
+    raw.pop("quantization_config", None)  # how weights are stored, not how many there are
+    try:
+        config = AutoConfig.for_model(model_type, **raw)
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    except Exception as e:  # noqa: BLE001
+        raise OracleUnavailable(f"{model_type}: building the model on meta failed: {type(e).__name__}: {e}") from e
+    total = sum(p.numel() for p in model.parameters())
+    inp, out = model.get_input_embeddings(), model.get_output_embeddings()
+    embedding = inp.weight.numel()
+    if out is not None and out.weight is not inp.weight:
+        embedding += sum(p.numel() for p in out.parameters())
+    moe_layers, expert, experts = 0, None, None
+    for name, module in model.named_modules():
+        if name.endswith(".experts") and not name.endswith("shared_experts"):
+            tensors = list(module.parameters(recurse=False))
+            if not tensors:
+                continue
+            moe_layers += 1
+            if expert is None:
+                experts = tensors[0].shape[0]
+                expert = sum(t.numel() // t.shape[0] for t in tensors)
+    return OracleParams(total, embedding, moe_layers, expert, experts)

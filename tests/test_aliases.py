@@ -209,3 +209,32 @@ def test_vllm_dtype_sets_the_kv_dtype_of_commands_without_weights(cli):
     )
     assert code == 0, err
     assert [r["kv_dtype"] for r in json.loads(out)] == ["fp32", "fp8_e4m3"]
+
+
+@pytest.mark.parametrize(
+    "args, several",
+    [
+        # the December 2026 trial: estimate was told "'kvplan estimate' and 'kvplan sweep' take several"
+        (["estimate", "llama3-8b", "--seq", "4k", "--kv-dtype", "bf16,fp8"], "'kvplan sweep' takes several"),
+        (["fit", "llama3-8b", "--gpu", "h100,l4"], "'kvplan fleet', 'kvplan sweep' and 'kvplan plot' take several"),
+        (["fit", "llama3-8b", "--gpu", "h100", "--seq", "8k,32k"], "'kvplan estimate' and 'kvplan sweep' take several"),
+        (["compare", "llama3-8b", "--seq", "4k,8k"], "'kvplan estimate' and 'kvplan sweep' take several"),
+    ],
+)
+def test_a_list_where_one_value_goes_names_the_commands_that_take_several(cli, args, several):
+    code, out, err = cli(*args)
+    assert (code, out) == (2, "")
+    flag = next(a for a in args if "," in a)
+    assert err.endswith(f"(got {flag!r}); {several}\n")
+    assert f"'kvplan {args[0]}'" not in err.split(";")[-1]  # never the command that refused it
+
+
+@pytest.mark.parametrize(
+    "command, usage",
+    [("estimate", "MODEL..."), ("fit", "MODEL"), ("fleet", "MODEL"), ("sweep", "MODEL..."), ("plot", "MODEL..."),
+     ("compare", "MODEL"), ("verify", "MODEL")],
+)  # fmt: skip
+def test_usage_names_the_model_argument_as_click_does(cli, command, usage):
+    code, out, _ = cli(command, "--help")
+    assert code == 0
+    assert out.splitlines()[0] == f"Usage: kvplan {command} [OPTIONS] {usage}"  # not typer's {model}

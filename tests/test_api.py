@@ -211,3 +211,20 @@ def test_this_checkout_counts_as_a_clone():
 
     # the tests run from a source tree (CI: `pip install '.[test]'` in a clone, recorded as dir_info)
     assert installed_from_clone() is True
+
+
+def test_a_list_of_lengths_is_refused_in_python_terms():
+    # the December 2026 trial: kvplan.estimate(cfg, ['8k', '32k']) blamed a comma and named the CLI's --seq
+    with pytest.raises(UsageError) as e:
+        kvplan.estimate("llama3-8b", ["8k", "32k"])
+    assert str(e.value) == (
+        "seq: one token count (an int, or a string like '32k'), not a list (['8k', '32k']); call kvplan.estimate "
+        "once per length"
+    )
+    assert [kvplan.estimate("llama3-8b", s).total_bytes for s in ("8k", "32k")] == [1 << 30, 1 << 32]
+
+
+def test_module_docs_point_at_files_that_ship():
+    import kvplan.fit
+
+    assert "shared/reference" not in (kvplan.fit.__doc__ or "")

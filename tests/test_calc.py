@@ -154,3 +154,33 @@ def test_tp_splits_then_replicates_kv_heads(tp, heads):
     assert kv_heads_per_rank(8, tp) == heads
     # llama3-8b per GPU: 2 × 32 × heads × 128 × 2 B per token
     assert estimate(load_bundled("llama3-8b"), 1, tensor_parallel_size=tp).total_bytes == 2 * 32 * heads * 128 * 2
+
+
+# --- KV replication at TP > H_kv (the December 2026 trial) -----------------------------------------------
+
+
+def test_kv_heads_replicated_beyond_h_kv_are_said_in_estimate_and_fit(cli):
+    import json
+
+    # Qwen3-235B-A22B: 94 layers, 4 KV heads of 128 (config.json); at TP 8 each rank keeps 1 head: 2 copies
+    code, out, err = cli("estimate", "qwen3-235b-a22b", "--seq", "32k", "--tp", "8", "--kv-dtype", "fp8")
+    assert code == 0
+    note = (
+        "KV replicated: TP=8 > H_kv=4, so each KV head is cached on 2 of the 8 GPUs (vLLM get_num_kv_heads: "
+        "max(1, H_kv // TP) heads per GPU); the per-GPU bytes × 8 GPUs are 2× the model's cache"
+    )
+    assert out.rstrip().endswith(note) and "24,064" in out  # 94 × 1 head × 128 × 2 (K, V) × 1 B
+    r = json.loads(cli("estimate", "qwen3-235b-a22b", "--seq", "32k", "--tp", "8", "--json")[1])
+    assert r["kv_replication"] == {"factor": 2, "kv_heads": 4, "kind": "heads", "note": note}
+    assert (
+        json.loads(cli("estimate", "qwen3-235b-a22b", "--seq", "32k", "--tp", "4", "--json")[1])["kv_replication"]
+        is None
+    )
+    assert "replicated" not in cli("estimate", "qwen3-235b-a22b", "--seq", "32k", "--tp", "4")[1]
+    args = ("fit", "qwen3-235b-a22b", "--gpu", "h200", "--tp", "8", "--max-model-len", "32k", "--kv-dtype", "fp8")
+    assert note in cli(*args)[1].splitlines()
+    assert json.loads(cli(*args, "--json")[1])["kv_replication"]["factor"] == 2
+    # MLA (DeepSeek-V3): one latent per token, kept whole on every rank
+    r = json.loads(cli("estimate", "deepseek-v3", "--seq", "4k", "--tp", "8", "--json")[1])
+    assert (r["kv_replication"]["factor"], r["kv_replication"]["kind"]) == (8, "mla")
+    assert json.loads(cli("estimate", "deepseek-v3", "--seq", "4k", "--json")[1])["kv_replication"] is None

@@ -258,7 +258,7 @@ def test_newline_in_a_path_stays_one_line(cli):
 
 # --- weights: what each command says and takes when a spec has no param_count -----------------------
 
-CONFIG_8B = ROOT / "tests" / "fixtures" / "hf_configs" / "llama3.1-8b.json"  # a config.json: no parameter count
+CONFIG_8B = ROOT / "tests" / "fixtures" / "hf_configs" / "llama3.1-8b.json"  # a config.json (params counted)
 TOY = """\
 name: toy
 source: https://huggingface.co/org/toy/blob/main/config.json
@@ -326,11 +326,12 @@ def test_unknown_weights_messages_say_what_to_do_for_each_kind_of_model(cli, tmp
         f"kvplan: error: toy: {toy} gives no param_count, so weights are unknown; add param_count (total "
         "parameters) to that spec YAML, or give --weights-gib (weights per GPU)\n"
     )
-    # a config.json: it never has one
-    code, out, err = cli("fit", CONFIG_8B, "--gpu", "h100")
+    # a config.json of a family kvplan does not count (a hybrid) and no safetensors beside it
+    jamba = ROOT / "tests" / "fixtures" / "hf_configs" / "jamba-1.5-mini.json"
+    code, out, err = cli("fit", jamba, "--gpu", "h200")
     assert (code, out) == (2, "")
     assert err == (
-        "kvplan: error: llama3.1-8b: a config.json gives no parameter count and no safetensors weights were found "
+        "kvplan: error: jamba-1.5-mini: a config.json gives no parameter count and no safetensors weights were found "
         "with it (model.safetensors or model.safetensors.index.json), so weights are unknown; give --weights-gib "
         "(weights per GPU), or write a spec YAML with param_count\n"
     )
@@ -418,3 +419,42 @@ def test_print_json_is_strict():
     buf = io.StringIO()
     print_json({"a": float("inf"), "b": [float("nan"), 1.5], "c": (float("-inf"),)}, buf)
     assert json.loads(buf.getvalue()) == {"a": None, "b": [None, 1.5], "c": [None]}
+
+
+# --- several models side by side (the December 2026 trial: estimate took one model only) ------------------
+
+
+def test_estimate_takes_several_models_side_by_side(cli):
+    code, out, err = cli("estimate", "llama3.1-8b", "qwen3-8b", "--seq", "8k,32k")
+    assert (code, err) == (0, "")
+    rows = [line for line in out.splitlines() if line.startswith("│")]
+    # 2 × 32 layers × 8 × 128 × 2 B = 131,072 B/token; Qwen3-8B: 36 layers: 147,456 B/token
+    assert [[c.strip() for c in r.split("│")[1:6]] for r in rows] == [
+        ["llama3.1-8b", "8,192", "bf16", "32 full", "1,073,741,824"],
+        ["llama3.1-8b", "32,768", "bf16", "32 full", "4,294,967,296"],
+        ["qwen3-8b", "8,192", "bf16", "36 full", "1,207,959,552"],
+        ["qwen3-8b", "32,768", "bf16", "36 full", "4,831,838,208"],
+    ]
+    code, out, _ = cli("estimate", "llama3.1-8b", "qwen3-8b", "--seq", "8k", "--json")
+    objs = json.loads(out)
+    assert [(o["model"], o["bytes_per_request"]) for o in objs] == [
+        ("llama3.1-8b", 1_073_741_824),
+        ("qwen3-8b", 1_207_959_552),
+    ]
+    # one model: the per-layer tables as before; --summary gives the one-line form for it too
+    code, out, _ = cli("estimate", "llama3-8b", "--seq", "4096")
+    assert "layer kind" in out and out.rstrip().endswith("KV cache: 536,870,912 B (0.5 GiB, 0.537 GB)")
+    code, out, _ = cli("estimate", "llama3-8b", "--seq", "4096", "--summary")
+    row = next(line for line in out.splitlines() if line.startswith("│"))
+    assert "layer kind" not in out
+    assert [c.strip() for c in row.split("│")[1:-1]] == [
+        "llama3-8b",
+        "4,096",
+        "bf16",
+        "32 full",
+        "536,870,912",
+        "0.5",
+        "0.537",
+    ]
+    code, out, _ = cli("estimate", "llama3-8b", "--seq", "4096", "--batch", "3", "--summary")
+    assert "batch of 3, bytes" in out and "1,610,612,736" in out

@@ -380,9 +380,12 @@ def test_suggests_bigger_gpu_at_bigger_tp():
 def test_given_budget_needs_no_param_count(tmp_path):
     p = tmp_path / "config.json"
     p.write_text((Path(__file__).parent / "fixtures/hf_configs/llama3.1-8b.json").read_text())
+    from dataclasses import replace
+
     from kvplan.loader import load_hf_config
 
-    r = plan_fit(load_hf_config(p), get_gpu("h100"), given_budget(GIB, max_model_len=4096))
+    spec = replace(load_hf_config(p), param_count=None, param_count_unquantized=0)  # a config never counted
+    r = plan_fit(spec, get_gpu("h100"), given_budget(GIB, max_model_len=4096))
     assert r.num_blocks == 512 and r.weights_bytes == 0
 
 
@@ -633,10 +636,9 @@ def test_capacity_labels_per_engine(cli):
     base = ["fit", "gpt-oss-120b", "--gpu", "h200", "--max-model-len", "128k"]
     code, out, _ = cli(*base)
     assert "Engine log: GPU KV cache size: 1,536,050 tokens," in out
-    assert (
-        '  "GPU KV cache size" is int(max concurrency × max_model_len) (vLLM kv_cache_utils.py get_kv_cache_capacity): '
-        "requests' worth of max_model_len, not the tokens of context that fit (see the longest single request)\n"
-    ) in out
+    # one short line (the December 2026 trial: two lines of the same explanation in every fit)
+    line = '  "GPU KV cache size" = int(concurrency × max_model_len) (vLLM get_kv_cache_capacity), not the tokens that fit'
+    assert f"{line}\n" in out and len(line) <= 120
     assert "Longest single request that fits: 1,713,200 tokens\n" in out
     code, out, _ = cli(*base, "--engine", "sglang")
     assert "vLLM's log" not in out and "GPU KV cache size" not in out
@@ -752,3 +754,23 @@ def test_shared_prefix_takes_token_counts(cli):
     code, out, err = cli(*base, "--shared-prefix", "lots")
     assert (code, out) == (2, "")
     assert err == "kvplan: error: --shared-prefix: 'lots' is not a token count; use e.g. 4096, 32k or 128k (k = 1024)\n"
+
+
+def test_fit_says_what_the_engine_rules_add_to_the_exact_cache(cli):
+    # the December 2026 trial: a hybrid's estimate and fit disagree (0.572 vs 0.725 GiB) and fit only said
+    # "engine block rules". Granite-4.0-H-Tiny, 32k: the exact cache (kvplan estimate, checked against
+    # transformers in test_oracle) against vLLM's per-request bytes (400-token blocks, Mamba pages)
+    # exact: 8,192 B/token (4 attention layers) × 32,768 + 36 Mamba-2 states of 806,400 B = 297,465,856 B;
+    # vLLM 0.33: 109 blocks of 3,276,800 B (its 400-token pages, Mamba states in pages of their own)
+    exact = json.loads(cli("estimate", "granite-4.0-h-tiny", "--seq", "32k", "--json")[1])["bytes_per_request"]
+    r = json.loads(cli("fit", "granite-4.0-h-tiny", "--gpu", "h100", "--max-model-len", "32k", "--json")[1])
+    assert (exact, r["kv_bytes_per_request"]) == (8192 * 32768 + 36 * 806_400, 109 * 3_276_800)
+    code, out, _ = cli("fit", "granite-4.0-h-tiny", "--gpu", "h100", "--max-model-len", "32k")
+    assert (
+        "KV per request 357,171,200 B is 59,705,344 B (20.1 %) above the exact cache of 'kvplan estimate' "
+        "(297,465,856 B): the engine reserves whole blocks of 400 tokens, and for windowed and state layers more "
+        "than they hold (tokens in flight, whole pages)\n"
+    ) in out
+    # a plain model whose blocks divide the length: nothing added, no line
+    code, out, _ = cli("fit", "llama3.1-8b", "--gpu", "h100", "--max-model-len", "32k")
+    assert "above the exact cache" not in out

@@ -93,13 +93,44 @@ REFERENCE_IDS = {
     "t4-16gb", "v100-16gb", "v100-32gb", "rtx3090-24gb", "rtx4090-24gb", "rtx5090-32gb", "rtx6000-ada-48gb",
     "rtx-pro-6000-blackwell-96gb", "mi250x-128gb", "mi300x-192gb", "mi325x-256gb", "mi355x-288gb",
 }  # fmt: skip
+# Added after the December 2026 trial (users own them and found them missing), each with its nvidia-smi /
+# HIP totals from public output: (id, smi MiB, CUDA/HIP-visible total in bytes, ECC-off smi MiB or None).
+ADDED = {
+    "rtx-a6000-48gb": (49140, 48676 << 20, None),  # ECC off is the workstation default; on: 46068
+    "a40-48gb": (46068, 45416 << 20, 49140),
+    "l20-48gb": (46068, None, 49140),
+    "mi210-64gb": (65520, 68_702_699_520, None),
+}
 
 
 # --- the bundled catalog --------------------------------------------------------------------------
 
 
 def test_catalog_holds_every_reference_gpu():
-    assert {g.id for g in load_catalog()} == REFERENCE_IDS
+    assert {g.id for g in load_catalog()} == REFERENCE_IDS | set(ADDED)
+
+
+@pytest.mark.parametrize("gpu_id", sorted(ADDED))
+def test_the_added_gpus_carry_their_driver_totals(gpu_id):
+    smi, cuda, ecc_off = ADDED[gpu_id]
+    g = get_gpu(gpu_id)
+    assert g.smi_total_mib == smi and g.status in ("confirmed", "corroborated") and g.source
+    if cuda is None:  # estimated: smi total less the family's reserve (Ada: 631 MiB)
+        assert (g.cuda_total_is_observed, g.cuda_total_bytes) == (False, (smi - 631) << 20)
+    else:
+        assert (g.cuda_total_is_observed, g.cuda_total_bytes) == (True, cuda) and g.cuda_total_source
+    if ecc_off is not None:
+        assert f"{ecc_off} MiB" in g.notes
+
+
+@pytest.mark.parametrize(
+    "typed, gpu_id",
+    [("RTX A6000", "rtx-a6000-48gb"), ("NVIDIA RTX A6000", "rtx-a6000-48gb"), ("a6000", "rtx-a6000-48gb"),
+     ("A40", "a40-48gb"), ("NVIDIA A40", "a40-48gb"), ("L20", "l20-48gb"), ("NVIDIA L20", "l20-48gb"),
+     ("MI210", "mi210-64gb"), ("AMD Instinct MI210", "mi210-64gb")],
+)  # fmt: skip
+def test_the_added_gpus_resolve_by_the_names_users_type(typed, gpu_id):
+    assert get_gpu(typed).id == gpu_id
 
 
 @pytest.mark.parametrize("gpu", load_catalog(), ids=lambda g: g.id)
@@ -193,7 +224,7 @@ def test_size_is_the_cuda_visible_total(text, size):
 
 # --- errors ---------------------------------------------------------------------------------------
 
-SIZE_HINT = "(or give a size like 80GB, 80GiB, 81559MiB)"
+SIZE_HINT = "(or give the CUDA-visible total, like 80GB or 79.2GiB)"
 
 
 @pytest.mark.parametrize(
@@ -411,3 +442,59 @@ def test_suggestions_rank_by_similarity(text, first):
     with pytest.raises(UsageError) as e:
         get_gpu(text)
     assert str(e.value).startswith(f"--gpu: unknown GPU {text!r}; did you mean {first}")
+
+
+# --- which card, which total (the December 2026 trial: `--gpu a100`, `--gpu 81559MiB`) ----------------
+
+
+def test_an_alias_that_also_names_another_memory_size_says_which_card_was_used():
+    from kvplan.gpus import gpu_notes
+
+    g = get_gpu("a100")
+    assert g.id == "a100-sxm-80gb"
+    assert gpu_notes("a100", g) == (
+        "--gpu a100 is the NVIDIA A100-SXM4-80GB (a100-sxm-80gb, CUDA total 79.39 GiB, estimated); the 40 GB cards "
+        "are a100-sxm-40gb, a100-pcie-40gb: give that id if yours is one",
+    )
+    assert "the 32 GB card is v100-32gb" in gpu_notes("v100", get_gpu("v100"))[0]
+    # one size only (h100: SXM and PCIe are both 80 GB; the NVL is another product), an id, a product name
+    for typed in ("h100", "h200", "a100-80gb", "a100-sxm-80gb", "NVIDIA A100-SXM4-80GB", "l40", "rtx4090"):
+        assert gpu_notes(typed, get_gpu(typed)) == (), typed
+
+
+def test_a_size_equal_to_an_nvidia_smi_total_says_cuda_sees_less():
+    from kvplan.gpus import gpu_notes
+
+    g = get_gpu("81559MiB")  # the H100's nvidia-smi total (NVIDIA/nccl#1264): planned as given
+    assert g.cuda_total_bytes == 81559 * MIB
+    assert gpu_notes("81559MiB", g) == (
+        "--gpu 81559MiB is the nvidia-smi total of h100-sxm-80gb, h100-pcie-80gb, but CUDA sees less (the driver's "
+        "reserve): 79.22 GiB on h100-sxm-80gb (observed); planned with 79.65 GiB as given; give the card's id (one "
+        "of h100-sxm-80gb, h100-pcie-80gb) or the CUDA-visible total (torch.cuda.mem_get_info()[1])",
+    )
+    # 80GiB is 81,920 MiB, the A100 80GB's nvidia-smi total
+    assert (
+        "--gpu 80GiB is the nvidia-smi total of a100-sxm-80gb, a100-pcie-80gb"
+        in gpu_notes("80GiB", get_gpu("80GiB"))[0]
+    )
+    # the H100's CUDA-visible total (vLLM's 79.22 GiB), a decimal size, and an AMD total with no reserve: no note
+    for typed in ("81121MiB", "80GB", "65520MiB"):
+        assert gpu_notes(typed, get_gpu(typed)) == (), typed
+
+
+def test_fit_and_fleet_say_which_card_and_total_in_text_and_json(cli):
+    code, out, err = cli("fit", "llama3-8b", "--gpu", "a100", "--max-model-len", "8k", "--json")
+    assert code == 0
+    r = json.loads(out)
+    assert (r["gpu"], r["gpu_total_bytes"]) == ("a100-sxm-80gb", (81920 - 621) * MIB)
+    assert r["gpu_total_basis"] == "estimated: nvidia-smi 81,920 MiB − reserve 621 MiB"
+    assert len(r["gpu_notes"]) == 1 and r["gpu_notes"][0].startswith("--gpu a100 is the NVIDIA A100-SXM4-80GB")
+    assert err == f"kvplan: warning: {r['gpu_notes'][0]}\n"
+    code, out, err = cli("fit", "llama3-8b", "--gpu", "81559MiB", "--max-model-len", "8k")
+    assert code == 0 and "--gpu 81559MiB is the nvidia-smi total of h100-sxm-80gb" in err
+    assert "│ --gpu 81559MiB, taken as the CUDA-visible total" in out
+    code, out, err = cli("fit", "llama3-8b", "--gpu", "h100", "--max-model-len", "8k")
+    assert (code, err) == (0, "") and "│ observed in a log" in out
+    code, out, err = cli("fleet", "llama3-8b", "--concurrency", "10", "--seq", "8k", "--gpu", "a100", "--json")
+    assert code == 0
+    assert json.loads(out)["gpu_notes"] == r["gpu_notes"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import struct
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +18,7 @@ from kvplan.readers import hub
 from .conftest import FIXTURES
 
 LLAMA31_8B = json.loads((FIXTURES / "hf_configs" / "llama3.1-8b.json").read_text())
+JAMBA = json.loads((FIXTURES / "hf_configs" / "jamba-1.5-mini.json").read_text())
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
@@ -231,12 +233,17 @@ def test_index_total_parameters_lets_weights_dtype_re_size_the_weights(cli, cach
         assert code == 0, err
         r = json.loads(out)
         # 1 B per parameter and one fp32 scale per 128 × 128 block (the block FP8 checkpoints' weight_block_size
-        # [128, 128]): 8,030,261,248 + 4 × ceil(8,030,261,248 / 16,384) = 8,030,261,248 + 1,960,516
-        assert (r["weights_bytes"], r["weights_dtype"]) == (8_032_221_764, "fp8")
+        # [128, 128]) for the linear layers; the embedding and the untied lm_head (2 × 128,256 × 4,096 =
+        # 1,050,673,152, counted from config.json) stay in bf16: vLLM's Fp8Config quantizes linear layers only.
+        # (8,030,261,248 − 1,050,673,152) + 4 × ceil(6,979,588,096 / 16,384) + 2 × 1,050,673,152
+        embedding = 2 * 128_256 * 4_096
+        linear = 8_030_261_248 - embedding
+        assert (r["weights_bytes"], r["weights_dtype"]) == (linear + 4 * -(-linear // 16_384) + 2 * embedding, "fp8")
 
 
 def test_a_quantized_index_without_parameters_says_why_weights_dtype_cannot_apply(cli, cache):
-    config = {**LLAMA31_8B, "quantization_config": {"quant_method": "awq", "bits": 4}}
+    # Jamba (a hybrid): kvplan does not count its parameters from config.json (kvplan.readers.params)
+    config = {**JAMBA, "quantization_config": {"quant_method": "awq", "bits": 4}}
     index = {"metadata": {"total_size": 5_700_000_000}, "weight_map": {"a": "model-00001-of-00002.safetensors"}}
     files = {"config.json": json.dumps(config), "model.safetensors.index.json": json.dumps(index)}
     add_to_cache(cache, "acme/awq-idx", files)
@@ -248,6 +255,22 @@ def test_a_quantized_index_without_parameters_says_why_weights_dtype_cannot_appl
         "parameters, so --weights-dtype fp8 cannot re-size them; drop --weights-dtype, or give --weights-gib "
         "(weights per GPU)\n"
     )
+
+
+def test_a_quantized_index_of_a_counted_family_re_sizes_from_the_config_count(cli, cache):
+    # quantization_config changes bytes, not parameters: Llama-3.1-8B has 8,030,261,248 whatever the format
+    config = {**LLAMA31_8B, "quantization_config": {"quant_method": "awq", "bits": 4}}
+    index = {"metadata": {"total_size": 5_700_000_000}, "weight_map": {"a": "model-00001-of-00002.safetensors"}}
+    files = {"config.json": json.dumps(config), "model.safetensors.index.json": json.dumps(index)}
+    add_to_cache(cache, "acme/awq-idx8b", files)
+    spec = load_model("acme/awq-idx8b")
+    assert (spec.weights_bytes, spec.param_count) == (5_700_000_000, 8_030_261_248)
+    code, out, err = cli("fit", "acme/awq-idx8b", "--gpu", "h100", "--weights-dtype", "fp8", "--json")
+    assert code == 0, err
+    # the linear layers in FP8 with an fp32 scale per 128 × 128 block, the embedding and lm_head in bf16
+    embedding = 2 * 128_256 * 4_096
+    linear = 8_030_261_248 - embedding
+    assert json.loads(out)["weights_bytes"] == linear + 4 * -(-linear // 16_384) + 2 * embedding
 
 
 @pytest.mark.parametrize("shards_present", [True, False])
@@ -272,6 +295,7 @@ def test_a_local_checkpoint_folder_reads_its_safetensors(cli, tmp_path, shards_p
     for ref in (folder, folder / "config.json"):
         spec = load_model(str(ref))
         assert (spec.weights_bytes, spec.param_count) == expected
+        assert spec.param_count_unquantized == 0  # the config's embedding count is not of these toy tensors
     code, out, err = cli("fit", folder, "--gpu", "h100", "--json")
     assert code == 0, err
     assert json.loads(out)["weights_bytes"] == expected[0]
@@ -292,13 +316,25 @@ def test_packed_integer_weights_give_no_param_count(cache):
     packed = {"q.qweight": ("I32", [64, 8], 2048), "q.scales": ("F16", [4, 64], 512)}
     add_to_cache(cache, "acme/awq", {"config.json": json.dumps(LLAMA31_8B), "model.safetensors": safetensors(packed)})
     spec = load_model("acme/awq")
+    # the headers give bytes only; the parameters are the config's count (packing changes bytes, not weights)
+    assert (spec.weights_bytes, spec.param_count) == (2560, 8_030_261_248)
+    add_to_cache(cache, "acme/awq-jamba", {"config.json": json.dumps(JAMBA), "model.safetensors": safetensors(packed)})
+    spec = load_model("acme/awq-jamba")  # a family kvplan does not count: no parameters at all
     assert spec.weights_bytes == 2560 and spec.param_count is None
 
 
 def test_without_weights_fit_asks_for_weights_gib(cli, cache):
-    add_to_cache(cache, "acme/noweights", {"config.json": json.dumps(LLAMA31_8B)})
+    add_to_cache(cache, "acme/noweights", {"config.json": json.dumps(JAMBA)})
     code, out, err = cli("fit", "acme/noweights", "--gpu", "h100")
     assert code == 2 and "--weights-gib" in err
+
+
+def test_without_weights_a_counted_config_sizes_the_weights_from_its_parameters(cli, cache):
+    add_to_cache(cache, "acme/noweights8b", {"config.json": json.dumps(LLAMA31_8B)})
+    code, out, err = cli("fit", "acme/noweights8b", "--gpu", "h100", "--json")
+    assert code == 0, err
+    # Meta-Llama-3.1-8B's model.safetensors.index.json: total_size 16,060,522,496 = 2 B x 8,030,261,248
+    assert (json.loads(out)["weights_bytes"], json.loads(out)["weights_dtype"]) == (16_060_522_496, "bf16")
 
 
 # --- online (huggingface_hub's functions stood in for) --------------------------------------------
@@ -545,9 +581,56 @@ def test_an_unusable_index_is_named_not_blamed_on_missing_safetensors(cli, tmp_p
     (folder / "config.json").write_text(json.dumps(LLAMA31_8B))
     (folder / "model.safetensors.index.json").write_text(json.dumps(index))
     assert cli("estimate", folder, "--seq", "4k")[0] == 0  # estimate needs no weights
+    # Llama's parameters are counted from config.json (8,030,261,248): fit plans with them, and says the index
+    # was not used and why
+    code, out, err = cli("fit", folder, "--gpu", "h100", "--json")
+    assert code == 0 and json.loads(out)["weights_bytes"] == 2 * 8_030_261_248
+    where = f"{folder / why.split(' ', 1)[0]} {why.split(' ', 1)[1]}"
+    assert f"kvplan: warning: ckpt: {where}; the weights are sized from the param_count counted from config.json" in err
+    # a config whose parameters kvplan does not count: the index's problem is the error, not "no safetensors"
+    gptj = (Path(__file__).resolve().parent / "fixtures" / "hf_configs" / "gpt-j-6b.json").read_text()
+    (folder / "config.json").write_text(gptj)  # gptj: a type kvplan.readers.params does not count
+    assert load_model(str(folder)).param_count is None
     code, out, err = cli("fit", folder, "--gpu", "h100")
     assert (code, out) == (2, "")
     assert err == (
-        f"kvplan: error: ckpt: {folder / why.split(' ', 1)[0]} {why.split(' ', 1)[1]}, so weights are unknown; "
+        f"kvplan: error: ckpt: {where}, so weights are unknown; "
         "give --weights-gib (weights per GPU), or write a spec YAML with param_count\n"
     )
+# --- a cache folder given as a path (the December trial: models--RekaAI--reka-flash-3 was not followed) ----
+
+
+def test_a_cache_repo_folder_is_followed_through_refs_main(cli, cache):
+    index = {"metadata": {"total_size": 16_060_522_496}, "weight_map": {"a": "model-00001-of-00004.safetensors"}}
+    files = {"config.json": json.dumps(LLAMA31_8B), "model.safetensors.index.json": json.dumps(index)}
+    snap = add_to_cache(cache, "acme/Llama-Local", files)
+    folder = cache / "models--acme--Llama-Local"
+    for ref in (folder, snap, snap / "config.json"):
+        spec = load_model(str(ref))
+        assert (spec.name, spec.weights_bytes, spec.num_layers) == ("acme/Llama-Local", 16_060_522_496, 32)
+    code, out, err = cli("fit", folder, "--gpu", "h100", "--json")
+    assert code == 0, err
+    assert json.loads(out)["model"] == "acme/Llama-Local"
+    # another snapshot than refs/main's is named with its commit
+    other = "fedcba9876543210fedcba9876543210fedcba98"
+    add_to_cache(cache, "acme/Llama-Local", files, revision="dev", commit=other)
+    assert load_model(str(folder / "snapshots" / other)).name == f"acme/Llama-Local@{other}"
+    assert load_model(str(folder)).name == "acme/Llama-Local"  # still refs/main's
+
+
+def test_a_cache_repo_folder_without_refs_main_needs_one_snapshot(cli, cache):
+    add_to_cache(cache, "acme/two", {"config.json": json.dumps(LLAMA31_8B)}, revision="v1")
+    folder = cache / "models--acme--two"
+    assert load_model(str(folder)).name == "acme/two"  # one snapshot: that one
+    add_to_cache(cache, "acme/two", {"config.json": json.dumps(LLAMA31_8B)}, revision="v2", commit="f" * 40)
+    code, out, err = cli("estimate", folder, "--seq", "4k")
+    assert (code, out) == (2, "")
+    assert err == (
+        f"kvplan: error: {folder}: a Hugging Face cache folder without refs/main and with 2 snapshots "
+        f"({COMMIT}, {'f' * 40}); give the snapshot folder (snapshots/<commit>)\n"
+    )
+    (folder / "refs" / "main").write_text("e" * 40)
+    code, out, err = cli("estimate", folder, "--seq", "4k")
+    assert code == 2
+    ref = folder / "refs" / "main"
+    assert err == f"kvplan: error: {ref}: names snapshot {'e' * 40!r}, which is not in {folder / 'snapshots'}\n"

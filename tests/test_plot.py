@@ -121,10 +121,10 @@ def test_unknown_weights_are_marked_in_the_models_panel(cli, tmp_path):
     ]
     assert [t.get_text() for t in panels[0].texts] == ["h100-sxm-80gb: no KV budget: weights unknown (no param_count)"]
     assert "h100-sxm-80gb: no KV budget" in [t.get_text() for t in panels[0].get_legend().get_texts()]
-    # one model alone, from a config.json (no parameter count): still its own panel, marked
-    config = Path(__file__).resolve().parent / "fixtures" / "hf_configs" / "llama3.1-8b.json"
+    # one model alone, from a config.json kvplan does not count (a hybrid): still its own panel, marked
+    config = Path(__file__).resolve().parent / "fixtures" / "hf_configs" / "jamba-1.5-mini.json"
     code, _, err = cli("plot", config, "--gpu", "h100", "--out", tmp_path / "k.png")
-    assert code == 0 and "no KV budget for llama3.1-8b: weights unknown (no param_count)" in err
+    assert code == 0 and "no KV budget for jamba-1.5-mini: weights unknown (no param_count)" in err
 
 
 def test_tp_engine_and_weights_dtype_as_fit(cli, tmp_path):
@@ -222,7 +222,7 @@ def test_svg(cli, tmp_path):
         (
             ["--gpu", "h1000"],
             "kvplan: error: --gpu: unknown GPU 'h1000'; did you mean h100, h200, h100-nvl? "
-            "(or give a size like 80GB, 80GiB, 81559MiB)",
+            "(or give the CUDA-visible total, like 80GB or 79.2GiB)",
         ),
     ],
 )
@@ -308,3 +308,54 @@ def test_wrote_line_escapes_control_characters_in_the_path(cli, tmp_path):
     code, stdout, err = cli("plot", "llama3-8b", "--max-seq", "4k", "--out", out)
     assert (code, err) == (0, "")
     assert stdout == f"wrote {tmp_path}/a\\nb\\x1b[31m.svg\n" and out.is_file()  # one line, no colour
+
+
+# --- the December 2026 trial's nits -----------------------------------------------------------------------
+
+
+def test_a_panel_names_each_gpu_once_and_small_ticks_read_in_mib():
+    from kvplan.gpus import get_gpu
+    from kvplan.loader import load_bundled
+    from kvplan.plot import figure, gib_tick, plot_data
+
+    spec = load_bundled("llama3.1-8b")
+    data = plot_data([spec], [get_gpu("h100")], max_seq=131072, kv_dtype="fp8", tensor_parallel_size=8)
+    fig = figure(data)
+    ax = next(a for a in fig.axes if a.get_visible())
+    names = [t.get_text() for t in ax.texts] + [t.get_text() for t in ax.get_legend().get_texts()]
+    assert not any("NVIDIA" in n for n in names)  # the id on the line and in the legend, not two names
+    assert any(n.startswith("h100-sxm-80gb: KV budget") for n in names)
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    # 512 tokens × 32 layers × 1 KV head × 128 × 2 × 1 B = 4 MiB per GPU at TP 8, fp8: ticks reach 2^-8 GiB
+    assert "4 MiB" in labels and not any(label.startswith("0.00") for label in labels)
+    assert [gib_tick(x) for x in (16, 1, 0.5, 2**-7, 2**-12)] == ["16", "1", "512 MiB", "8 MiB", "0.25 MiB"]
+
+
+def test_throughput_limits_are_drawn_above_the_bounds_and_wall_labels_on_a_box(tmp_path, monkeypatch):
+    from kvplan import plot as plotmod
+    from kvplan.gpus import get_gpu
+    from kvplan.loader import load_bundled
+
+    captured = {}
+    real = plotmod._write_atomic
+    monkeypatch.setattr(
+        plotmod,
+        "_write_atomic",
+        lambda fig, out, force=False: captured.setdefault("fig", fig) and real(fig, out, force),
+    )
+    gpus = [get_gpu("h100"), get_gpu("h200")]
+    plotmod.plot_throughput(load_bundled("llama3.1-70b"), gpus, 8192, tmp_path / "t.png", tensor_parallel_size=4)
+    ax = captured["fig"].axes[0]
+    lines = {ln.get_label(): ln for ln in ax.get_lines()}
+    limit = lines["NVIDIA H100 80GB HBM3: physical limit"]
+    bound = next(ln for label, ln in lines.items() if label.startswith("NVIDIA H200: estimate (MBU"))
+    assert limit.get_zorder() > bound.get_zorder()  # H100's limit (3.35 TB/s) lies on H200's 4.8 × 0.7 line
+    walls = [t for t in ax.texts if "requests fit" in t.get_text()]
+    from kvplan.fit import plan_fit
+    from kvplan.options import FitOptions
+
+    fits = [plan_fit(load_bundled("llama3.1-70b"), g, FitOptions(tensor_parallel_size=4, max_model_len=8192))
+            for g in gpus]  # fmt: skip
+    assert [t.get_text() for t in walls] == [f"{g.id}: {f.max_concurrent_requests} requests fit" for g, f in zip(gpus, fits, strict=True)]
+    assert fits[0].max_concurrent_requests < fits[1].max_concurrent_requests
+    assert all(t.get_bbox_patch() is not None for t in walls)

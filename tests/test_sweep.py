@@ -390,7 +390,7 @@ def test_cli_table_singulars_and_cut_concurrency(cli):
     assert (ref.max_requests_by_memory, f"{ref.max_requests_ratio:.2f}") == (2, "2.69")
     assert "(cut)" in out and "pool" in out
     row = next(line for line in out.splitlines() if line.lstrip().startswith("llama3-8b"))
-    assert row.split()[7:11] == ["2", "2.68x", f"{ref.num_blocks:,}", "yes"]
+    assert row.split()[7:12] == ["2", "memory", "2.68x", f"{ref.num_blocks:,}", "yes"]
 
 
 def test_cli_table_vllm_columns_are_the_logs_figures(cli):
@@ -402,7 +402,7 @@ def test_cli_table_vllm_columns_are_the_logs_figures(cli):
     assert code == 0
     assert "vLLM log" in out and "concurrency" in out and "cache tokens" in out
     row = next(line for line in out.splitlines() if line.lstrip().startswith("llama3.1-70b"))
-    assert row.split()[7:11] == ["6", "7.00x", "229,264", "yes"]
+    assert row.split()[7:12] == ["6", "memory", "7.00x", "229,264", "yes"]
     assert 'vLLM log columns: "Maximum concurrency" (rounded, the null block counted)' in out
     assert "not the tokens of context that fit; whole requests: what fits" in out
 
@@ -512,3 +512,31 @@ def test_a_table_wider_than_the_terminal_is_left_to_rich():
     assert con.file.getvalue() == ""  # nothing printed: the caller's rich Table shrinks the columns
     fast, rich_table = _sweep_table_both_ways([load_bundled("llama3-8b")], [4096], ["h100"], ["auto"], [1], width=60)
     assert fast == rich_table
+
+
+def test_a_row_capped_by_max_num_seqs_says_so_in_table_csv_and_json(cli):
+    # the December 2026 trial: Llama-3.1-8B, 8k, A100 80GB, fp8 KV, TP 4: over 500 requests' worth of pool, but
+    # vLLM 0.33 runs at most max_num_seqs = 256 on an A100 (fit prints "bounded by max_num_seqs")
+    args = ("sweep", "llama3.1-8b", "--seq", "8k", "--gpu", "a100-80gb", "--kv-dtype", "fp8", "--tp", "4,1")
+    code, out, err = cli(*args, "--csv")
+    assert code == 0, err
+    header, capped, free = out.splitlines()
+    limit = header.split(",").index("limit")
+    assert (capped.split(",")[limit], capped.split(",")[header.split(",").index("max_concurrent_requests")]) == (
+        "max_num_seqs",
+        "256",
+    )
+    assert free.split(",")[limit] == "memory"
+    rows = json.loads(cli(*args, "--json")[1])
+    assert [(r["tp"], r["max_concurrent_requests"], r["limit"]) for r in rows] == [
+        (4, 256, "max_num_seqs"),
+        (1, rows[1]["max_concurrent_requests"], "memory"),
+    ]
+    table = cli(*args)[1]
+    line = next(x for x in table.splitlines() if x.lstrip().startswith("llama3.1-8b") and " 4 " in x)
+    assert line.split()[7:9] == ["256", "max_num_seqs"]
+    fit = json.loads(cli("fit", "llama3.1-8b", "--gpu", "a100-80gb", "--max-model-len", "8k", "--kv-dtype", "fp8",
+                         "--tp", "4", "--json")[1])  # fmt: skip
+    # the pool holds more (544 requests' worth at the modelled budget; the cap binds over its whole range)
+    assert (fit["max_concurrent_requests"], fit["max_num_seqs"]) == (256, 256)
+    assert fit["max_requests_by_memory"] > 256 and fit["max_requests_low"] == fit["max_requests_high"] == 256

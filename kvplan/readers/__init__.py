@@ -197,7 +197,8 @@ def checkpoint_facts(config: dict, text: dict) -> dict:
 def spec_from_hf_config(config: Any, where: str, name: str | None = None):
     """Build a :class:`~kvplan.specs.ModelSpec` from a parsed Hugging Face ``config.json``.
 
-    ``param_count`` is not in config.json and is left None.
+    ``param_count`` is counted from the config's shapes for the families :mod:`kvplan.readers.params`
+    knows (exact against transformers' model), else left None.
 
     Raises:
         SpecError: not a JSON object, an unknown or encoder-only model_type, a non-causal config, a missing
@@ -233,6 +234,10 @@ def spec_from_hf_config(config: Any, where: str, name: str | None = None):
     cfg.ignore("is_causal", "use_bidirectional_attention", "is_encoder_decoder")
     data = read(cfg)
     cfg.check_unhandled()
+    if not wrapper and "param_count" not in data:  # a wrapper's vision tower is not in its text config
+        from kvplan.readers.params import with_param_count
+
+        data = with_param_count(data, cfg.raw, cfg.model_type)
     reader = f"kvplan {REGISTRY[cfg.model_type]} reader for {cfg.model_type}"
     if wrapper:
         archs = config.get("architectures")

@@ -295,6 +295,68 @@ def load_repo(ref: str):
     return with_weights(spec, repo_weight_bytes(repo, revision), config)
 
 
+# --- a cache folder given as a path ----------------------------------------------------------------
+
+_CACHE_PREFIX = "models--"
+_COMMIT_RE = re.compile(r"[0-9a-f]{40}")
+
+
+def cache_repo_id(folder: Path) -> str | None:
+    """``org/name`` of a Hugging Face cache repo folder (``models--org--name``), else None."""
+    name = folder.name
+    if not name.startswith(_CACHE_PREFIX) or "--" not in name[len(_CACHE_PREFIX) :]:
+        return None
+    repo = name[len(_CACHE_PREFIX) :].replace("--", "/", 1)
+    return repo if is_repo_id(repo) else None
+
+
+def cache_snapshot(folder: Path) -> Path | None:
+    """The snapshot folder a cache repo folder (``models--org--name``, holding ``refs/`` and ``snapshots/``)
+    stands for: the commit ``refs/main`` names, as huggingface_hub resolves a revision-less id; without
+    ``refs/main``, the only snapshot there is. None when ``folder`` is not a cache repo folder.
+
+    Raises:
+        SpecError: ``refs/main`` names a snapshot that is not there, or there is no ``refs/main`` and not
+            exactly one snapshot (the message lists them).
+    """
+    snapshots = folder / "snapshots"
+    if cache_repo_id(folder) is None or not snapshots.is_dir():
+        return None
+    ref = folder / "refs" / "main"
+    if ref.is_file():
+        commit = ref.read_text(encoding="utf-8", errors="replace").strip()
+        target = snapshots / commit
+        if not _COMMIT_RE.fullmatch(commit) or not target.is_dir():
+            raise SpecError(f"{ref}: names snapshot {commit[:64]!r}, which is not in {snapshots}")
+        return target
+    found = sorted(p.name for p in snapshots.iterdir() if p.is_dir())
+    if len(found) == 1:
+        return snapshots / found[0]
+    listed = ", ".join(found[:5]) + (" ..." if len(found) > 5 else "") if found else "none"
+    raise SpecError(
+        f"{folder}: a Hugging Face cache folder without refs/main and with {len(found)} snapshots ({listed}); "
+        "give the snapshot folder (snapshots/<commit>)"
+    )
+
+
+def cache_snapshot_name(folder: Path) -> str | None:
+    """The name of a cache snapshot folder (``models--org--name/snapshots/<commit>``): ``org/name`` when the
+    commit is the one ``refs/main`` names (or the only ref is absent), else ``org/name@<commit>``; None for
+    any other folder."""
+    if folder.parent.name != "snapshots":
+        return None
+    repo_folder = folder.parent.parent
+    repo = cache_repo_id(repo_folder)
+    if repo is None:
+        return None
+    ref = repo_folder / "refs" / "main"
+    try:
+        main = ref.read_text(encoding="utf-8", errors="replace").strip() if ref.is_file() else None
+    except OSError:
+        main = None
+    return repo if main in (None, folder.name) else f"{repo}@{folder.name}"
+
+
 _DTYPE_BYTES = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2}
 
 
@@ -312,6 +374,19 @@ def _unquantized_dtype_bytes(config: Any) -> tuple[str, int] | None:
             if name in _DTYPE_BYTES:
                 return name, _DTYPE_BYTES[name]
     return None
+
+
+def _quant_method(config: Any) -> str | None:
+    """``quantization_config.quant_method`` of a config.json (top level or ``text_config``), ``"set"`` when
+    the block has no method, None when the config has no quantization_config."""
+    if not isinstance(config, dict):
+        return None
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    block = config.get("quantization_config") or text.get("quantization_config")
+    if block is None:
+        return None
+    method = block.get("quant_method") if isinstance(block, dict) else None
+    return str(method)[:40] if method else "set"
 
 
 class CheckpointWeights(NamedTuple):
@@ -338,11 +413,27 @@ def with_weights(spec, weights: CheckpointWeights | str | None, config: Any):
     Parameters come from the headers' float tensors; with only the index read, for a config without
     ``quantization_config``, from the index's ``total_parameters``, else from ``total_size`` / the config
     dtype's bytes (when it divides; every tensor is then in that dtype). A spec that already has a
-    param_count keeps it when none of these applies.
+    param_count (counted from config.json, :mod:`kvplan.readers.params`) keeps it when none of these
+    applies; its ``param_count_unquantized`` (the embedding and lm_head) is dropped when the checkpoint
+    holds fewer parameters than the config's model.
+
+    Without weights, a quantized config (``quantization_config``) with a counted param_count gets a
+    warning: kvplan sizes those parameters at the model dtype unless ``--weights-dtype`` says otherwise.
     """
     if weights is None:
-        return spec
+        method = _quant_method(config)
+        if method is None or spec.param_count is None or spec.weights_dtype is not None:
+            return spec
+        note = (
+            f"{spec.name}: no safetensors weights found; param_count {spec.param_count:,} is counted from "
+            f"config.json, but its quantization_config ({method}) is not applied to it: fit sizes the weights "
+            f"at {spec.dtype} unless --weights-dtype or --weights-gib says otherwise"
+        )
+        return replace(spec, warnings=(*spec.warnings, note))
     if isinstance(weights, str):  # a checkpoint was found but does not tell its weights: fit says why
+        if spec.param_count is not None:  # counted from config.json: fit sizes the weights from that count
+            note = f"{spec.name}: {weights}; the weights are sized from the param_count counted from config.json"
+            return replace(spec, weights_note=weights, warnings=(*spec.warnings, note))
         return replace(spec, weights_note=weights)
     total, params, index_params, from_headers = weights
     note = ""
@@ -357,7 +448,15 @@ def with_weights(spec, weights: CheckpointWeights | str | None, config: Any):
                 f"param_count {params:,} derived from model.safetensors.index.json total_size {total:,} B / "
                 f"{unquantized[1]} B ({unquantized[0]}, the config's dtype; no quantization_config)."
             )
-    spec = replace(spec, weights_bytes=total, param_count=params if params is not None else spec.param_count)
+    kept = spec.param_count_unquantized
+    if params is not None and spec.param_count is not None and params < spec.param_count:
+        kept = 0  # the config's embedding count belongs to a model the checkpoint's tensors do not hold
+    spec = replace(
+        spec,
+        weights_bytes=total,
+        param_count=params if params is not None else spec.param_count,
+        param_count_unquantized=kept,
+    )
     if note:
         spec = replace(spec, notes=f"{spec.notes} {note}".strip())
     return spec
