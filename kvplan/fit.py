@@ -24,7 +24,7 @@ and how windowed layers are counted: see its module (``../shared/reference/ENGIN
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from kvplan import engines
 from kvplan.calc import check_tp, resolve_kv_dtype, valid_tp_sizes
@@ -37,6 +37,7 @@ from kvplan.options import (  # noqa: F401 (kvplan.fit.FitOptions and friends st
     FLAG_LIMITS,
     MAX_SEARCH_TOKENS,
     FitOptions,
+    check_engine_options,
     check_int,
     check_pp_partition,
     parse_partition,
@@ -76,7 +77,8 @@ class FitResult:
             ``0.5.23``; "" for llama.cpp, which has one rule set without a number).
         engine_version_asked: ``--engine-version`` as given ("" when not given).
         engine_rules: the rule set in words (:func:`engine_rules`).
-        max_num_seqs: the engine's cap on running requests (vLLM ``max_num_seqs``), or None.
+        max_num_seqs: the engine's cap on running requests (vLLM ``max_num_seqs``; SGLang its resolved
+            ``max_running_requests``, which depends on the pools), or None.
         max_requests_by_memory: whole requests of max_model_len the KV pool holds (vLLM 0.33: the null
             block excluded); ``max_concurrent_requests`` is this capped at ``max_num_seqs``.
         max_in_flight_tokens: tokens scheduled but not settled that windowed layers reserve for (vLLM).
@@ -97,6 +99,13 @@ class FitResult:
         budget_terms: each term as a dict: name, bytes, low, high, source.
         num_speculative_tokens, drafter_layers: speculative decoding (vLLM ≥ 0.33): draft tokens per step and
             the drafter's layers in the pool (MTP modules, or a draft model's / EAGLE head's layers).
+        request_table_bytes: bytes of the engine's per-request token table, allocated outside the KV budget
+            (SGLang's int32 ``req_to_token``: ``(max_running_requests + 1) × (context + 4) × 4``); 0 elsewhere.
+        engine_refusal: why the engine refuses to start with this budget (SGLang: a state pool of no slot, an
+            SWA pool that holds no request ...), "" when it starts; the pools are then empty.
+        engine_settings: the engine's resolved settings, for output (SGLang: page_size, chunked_prefill_size,
+            mem_fraction_static and how it was resolved, max_running_requests and what bounds it, pool sizes,
+            Mamba slots); empty for engines that print none.
     """
 
     model: str
@@ -153,6 +162,9 @@ class FitResult:
     max_requests_low: int = 0
     max_requests_high: int = 0
     budget_terms: tuple = ()
+    request_table_bytes: int = 0
+    engine_refusal: str = ""
+    engine_settings: dict = field(default_factory=dict)
 
     @property
     def fits(self) -> bool:
@@ -218,6 +230,7 @@ def fit_plan(spec: ModelSpec, gpu: GPU, opts: FitOptions):
     tp, pp = opts.tensor_parallel_size, opts.pipeline_parallel_size
     check_int("--tp", tp)
     check_int("--pp", pp)
+    check_engine_options(opts)
     for flag, v in (
         ("--max-model-len", opts.max_model_len),
         ("--block-size", opts.block_size),
@@ -254,12 +267,19 @@ def _result(spec, gpu, opts, settings, budget, cache, kv_dtype_name: str, max_le
     demand = cache.demand(max_len)
     by_memory, ratio = count_requests(caps, demand, shared)
     m = cache.measures(kv, max_len, prefix)
-    seqs = settings.max_num_seqs
 
-    def capped(n: int) -> int:
-        return n if seqs is None else min(n, seqs)
+    def cap_at(b: int):
+        """The engine's cap on running requests at budget ``b``: the plan's (it may depend on the pools), else
+        the settings' max_num_seqs."""
+        cap = cache.request_cap(b, max_len)
+        return settings.max_num_seqs if cap is None else cap
 
-    lows = [capped(count_requests(cache.pools(b), demand, shared)[0])
+    seqs = cap_at(kv)
+
+    def capped(n: int, cap) -> int:
+        return n if cap is None else min(n, cap)
+
+    lows = [capped(count_requests(cache.pools(b), demand, shared)[0], cap_at(b))
             for b in (budget.kv_budget_low_bytes, budget.kv_budget_high_bytes)]  # fmt: skip
     fields = dict(
         engine_version=settings.rules.version,
@@ -267,6 +287,7 @@ def _result(spec, gpu, opts, settings, budget, cache, kv_dtype_name: str, max_le
         max_in_flight_tokens=settings.max_num_batched_tokens,
     )
     fields.update(cache.fit_fields())
+    fields.update(cache.budget_fields(kv, max_len))
     if "blocks_per_request" in m:
         fields["blocks_per_request"] = m["blocks_per_request"]
     return FitResult(
@@ -296,7 +317,7 @@ def _result(spec, gpu, opts, settings, budget, cache, kv_dtype_name: str, max_le
         kv_bytes_per_request=m["kv_bytes_per_request"],
         num_blocks=m["num_blocks"],
         kv_capacity_tokens=m["kv_capacity_tokens"],
-        max_concurrent_requests=capped(by_memory),
+        max_concurrent_requests=capped(by_memory, seqs),
         max_concurrency=m["max_concurrency"],
         max_model_len_fit=longest_request(cache, caps),
         shared_prefix_tokens=(prefix // cache.block_size) * cache.block_size,
@@ -414,7 +435,9 @@ def does_not_fit_reason(spec: ModelSpec, r: FitResult) -> str:
     modelled = not r.budget_exact
     about = "≈ " if modelled else ""
     span = f" (modelled: {fmt_gib(r.kv_budget_low_bytes)} to {fmt_gib(r.kv_budget_high_bytes)})" if modelled else ""
-    if r.kv_budget_bytes <= 0:
+    if r.engine_refusal:
+        what = r.engine_refusal
+    elif r.kv_budget_bytes <= 0:
         cg = f" + CUDA graphs {fmt_gib(r.cudagraph_bytes)}" if r.cudagraph_bytes else ""
         what = (
             f"weights {about}{fmt_gib(r.weights_bytes)} + activation {about}{fmt_gib(r.activation_bytes)} + overhead "

@@ -17,6 +17,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
+from kvplan import engines
 from kvplan.calc import check_tp, valid_tp_sizes
 from kvplan.errors import UsageError
 from kvplan.fit import FitOptions, FitResult, fit_plan
@@ -165,7 +166,8 @@ class FleetRow:
         requests_per_replica: the most requests any replica holds (the maximum over replicas).
         price_usd_per_hour: per GPU, or None; cost_usd_per_hour = gpus × price, computed in exact decimal
             arithmetic from the price as given (``2.49`` × 112 = 278.88, not 278.88000000000005).
-        limit: what sets the replicas: ``memory``, ``SLO`` (--tpot-ms) or ``max_num_seqs`` (the engine's cap).
+        limit: what sets the replicas: ``memory``, ``SLO`` (--tpot-ms) or the engine's cap on running requests
+            (``max_num_seqs``; SGLang ``max_running_requests``, whose Mamba-slot bound packs as a pool too).
         max_requests_per_replica: the cap of the SLO or max_num_seqs (the smaller), or None.
         tpot_ms_bound, ttft_ms_bound: the speed bounds (:mod:`kvplan.perf`, MBU/MFU as given) at
             requests_per_replica; None when the GPU has no known bandwidth.
@@ -400,6 +402,8 @@ def plan_layout(
             **base,
         )
 
+    if fit.engine_refusal:
+        return no(fit.engine_refusal)
     if fit.kv_budget_bytes <= 0:
         return no("weights and activations leave no KV memory")
     # fit's engine rules and pools (vLLM 0.33: KV cache groups, in-flight tokens, the null block; SGLang's
@@ -432,11 +436,18 @@ def plan_layout(
     for end in (fit.kv_budget_high_bytes, fit.kv_budget_low_bytes):
         end_caps = cache.pools(end)
         whole = [tuple(u + p for u, p in zip(size, prefix, strict=True)) for _, size, prefix in classes]
-        if end <= 0 or any(d > cap for w in whole for d, cap in zip(w, end_caps, strict=True)):
+        end_seqs = seqs
+        cap = cache.request_cap(end, opts.max_model_len) if slo.max_num_seqs else None
+        if cap is not None:  # a cap that depends on the pools (SGLang's max_running_requests)
+            end_seqs = cap
+        if end <= 0 or (end_seqs is not None and end_seqs <= 0) or any(
+            d > cap for w in whole for d, cap in zip(w, end_caps, strict=True)
+        ):
             ends.append(None)  # a request does not fit at that end of the range
         else:
-            ends.append(pack_limited(end_caps, classes, seqs, costs)[0])
-    limit = "memory" if replicas == memory[0] else "max_num_seqs" if replicas == by_seqs[0] else "SLO"
+            ends.append(pack_limited(end_caps, classes, end_seqs, costs)[0])
+    cap_name = engines.get(opts.engine).request_cap_name
+    limit = "memory" if replicas == memory[0] else cap_name if replicas == by_seqs[0] else "SLO"
     caps = [c for c in (seqs, max(speed["slo_caps"], default=None)) if c]
     gpus = replicas * tp * pp
     cost = None if price is None else float(exact_usd(price) * gpus)  # exact: 2.49 × 112 = 278.88

@@ -35,7 +35,7 @@ from kvplan.calc import resolve_kv_dtype, valid_tp_sizes
 from kvplan.engines.base import count_requests, longest_request, numpy_ops
 from kvplan.errors import UsageError
 from kvplan.gpus import GPU
-from kvplan.options import MAX_SEARCH_TOKENS, FitOptions, check_fraction
+from kvplan.options import MAX_SEARCH_TOKENS, FitOptions, check_engine_options, check_fraction
 from kvplan.specs import ModelSpec
 from kvplan.units import plural
 
@@ -70,7 +70,8 @@ OUTPUT_COLUMNS = (
     "kv_capacity_tokens",
     "fits",
 )
-# ``limit``: what sets max_concurrent_requests: ``memory`` or the engine's cap ``max_num_seqs`` (as ``kvplan fleet``).
+# ``limit``: what sets max_concurrent_requests: ``memory`` or the engine's cap (``max_num_seqs``; SGLang
+# ``max_running_requests``), as ``kvplan fleet``.
 # The table's columns: as OUTPUT_COLUMNS, with the GPU's short name (first alias) for people, and kvplan's own
 # concurrency ratio (its floor is the whole requests), shown cut to two decimals under engines without a log figure.
 TABLE_COLUMNS = (*("gpu_short" if c == "gpu" else c for c in OUTPUT_COLUMNS), "max_requests_ratio")
@@ -117,6 +118,8 @@ class SweepResult:
         skipped_tp: ``(model name, tp)`` pairs that were left out.
         skipped_refused: ``(model name, kv dtype, tp, the engine's reason)`` of configurations the engine refuses.
         beyond_max_context_rows: rows whose seq exceeds the model's max context (computed anyway).
+        request_cap_name: what the engine calls its cap on running requests (``max_num_seqs``; SGLang
+            ``max_running_requests``): the ``limit`` of a row it bounds.
     """
 
     model_names: tuple[str, ...]
@@ -135,6 +138,7 @@ class SweepResult:
     skipped_tp: tuple[tuple[str, int], ...] = ()
     skipped_refused: tuple[tuple[str, str, int, str], ...] = ()
     beyond_max_context_rows: int = 0
+    request_cap_name: str = "max_num_seqs"
 
     @property
     def num_rows(self) -> int:
@@ -156,7 +160,7 @@ class SweepResult:
                 cols[f] = getattr(self, f)[start:stop].tolist()
             elif f == "limit":
                 capped = self.columns["limited_by_max_num_seqs"][start:stop].tolist()
-                cols[f] = ["max_num_seqs" if c else "memory" for c in capped]
+                cols[f] = [self.request_cap_name if c else "memory" for c in capped]
             else:
                 cols[f] = self.columns[f][start:stop].tolist()
         return cols
@@ -300,6 +304,7 @@ def sweep(
 
     opts = opts or FitOptions()
     _check_axes(specs, seqs, gpus, kv_dtypes, tps, opts)
+    check_engine_options(opts)
     xp = numpy_ops()
     eng = engines.get(opts.engine)
     M, S, G, D, T = len(specs), len(seqs), len(gpus), len(kv_dtypes), len(tps)
@@ -334,39 +339,58 @@ def sweep(
                 skipped_tp.append((spec.name, tp))
                 continue
             o = replace(opts, tensor_parallel_size=tp)
+            # GPUs sharing the engine's GPU-dependent settings, and (SGLang: mem_fraction_static depends on the
+            # context) the sequence lengths sharing them on each GPU
             tiers: dict[tuple, list[int]] = {}
-            for i, g in enumerate(gpus):  # GPUs sharing the engine's GPU-dependent settings
-                tiers.setdefault(eng.settings_key(spec, g, o), []).append(i)
-            for index in tiers.values():
-                settings = eng.settings(spec, gpus[index[0]], o)
-                eng.check(spec, o, settings)
-                budgets = [eng.budget(spec, gpus[i], o, settings) for i in index]
-                for b in budgets:
-                    _exact(f"{spec.name}: weights per GPU", b.weights_bytes)
-                budget = np.asarray([b.kv_budget_bytes for b in budgets], dtype=np.int64)
-                at = (m, slice(None), index)
-                for col, attr in (("usable_bytes", "usable_bytes"), ("weights_bytes", "weights_bytes"),
-                                  ("activation_bytes", "activation_bytes"), ("overhead_bytes", "overhead_bytes"),
-                                  ("kv_budget_bytes", "kv_budget_bytes")):  # fmt: skip
-                    values = np.asarray([getattr(b, attr) for b in budgets], dtype=np.int64)
-                    for d in range(D):
-                        columns[col][(*at, d, t)] = values[:, None]  # (GPUs, S): numpy puts the list index first
-                for d, kv in enumerate(kvs):
-                    try:
-                        cache = eng.plan(spec, kv, o, settings, max_seq)
-                    except UsageError as e:  # a KV dtype the engine's backends do not take for this model
-                        refused.setdefault((spec.name, kv.name, tp), str(e))
-                        continue
-                    _exact(f"--seq: {max_seq:,} tokens of {spec.name}: one request",
-                           cache.measures(max(budget.tolist()), max_seq)["kv_bytes_per_request"])  # fmt: skip
-                    valid[m, 0, 0, d, t] = True
-                    cols = _configuration(np, xp, eng, spec, cache, budget, seq)
-                    for k, v in cols.items():
-                        columns[k][(*at, d, t)] = np.broadcast_to(v, (len(index), S))
-                    columns["kv_bytes_per_token"][(*at, d, t)] = cache.kv_bytes_per_token
-                    columns["kv_bytes_per_block"][(*at, d, t)] = cache.kv_bytes_per_block
-                    cap = settings.max_num_seqs
-                    max_num_seqs[(*at, d, t)] = -1 if cap is None else cap
+            for i, g in enumerate(gpus):
+                if eng.settings_depend_on_seq:
+                    groups: dict[tuple, list[int]] = {}
+                    for j, q in enumerate(seqs):
+                        groups.setdefault(eng.settings_key(spec, g, replace(o, max_model_len=q)), []).append(j)
+                    key = tuple((k, tuple(v)) for k, v in groups.items())
+                else:
+                    key = ((eng.settings_key(spec, g, o), tuple(range(S))),)
+                tiers.setdefault(key, []).append(i)
+            for key, index in tiers.items():
+                for _, seq_index in key:
+                    sidx = list(seq_index)
+                    os_ = replace(o, max_model_len=seqs[sidx[0]]) if eng.settings_depend_on_seq else o
+                    block = np.ix_(sidx, index)  # (S', G') of a (S, G) slice
+
+                    def put(col, d, value, block=block, sidx=sidx, index=index):
+                        """``value`` (broadcastable to (GPUs, S')) into the rows of this tier."""
+                        columns[col][m, :, :, d, t][block] = np.broadcast_to(value, (len(index), len(sidx))).T
+
+                    settings = eng.settings(spec, gpus[index[0]], os_)
+                    eng.check(spec, os_, settings)
+                    budgets = [eng.budget(spec, gpus[i], os_, settings) for i in index]
+                    for b in budgets:
+                        _exact(f"{spec.name}: weights per GPU", b.weights_bytes)
+                    budget = np.asarray([b.kv_budget_bytes for b in budgets], dtype=np.int64)
+                    q = seq[:, sidx]
+                    for col in ("usable_bytes", "weights_bytes", "activation_bytes", "overhead_bytes",
+                                "kv_budget_bytes"):  # fmt: skip
+                        values = np.asarray([getattr(b, col) for b in budgets], dtype=np.int64)
+                        for d in range(D):
+                            put(col, d, values[:, None])
+                    for d, kv in enumerate(kvs):
+                        try:
+                            cache = eng.plan(spec, kv, os_, settings, max_seq)
+                        except UsageError as e:  # a KV dtype the engine's backends do not take for this model
+                            refused.setdefault((spec.name, kv.name, tp), str(e))
+                            continue
+                        _exact(f"--seq: {max_seq:,} tokens of {spec.name}: one request",
+                               cache.measures(max(budget.tolist()), max_seq)["kv_bytes_per_request"])  # fmt: skip
+                        valid[m, 0, 0, d, t] = True
+                        cols = _configuration(np, xp, eng, spec, cache, budget, q)
+                        for k, v in cols.items():
+                            put(k, d, v)
+                        put("kv_bytes_per_token", d, cache.kv_bytes_per_token)
+                        put("kv_bytes_per_block", d, cache.kv_bytes_per_block)
+                        cap = cache.request_cap(budget[:, None], q, xp)  # the plan's cap (SGLang), else the settings'
+                        if cap is None:
+                            cap = -1 if settings.max_num_seqs is None else settings.max_num_seqs
+                        max_num_seqs[m, :, :, d, t][block] = np.broadcast_to(cap, (len(index), len(sidx))).T
     valid_rows = np.broadcast_to(valid, full)
     if not valid_rows.any():
         if refused:
@@ -408,6 +432,7 @@ def sweep(
         skipped_tp=tuple(dict.fromkeys(skipped_tp)),
         skipped_refused=tuple((name, kv, tp, why) for (name, kv, tp), why in refused.items()),
         beyond_max_context_rows=int(np.count_nonzero(beyond & valid_rows)),
+        request_cap_name=eng.request_cap_name,
     )
 
 
