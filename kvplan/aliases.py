@@ -24,6 +24,9 @@ typed (engine)                            kvplan flag                  where the
 ``--quantization``, ``-q``                ``--weights-dtype``          vLLM (fp8, awq, gptq, mxfp4, ...)
 ``--kv-cache-memory-bytes``               ``--kv-cache-memory``        vLLM
 ``--page-size``                           ``--block-size``             SGLang
+``--chunked-prefill-size``                ``--max-num-batched-tokens`` SGLang
+``--disable-hybrid-swa-memory``           ``--swa-full``               SGLang (a flag: sliding layers cached
+                                                                       for every token, in one pool)
 ========================================  ===========================  ==========================================
 
 vLLM's ``--dtype`` sets the model dtype (``ModelConfig.dtype``; vLLM 0.33 ``config/model.py``
@@ -66,6 +69,11 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "-q": ("--weights-dtype",),
     "--kv-cache-memory-bytes": ("--kv-cache-memory",),
     "--page-size": ("--block-size",),
+    "--chunked-prefill-size": ("--max-num-batched-tokens",),
+}
+# boolean flags: typed spelling -> kvplan flag
+BOOL_ALIASES: dict[str, tuple[str, ...]] = {
+    "--disable-hybrid-swa-memory": ("--swa-full",),
 }
 
 COMMA_LISTS = ("--seq", "-s", "--tp", "--gpu", "-g", "--kv-dtype")
@@ -199,6 +207,10 @@ def rewrite(argv: list[str], command) -> list[str]:
             break
         flag, eq, inline = tok.partition("=") if tok.startswith("-") else (tok, "", "")
         target = flag
+        if flag not in names and flag in BOOL_ALIASES and not eq:
+            out.append(next((t for t in BOOL_ALIASES[flag] if t in names), flag))
+            i += 1
+            continue
         if flag not in names and flag in ALIASES:
             target = next((t for t in ALIASES[flag] if t in names), flag)
         if target not in valued:  # a positional, a boolean flag, or an unknown flag: click decides

@@ -118,6 +118,12 @@ def fit_options(
     speculative_model=None,
     num_mtp_layers: int = 0,
     enforce_eager: bool = False,
+    swa_full_tokens_ratio: float | None = None,
+    mamba_full_memory_ratio: float | None = None,
+    max_mamba_cache_size: int | None = None,
+    disable_radix_cache: bool = False,
+    max_total_tokens=None,
+    mamba_ssm_dtype: str | None = None,
 ):
     """The :class:`kvplan.options.FitOptions` of a plan: the one place they are built, for the API and every
     CLI command (``fit``, ``fleet``, ``sweep``, ``plot``, ``verify --fit``).
@@ -140,7 +146,12 @@ def fit_options(
         pp_layer_partition: layers per PP stage, a tuple or ``"41,39"``.
         num_speculative_tokens, speculative_model, num_mtp_layers: speculative decoding (vLLM); the draft
             model as a ModelSpec or a MODEL string.
-        enforce_eager: vLLM's ``--enforce-eager`` (no CUDA graphs in the budget).
+        enforce_eager: vLLM's ``--enforce-eager``, SGLang's ``--disable-cuda-graph`` (no CUDA graphs in the budget).
+        swa_full_tokens_ratio, mamba_full_memory_ratio, max_mamba_cache_size, disable_radix_cache,
+            max_total_tokens, mamba_ssm_dtype: SGLang's settings of the same names (None / False: its defaults);
+            ``max_num_seqs`` is its ``--max-running-requests``, ``block_size`` its ``--page-size``,
+            ``max_num_batched_tokens`` its ``--chunked-prefill-size``, ``swa_full`` its
+            ``--disable-hybrid-swa-memory``.
 
     Raises:
         UsageError: an unknown engine, a malformed count or size; SpecError for the draft model.
@@ -176,6 +187,12 @@ def fit_options(
         speculative_model=None if speculative_model is None else _spec(speculative_model),
         num_mtp_layers=num_mtp_layers,
         enforce_eager=bool(enforce_eager),
+        swa_full_tokens_ratio=swa_full_tokens_ratio,
+        mamba_full_memory_ratio=mamba_full_memory_ratio,
+        max_mamba_cache_size=max_mamba_cache_size,
+        disable_radix_cache=bool(disable_radix_cache),
+        max_total_tokens=None if max_total_tokens is None else _tokens(max_total_tokens, "--max-total-tokens"),
+        mamba_ssm_dtype=mamba_ssm_dtype,
     )
 
 

@@ -53,6 +53,53 @@ def _load_model(ref: str):
     return spec
 
 
+# --- SGLang's settings (fit, fleet, sweep) ------------------------------------------------------------
+
+
+def _opt_swa_ratio():
+    return typer.Option(
+        None, "--swa-full-tokens-ratio", help="SGLang: SWA-pool tokens per full-pool token of hybrid-SWA models "
+        "(default 0.8)."
+    )  # fmt: skip
+
+
+def _opt_mamba_ratio():
+    return typer.Option(
+        None, "--mamba-full-memory-ratio", help="SGLang: hybrids' state memory per KV memory (default 0.9)."
+    )
+
+
+def _opt_mamba_slots():
+    return typer.Option(None, "--max-mamba-cache-size", help="SGLang: hybrids' state slots (default: by the ratio).")
+
+
+def _opt_radix():
+    return typer.Option(
+        False, "--disable-radix-cache", help="SGLang: no prefix cache (1 state slot per request; with "
+        "--max-running-requests it sizes the state and SWA pools)."
+    )  # fmt: skip
+
+
+def _opt_max_total_tokens():
+    return typer.Option(None, "--max-total-tokens", help="SGLang: cap on the token pool (tokens; 50k = 50000).")
+
+
+def _opt_ssm_dtype():
+    return typer.Option(
+        None, "--mamba-ssm-dtype", help="SGLang: hybrids' SSM state dtype: float32 (default), bfloat16, float16."
+    )
+
+
+def _sglang_settings(swa_full_tokens_ratio, mamba_full_memory_ratio, max_mamba_cache_size, disable_radix_cache,
+                     max_total_tokens, mamba_ssm_dtype) -> dict:  # fmt: skip
+    """The SGLang flags as :func:`kvplan.api.fit_options` keywords."""
+    return dict(
+        swa_full_tokens_ratio=swa_full_tokens_ratio, mamba_full_memory_ratio=mamba_full_memory_ratio,
+        max_mamba_cache_size=max_mamba_cache_size, disable_radix_cache=disable_radix_cache,
+        max_total_tokens=max_total_tokens, mamba_ssm_dtype=mamba_ssm_dtype,
+    )  # fmt: skip
+
+
 @app.callback()
 def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
@@ -217,7 +264,10 @@ def fit(
         "--shared-prefix",
         help="Prompt tokens shared by every request, cached once per replica (full/MLA layers); 2k = 2048.",
     ),
-    swa_full: bool = typer.Option(False, "--swa-full", help="llama.cpp: size sliding-window layers at n_ctx too."),
+    swa_full: bool = typer.Option(
+        False, "--swa-full", help="Sliding-window layers cached for every token (llama.cpp --swa-full; SGLang "
+        "--disable-hybrid-swa-memory)."
+    ),  # fmt: skip
     engine_version: Optional[str] = typer.Option(
         None,
         "--engine-version",
@@ -274,6 +324,12 @@ def fit(
         None, "--mbu", help="Fraction of peak memory bandwidth (default 0.7; 1 = limit)."
     ),
     mfu: Optional[float] = typer.Option(None, "--mfu", help="Fraction of peak FLOP/s (default 0.5; 1 = limit)."),
+    swa_full_tokens_ratio: Optional[float] = _opt_swa_ratio(),
+    mamba_full_memory_ratio: Optional[float] = _opt_mamba_ratio(),
+    max_mamba_cache_size: Optional[int] = _opt_mamba_slots(),
+    disable_radix_cache: bool = _opt_radix(),
+    max_total_tokens: Optional[str] = _opt_max_total_tokens(),
+    mamba_ssm_dtype: Optional[str] = _opt_ssm_dtype(),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """How many requests of --max-model-len fit on one GPU of a replica, as the engine would count them, and how
@@ -298,6 +354,8 @@ def fit(
         pp_layer_partition=pp_layer_partition, num_speculative_tokens=num_speculative_tokens,
         speculative_model=None if speculative_model is None else _load_model(speculative_model),
         num_mtp_layers=num_mtp_layers,
+        **_sglang_settings(swa_full_tokens_ratio, mamba_full_memory_ratio, max_mamba_cache_size, disable_radix_cache,
+                           max_total_tokens, mamba_ssm_dtype),
     )  # fmt: skip
     g = get_gpu(gpu)
     old = fitmod.engine_version_warning(opts.engine, engine_version)
@@ -390,6 +448,14 @@ def fleet(
     ),
     mbu: Optional[float] = typer.Option(None, "--mbu", help="Fraction of peak memory bandwidth (default 0.7)."),
     mfu: Optional[float] = typer.Option(None, "--mfu", help="Fraction of peak FLOP/s (default 0.5)."),
+    swa_full: bool = typer.Option(False, "--swa-full", help="Sliding-window layers cached for every token (SGLang "
+                                  "--disable-hybrid-swa-memory; llama.cpp --swa-full)."),  # fmt: skip
+    swa_full_tokens_ratio: Optional[float] = _opt_swa_ratio(),
+    mamba_full_memory_ratio: Optional[float] = _opt_mamba_ratio(),
+    max_mamba_cache_size: Optional[int] = _opt_mamba_slots(),
+    disable_radix_cache: bool = _opt_radix(),
+    max_total_tokens: Optional[str] = _opt_max_total_tokens(),
+    mamba_ssm_dtype: Optional[str] = _opt_ssm_dtype(),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
     csv_out: bool = typer.Option(False, "--csv", help="Print CSV."),
 ) -> None:
@@ -422,7 +488,9 @@ def fleet(
         engine=engine, pp=pp, weights_bytes=_gib(weights_gib, "--weights-gib"), kv_dtype=kv_dtype,
         kv_cache_memory_bytes=None if kv_cache_memory is None else parse_bytes(kv_cache_memory, "--kv-cache-memory"),
         weights_dtype=weights_dtype, gpu_memory_utilization=gpu_memory_utilization, engine_version=engine_version,
-        max_num_seqs=max_num_seqs, pp_layer_partition=pp_layer_partition,
+        max_num_seqs=max_num_seqs, pp_layer_partition=pp_layer_partition, swa_full=swa_full,
+        **_sglang_settings(swa_full_tokens_ratio, mamba_full_memory_ratio, max_mamba_cache_size, disable_radix_cache,
+                           max_total_tokens, mamba_ssm_dtype),
     )  # fmt: skip
     gpus = [get_gpu(g) for g in gpu] if gpu else load_catalog()
     prices = fleetmod.parse_prices(price, get_gpu, gpus if gpu else None)
@@ -600,6 +668,17 @@ def sweep(
         "--weights-gib",
         help="Weights per GPU (GiB, or a size with unit), instead of param_count; one MODEL and one --tp.",
     ),
+    max_num_seqs: Optional[int] = typer.Option(
+        None, "--max-num-seqs", help="Cap on running requests (vLLM max_num_seqs; SGLang --max-running-requests)."
+    ),
+    swa_full: bool = typer.Option(False, "--swa-full", help="Sliding-window layers cached for every token (SGLang "
+                                  "--disable-hybrid-swa-memory; llama.cpp --swa-full)."),  # fmt: skip
+    swa_full_tokens_ratio: Optional[float] = _opt_swa_ratio(),
+    mamba_full_memory_ratio: Optional[float] = _opt_mamba_ratio(),
+    max_mamba_cache_size: Optional[int] = _opt_mamba_slots(),
+    disable_radix_cache: bool = _opt_radix(),
+    max_total_tokens: Optional[str] = _opt_max_total_tokens(),
+    mamba_ssm_dtype: Optional[str] = _opt_ssm_dtype(),
     all_rows: bool = typer.Option(False, "--all", help="Table: print every row (default: the first 200)."),
     csv_out: bool = typer.Option(False, "--csv", help="Print every row as CSV."),
     json_out: bool = typer.Option(False, "--json", help="Print every row as a JSON list of objects."),
@@ -624,7 +703,9 @@ def sweep(
     opts = api.fit_options(
         engine=engine, gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
         max_num_batched_tokens=max_num_batched_tokens, weights_dtype=weights_dtype,
-        weights_bytes=_gib(weights_gib, "--weights-gib"),
+        weights_bytes=_gib(weights_gib, "--weights-gib"), max_num_seqs=max_num_seqs, swa_full=swa_full,
+        **_sglang_settings(swa_full_tokens_ratio, mamba_full_memory_ratio, max_mamba_cache_size, disable_radix_cache,
+                           max_total_tokens, mamba_ssm_dtype),
     )  # fmt: skip
     specs = [_load_model(m) for m in model]
     seqs = [parse_tokens(s) for s in seq]
