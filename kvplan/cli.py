@@ -76,7 +76,7 @@ def _opt_mamba_slots():
 def _opt_radix():
     return typer.Option(
         False, "--disable-radix-cache", help="SGLang: no prefix cache (1 state slot per request; with "
-        "--max-running-requests it sizes the state and SWA pools)."
+        "max_running_requests given (--max-num-seqs) it sizes the state and SWA pools)."
     )  # fmt: skip
 
 
@@ -235,7 +235,8 @@ def fit(
     gpu_memory_utilization: Optional[float] = typer.Option(
         None,
         "--gpu-memory-utilization",
-        help="Memory fraction (vLLM 0.9, SGLang mem_fraction_static 0.88, TRT-LLM free fraction 0.9).",
+        help="Memory fraction (vLLM 0.92; SGLang mem_fraction_static: its default per GPU and settings, 0.83 on one "
+        "H100; TRT-LLM free fraction 0.9).",
     ),
     block_size: Optional[int] = typer.Option(None, "--block-size", help="Tokens per KV block (engine default)."),
     max_num_batched_tokens: Optional[int] = typer.Option(
@@ -279,7 +280,7 @@ def fit(
         None,
         "--max-num-seqs",
         help="vLLM max_num_seqs: cap on running requests (default per GPU: 1024 on ≥ 70 GiB, 256 below and on A100); "
-        "TRT-LLM: default max_batch_size.",
+        "TRT-LLM: default max_batch_size; SGLang max_running_requests (default from its pools).",
     ),
     async_scheduling: Optional[bool] = typer.Option(
         None,
@@ -669,7 +670,7 @@ def sweep(
         help="Weights per GPU (GiB, or a size with unit), instead of param_count; one MODEL and one --tp.",
     ),
     max_num_seqs: Optional[int] = typer.Option(
-        None, "--max-num-seqs", help="Cap on running requests (vLLM max_num_seqs; SGLang --max-running-requests)."
+        None, "--max-num-seqs", help="Cap on running requests (vLLM max_num_seqs; SGLang max_running_requests)."
     ),
     swa_full: bool = typer.Option(False, "--swa-full", help="Sliding-window layers cached for every token (SGLang "
                                   "--disable-hybrid-swa-memory; llama.cpp --swa-full)."),  # fmt: skip
