@@ -435,7 +435,7 @@ def does_not_fit_reason(spec: ModelSpec, r: FitResult) -> str:
     modelled = not r.budget_exact
     about = "≈ " if modelled else ""
     span = f" (modelled: {fmt_gib(r.kv_budget_low_bytes)} to {fmt_gib(r.kv_budget_high_bytes)})" if modelled else ""
-    if r.engine_refusal:
+    if r.engine_refusal and r.kv_budget_bytes > 0:
         what = r.engine_refusal
     elif r.kv_budget_bytes <= 0:
         cg = f" + CUDA graphs {fmt_gib(r.cudagraph_bytes)}" if r.cudagraph_bytes else ""

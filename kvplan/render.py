@@ -612,7 +612,7 @@ def sglang_lines(r, es: dict) -> list[str]:
     head = [f"page_size {es['page_size']}", f"chunked_prefill_size {es['chunked_prefill_size']:,}"]
     if "max_running_requests" in es and not r.engine_refusal:
         head.append(f"max_running_requests {es['max_running_requests']:,} ({es['max_running_requests_bound']})")
-    out.append(f"SGLang {r.engine_version} rules{_asked(r)}: " + ", ".join(head))
+    out.append(f"SGLang {r.engine_version} rules: " + ", ".join(head))
     if es.get("mem_fraction_static_source") and es["mem_fraction_static_source"] != "--mem-fraction-static":
         out.append(f"  mem_fraction_static {r.gpu_memory_utilization:g} = {es['mem_fraction_static_source']}")
     if "mamba_slots" in es and not r.engine_refusal:
@@ -704,7 +704,7 @@ def fit_table(r, con, speed=None) -> None:
         row(
             "usable (weights + KV)",
             r.usable_bytes,
-            f"(total − overhead) × mem_fraction_static {r.gpu_memory_utilization}",
+            f"(total − overhead) × mem_fraction_static {r.gpu_memory_utilization:g}",
         )
     elif r.engine == "trtllm":
         row(

@@ -884,6 +884,11 @@ class SglangEngine(EngineRules):
         if conv + ssm:
             engine_settings.update(mamba_full_memory_ratio=mamba_ratio,
                                    mamba_ssm_dtype=ssm_dtype_name(spec, opts.mamba_ssm_dtype))  # fmt: skip
+        if is_dsa(spec) and opts.block_size not in (None, DSA_PAGE_SIZE):
+            engine_settings["note"] = (
+                f"--page-size {opts.block_size} is overridden: SGLang sets 64 for DeepSeek DSA "
+                "(model_overrides/deepseek_v2.py:171)"
+            )
         if every:
             engine_settings["note"] = (
                 f"SGLang 0.5.23 has no {spec.architecture} class: its Transformers fallback sizes the pool for "
