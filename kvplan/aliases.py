@@ -28,6 +28,9 @@ typed (engine)                            kvplan flag                  where the
 ``-dp``, ``--dp``, ``--attn-dp-size``,     ``--data-parallel-size``     vLLM (``-dp``), SGLang (``--attn-dp-size``;
 ``--dp-size``                                                          ``--dp-size`` with ``--enable-dp-attention``)
 ``--expert-parallel-size``, ``--ep``      ``--ep-size``                SGLang
+``--chunked-prefill-size``                ``--max-num-batched-tokens`` SGLang
+``--disable-hybrid-swa-memory``           ``--swa-full``               SGLang (a flag: sliding layers cached
+                                                                       for every token, in one pool)
 ========================================  ===========================  ==========================================
 
 With ``--engine llamacpp`` (or ``ollama``, ``llama-server``) llama.cpp's own spellings mean what they mean to
@@ -83,6 +86,11 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "--dp-size": ("--data-parallel-size",),
     "--expert-parallel-size": ("--ep-size",),
     "--ep": ("--ep-size",),
+    "--chunked-prefill-size": ("--max-num-batched-tokens",),
+}
+# boolean flags: typed spelling -> kvplan flag
+BOOL_ALIASES: dict[str, tuple[str, ...]] = {
+    "--disable-hybrid-swa-memory": ("--swa-full",),
 }
 
 # llama.cpp's spellings, with --engine llamacpp (common/arg.cpp: -c, -np, -ctk, -ctv, -fa, -ub, -b, -kvu, -no-kvu)
@@ -281,6 +289,10 @@ def rewrite(argv: list[str], command, every_command=None) -> list[str]:
             break
         flag, eq, inline = tok.partition("=") if tok.startswith("-") else (tok, "", "")
         target = flag
+        if flag not in names and flag in BOOL_ALIASES and not eq:
+            out.append(next((t for t in BOOL_ALIASES[flag] if t in names), flag))
+            i += 1
+            continue
         if (flag not in names or flag in forced) and flag in aliases:
             target = next((t for t in aliases[flag] if t in names), flag)
         if target not in valued:  # a positional, a boolean flag, or an unknown flag: click decides

@@ -137,6 +137,12 @@ def fit_options(
     dp: int = 1,
     enable_expert_parallel: bool = False,
     ep_size: int | None = None,
+    swa_full_tokens_ratio: float | None = None,
+    mamba_full_memory_ratio: float | None = None,
+    max_mamba_cache_size: int | None = None,
+    disable_radix_cache: bool = False,
+    max_total_tokens=None,
+    mamba_ssm_dtype: str | None = None,
 ):
     """The :class:`kvplan.options.FitOptions` of a plan: the one place they are built, for the API and every
     CLI command (``fit``, ``fleet``, ``sweep``, ``plot``, ``verify --fit``).
@@ -159,7 +165,7 @@ def fit_options(
         pp_layer_partition: layers per PP stage, a tuple or ``"41,39"``.
         num_speculative_tokens, speculative_model, num_mtp_layers: speculative decoding (vLLM); the draft
             model as a ModelSpec or a MODEL string.
-        enforce_eager: vLLM's ``--enforce-eager`` (no CUDA graphs in the budget).
+        enforce_eager: vLLM's ``--enforce-eager``, SGLang's ``--disable-cuda-graph`` (no CUDA graphs in the budget).
         ctx_size, n_parallel, kv_unified, cache_type_k, cache_type_v, flash_attn, n_batch, llama_tool: llama.cpp's
             ``-c`` (the context of all slots together, int or ``"32k"``; 0: the model's), ``-np``,
             ``--kv-unified``, ``-ctk``, ``-ctv``, ``-fa`` (on/off/auto), ``-b``, and whose defaults apply
@@ -169,6 +175,11 @@ def fit_options(
         enable_expert_parallel: split the routed experts over the GPUs of a stage (vLLM
             ``--enable-expert-parallel``; SGLang: ``--ep-size`` = TP).
         ep_size: SGLang's ``--ep-size``.
+        swa_full_tokens_ratio, mamba_full_memory_ratio, max_mamba_cache_size, disable_radix_cache,
+            max_total_tokens, mamba_ssm_dtype: SGLang's settings of the same names (None / False: its defaults);
+            ``max_num_seqs`` is its ``--max-running-requests``, ``block_size`` its ``--page-size``,
+            ``max_num_batched_tokens`` its ``--chunked-prefill-size``, ``swa_full`` its
+            ``--disable-hybrid-swa-memory``.
 
     Raises:
         UsageError: an unknown engine, a malformed count or size, a llama.cpp setting under another engine;
@@ -216,6 +227,12 @@ def fit_options(
         data_parallel_size=dp,
         enable_expert_parallel=enable_expert_parallel,
         expert_parallel_size=ep_size,
+        swa_full_tokens_ratio=swa_full_tokens_ratio,
+        mamba_full_memory_ratio=mamba_full_memory_ratio,
+        max_mamba_cache_size=max_mamba_cache_size,
+        disable_radix_cache=bool(disable_radix_cache),
+        max_total_tokens=None if max_total_tokens is None else _tokens(max_total_tokens, "--max-total-tokens"),
+        mamba_ssm_dtype=mamba_ssm_dtype,
     )
     check_engine_fields(opts)
     return opts

@@ -114,6 +114,53 @@ def _get_gpu(text: str, flag: str = "--gpu"):
     return gpu, notes
 
 
+# --- SGLang's settings (fit, fleet, sweep) ------------------------------------------------------------
+
+
+def _opt_swa_ratio():
+    return typer.Option(
+        None, "--swa-full-tokens-ratio", help="SGLang: SWA-pool tokens per full-pool token of hybrid-SWA models "
+        "(default 0.8)."
+    )  # fmt: skip
+
+
+def _opt_mamba_ratio():
+    return typer.Option(
+        None, "--mamba-full-memory-ratio", help="SGLang: hybrids' state memory per KV memory (default 0.9)."
+    )
+
+
+def _opt_mamba_slots():
+    return typer.Option(None, "--max-mamba-cache-size", help="SGLang: hybrids' state slots (default: by the ratio).")
+
+
+def _opt_radix():
+    return typer.Option(
+        False, "--disable-radix-cache", help="SGLang: no prefix cache (1 state slot per request; with "
+        "max_running_requests given (--max-num-seqs) it sizes the state and SWA pools)."
+    )  # fmt: skip
+
+
+def _opt_max_total_tokens():
+    return typer.Option(None, "--max-total-tokens", help="SGLang: cap on the token pool (tokens; 50k = 50000).")
+
+
+def _opt_ssm_dtype():
+    return typer.Option(
+        None, "--mamba-ssm-dtype", help="SGLang: hybrids' SSM state dtype: float32 (default), bfloat16, float16."
+    )
+
+
+def _sglang_settings(swa_full_tokens_ratio, mamba_full_memory_ratio, max_mamba_cache_size, disable_radix_cache,
+                     max_total_tokens, mamba_ssm_dtype) -> dict:  # fmt: skip
+    """The SGLang flags as :func:`kvplan.api.fit_options` keywords."""
+    return dict(
+        swa_full_tokens_ratio=swa_full_tokens_ratio, mamba_full_memory_ratio=mamba_full_memory_ratio,
+        max_mamba_cache_size=max_mamba_cache_size, disable_radix_cache=disable_radix_cache,
+        max_total_tokens=max_total_tokens, mamba_ssm_dtype=mamba_ssm_dtype,
+    )  # fmt: skip
+
+
 @app.callback()
 def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
@@ -272,7 +319,8 @@ def fit(
     gpu_memory_utilization: Optional[float] = typer.Option(
         None,
         "--gpu-memory-utilization",
-        help="Memory fraction (vLLM 0.9, SGLang mem_fraction_static 0.88, TRT-LLM free fraction 0.9).",
+        help="Memory fraction (vLLM 0.92; SGLang mem_fraction_static: its default per GPU and settings, 0.83 on one "
+        "H100; TRT-LLM free fraction 0.9).",
     ),
     block_size: Optional[int] = typer.Option(None, "--block-size", help="Tokens per KV block (engine default)."),
     max_num_batched_tokens: Optional[int] = typer.Option(
@@ -321,7 +369,7 @@ def fit(
         None,
         "--max-num-seqs",
         help="vLLM max_num_seqs: cap on running requests (default per GPU: 1024 on ≥ 70 GiB, 256 below and on A100); "
-        "TRT-LLM: default max_batch_size.",
+        "TRT-LLM: default max_batch_size; SGLang max_running_requests (default from its pools).",
     ),
     async_scheduling: Optional[bool] = typer.Option(
         None,
@@ -372,6 +420,12 @@ def fit(
     mfu: Optional[float] = typer.Option(
         None, "--mfu", help="The estimate's fraction of peak FLOP/s (default: calibrated; the limit is 1)."
     ),
+    swa_full_tokens_ratio: Optional[float] = _opt_swa_ratio(),
+    mamba_full_memory_ratio: Optional[float] = _opt_mamba_ratio(),
+    max_mamba_cache_size: Optional[int] = _opt_mamba_slots(),
+    disable_radix_cache: bool = _opt_radix(),
+    max_total_tokens: Optional[str] = _opt_max_total_tokens(),
+    mamba_ssm_dtype: Optional[str] = _opt_ssm_dtype(),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """How many requests of --max-model-len fit on one GPU of a replica, as the engine would count them, and how
@@ -430,6 +484,8 @@ def fit(
         **_llama_settings(
             ctx_size, n_parallel, kv_unified, cache_type_k, cache_type_v, flash_attn, n_batch, llama_tool
         ),
+        **_sglang_settings(swa_full_tokens_ratio, mamba_full_memory_ratio, max_mamba_cache_size, disable_radix_cache,
+                           max_total_tokens, mamba_ssm_dtype),
     )  # fmt: skip
     g, gpu_notes = _get_gpu(gpu)
     old = fitmod.engine_version_warning(opts.engine, engine_version)
@@ -577,6 +633,12 @@ def fleet(
     mfu: Optional[float] = typer.Option(
         None, "--mfu", help="The estimate's fraction of peak FLOP/s (default: calibrated)."
     ),
+    swa_full_tokens_ratio: Optional[float] = _opt_swa_ratio(),
+    mamba_full_memory_ratio: Optional[float] = _opt_mamba_ratio(),
+    max_mamba_cache_size: Optional[int] = _opt_mamba_slots(),
+    disable_radix_cache: bool = _opt_radix(),
+    max_total_tokens: Optional[str] = _opt_max_total_tokens(),
+    mamba_ssm_dtype: Optional[str] = _opt_ssm_dtype(),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
     csv_out: bool = typer.Option(False, "--csv", help="Print CSV."),
 ) -> None:
@@ -623,6 +685,8 @@ def fleet(
         **_llama_settings(
             ctx_size, n_parallel, kv_unified, cache_type_k, cache_type_v, flash_attn, n_batch, llama_tool
         ),
+        **_sglang_settings(swa_full_tokens_ratio, mamba_full_memory_ratio, max_mamba_cache_size, disable_radix_cache,
+                           max_total_tokens, mamba_ssm_dtype),
     )  # fmt: skip
     resolved = [_get_gpu(g) for g in gpu]
     gpu_notes = tuple(n for _, notes in resolved for n in notes)
@@ -828,6 +892,15 @@ def sweep(
     flash_attn: Optional[str] = _LO()["flash_attn"],
     n_batch: Optional[int] = _LO()["n_batch"],
     llama_tool: Optional[str] = _LO()["llama_tool"],
+    max_num_seqs: Optional[int] = typer.Option(
+        None, "--max-num-seqs", help="Cap on running requests (vLLM max_num_seqs; SGLang max_running_requests)."
+    ),
+    swa_full_tokens_ratio: Optional[float] = _opt_swa_ratio(),
+    mamba_full_memory_ratio: Optional[float] = _opt_mamba_ratio(),
+    max_mamba_cache_size: Optional[int] = _opt_mamba_slots(),
+    disable_radix_cache: bool = _opt_radix(),
+    max_total_tokens: Optional[str] = _opt_max_total_tokens(),
+    mamba_ssm_dtype: Optional[str] = _opt_ssm_dtype(),
     all_rows: bool = typer.Option(False, "--all", help="Table: print every row (default: the first 200)."),
     csv_out: bool = typer.Option(False, "--csv", help="Print every row as CSV."),
     json_out: bool = typer.Option(False, "--json", help="Print every row as a JSON list of objects."),
@@ -853,11 +926,13 @@ def sweep(
     opts = api.fit_options(
         engine=engine, gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
         max_num_batched_tokens=max_num_batched_tokens, weights_dtype=weights_dtype,
-        weights_bytes=_gib(weights_gib, "--weights-gib"), swa_full=swa_full,
+        weights_bytes=_gib(weights_gib, "--weights-gib"), max_num_seqs=max_num_seqs, swa_full=swa_full,
         kv_cache_memory_bytes=None if kv_cache_memory is None else parse_bytes(kv_cache_memory, "--kv-cache-memory"),
         **_llama_settings(
             ctx_size, n_parallel, kv_unified, cache_type_k, cache_type_v, flash_attn, n_batch, llama_tool
         ),
+        **_sglang_settings(swa_full_tokens_ratio, mamba_full_memory_ratio, max_mamba_cache_size, disable_radix_cache,
+                           max_total_tokens, mamba_ssm_dtype),
     )  # fmt: skip
     specs = [_load_model(m) for m in model]
     seqs = [parse_tokens(s) for s in seq]

@@ -38,6 +38,7 @@ from kvplan.options import (  # noqa: F401 (kvplan.fit.FitOptions and friends st
     FLAG_LIMITS,
     MAX_SEARCH_TOKENS,
     FitOptions,
+    check_engine_options,
     check_int,
     check_pp_partition,
     parse_partition,
@@ -77,7 +78,8 @@ class FitResult:
             ``0.5.23``; "" for llama.cpp, which has one rule set without a number).
         engine_version_asked: ``--engine-version`` as given ("" when not given).
         engine_rules: the rule set in words (:func:`engine_rules`).
-        max_num_seqs: the engine's cap on running requests (vLLM ``max_num_seqs``), or None.
+        max_num_seqs: the engine's cap on running requests (vLLM ``max_num_seqs``; SGLang its resolved
+            ``max_running_requests``, which depends on the pools), or None.
         max_requests_by_memory: whole requests of max_model_len the KV pool holds (vLLM 0.33: the null
             block excluded); ``max_concurrent_requests`` is this capped at ``max_num_seqs``.
         max_in_flight_tokens: tokens scheduled but not settled that windowed layers reserve for (vLLM).
@@ -98,9 +100,6 @@ class FitResult:
         budget_terms: each term as a dict: name, bytes, low, high, source.
         num_speculative_tokens, drafter_layers: speculative decoding (vLLM ≥ 0.33): draft tokens per step and
             the drafter's layers in the pool (MTP modules, or a draft model's / EAGLE head's layers).
-        engine_settings: the engine's own settings and figures under its own names, where kvplan's fields do
-            not say them (llama.cpp: ``n_ctx``, ``n_parallel``, ``kv_unified``, each cache's cells and bytes,
-            the largest ``-c`` that fits ...); empty for the other engines.
         attention_tensor_parallel_size, data_parallel_size, expert_parallel_size, moe_tensor_parallel_size,
             parallel_flags: the replica's layout (:class:`kvplan.options.Parallel`, the engine's
             :meth:`~kvplan.engines.base.EngineRules.parallel`): the KV cache is sized at the attention TP, each of
@@ -113,6 +112,14 @@ class FitResult:
             block_size``), "" (no such figure).
         gpu_total_basis: where gpu_total_bytes comes from (:attr:`kvplan.gpus.GPU.cuda_total_basis`).
         kv_replication: copies of the cache across the TP group (:func:`kvplan.calc.kv_replication`), or None.
+        request_table_bytes: bytes of the engine's per-request token table, allocated outside the KV budget
+            (SGLang's int32 ``req_to_token``: ``(max_running_requests + 1) × (context + 4) × 4``); 0 elsewhere.
+        engine_refusal: why the engine refuses to start with this budget (SGLang: a state pool of no slot, an
+            SWA pool that holds no request ...), "" when it starts; the pools are then empty.
+        engine_settings: the engine's own settings and figures under its own names, where kvplan's fields do
+            not say them (llama.cpp: ``n_ctx``, ``n_parallel``, ``kv_unified``, each cache's cells and bytes, the
+            largest ``-c`` that fits; SGLang: page_size, chunked_prefill_size, mem_fraction_static and how it was
+            resolved, max_running_requests and what bounds it, pool sizes, Mamba slots); empty elsewhere.
     """
 
     model: str
@@ -179,6 +186,8 @@ class FitResult:
     kv_tokens_rule: str = ""
     gpu_total_basis: str = ""
     kv_replication: object = None
+    request_table_bytes: int = 0
+    engine_refusal: str = ""
 
     @property
     def fits(self) -> bool:
@@ -254,6 +263,7 @@ def fit_plan(spec: ModelSpec, gpu: GPU, opts: FitOptions):
     tp, pp = opts.tensor_parallel_size, opts.pipeline_parallel_size
     check_int("--tp", tp)
     check_int("--pp", pp)
+    check_engine_options(opts)
     for flag, v in (
         ("--max-model-len", opts.max_model_len),
         ("--block-size", opts.block_size),
@@ -303,12 +313,19 @@ def _result(spec, gpu, opts, settings, budget, cache, kv_dtype_name: str, max_le
     demand = cache.demand(max_len)
     by_memory, ratio = count_requests(caps, demand, shared)
     m = cache.measures(kv, max_len, prefix)
-    seqs = settings.max_num_seqs
 
-    def capped(n: int) -> int:
-        return n if seqs is None else min(n, seqs)
+    def cap_at(b: int):
+        """The engine's cap on running requests at budget ``b``: the plan's (it may depend on the pools), else
+        the settings' max_num_seqs."""
+        cap = cache.request_cap(b, max_len)
+        return settings.max_num_seqs if cap is None else cap
 
-    lows = [capped(count_requests(cache.pools(b), demand, shared)[0])
+    seqs = cap_at(kv)
+
+    def capped(n: int, cap) -> int:
+        return n if cap is None else min(n, cap)
+
+    lows = [capped(count_requests(cache.pools(b), demand, shared)[0], cap_at(b))
             for b in (budget.kv_budget_low_bytes, budget.kv_budget_high_bytes)]  # fmt: skip
     fields = dict(
         engine_version=settings.rules.version,
@@ -344,7 +361,7 @@ def _result(spec, gpu, opts, settings, budget, cache, kv_dtype_name: str, max_le
         kv_bytes_per_request=m["kv_bytes_per_request"],
         num_blocks=m["num_blocks"],
         kv_capacity_tokens=m["kv_capacity_tokens"],
-        max_concurrent_requests=capped(by_memory),
+        max_concurrent_requests=capped(by_memory, seqs),
         max_concurrency=m["max_concurrency"],
         max_model_len_fit=longest_request(cache, caps),
         shared_prefix_tokens=(prefix // cache.block_size) * cache.block_size,
@@ -367,6 +384,7 @@ def _result(spec, gpu, opts, settings, budget, cache, kv_dtype_name: str, max_le
         **fields,
     )
     base.update(cache.fit_fields())  # the engine's own fields (and its names for shared ones: llama.cpp's K/V types)
+    base.update(cache.budget_fields(kv, max_len))  # those that follow the budget (SGLang's pools and request cap)
     return FitResult(**base)
 
 
@@ -471,6 +489,8 @@ def does_not_fit_reason(spec: ModelSpec, r: FitResult) -> str:
     own = engines.get(r.engine).does_not_fit_what(r)
     if own is not None:
         what = own
+    elif r.engine_refusal and r.kv_budget_bytes > 0:
+        what = r.engine_refusal
     elif r.kv_budget_bytes <= 0:
         what = (
             f"weights {about}{fmt_gib(r.weights_bytes)} + activation {about}{fmt_gib(r.activation_bytes)} + overhead "

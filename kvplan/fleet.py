@@ -229,7 +229,8 @@ class FleetRow:
         requests_per_replica: the most requests any replica holds.
         price_usd_per_hour: per GPU, or None; cost_usd_per_hour = gpus × price, computed in exact decimal
             arithmetic from the price as given (``2.49`` × 112 = 278.88, not 278.88000000000005).
-        limit: what sets the replicas: ``memory``, ``SLO`` (a TPOT target) or ``max_num_seqs`` (the engine's cap).
+        limit: what sets the replicas: ``memory``, ``SLO`` (a TPOT target) or the engine's cap on running requests
+            (``max_num_seqs``; SGLang ``max_running_requests``, whose Mamba-slot bound packs as a pool too).
         max_requests_per_replica: the cap of the SLO or max_num_seqs (the smaller), per attention group, or None.
         tpot_ms_limit, tpot_ms_estimate: the slowest group's TPOT at the physical limit (MBU = MFU = 1: no
             system is faster) and as estimated (what the replicas are sized with); None without a bandwidth.
@@ -657,6 +658,8 @@ def plan_layout(
         return FleetRow(fits=False, reason=reason, replicas=0, gpus=0, kv_bytes_needed=0, kv_utilization=0.0,
                         requests_per_replica=0, cost_usd_per_hour=None, **base)  # fmt: skip
 
+    if fit.engine_refusal:
+        return no(fit.engine_refusal)
     if fit.kv_budget_bytes <= 0:
         return no("weights and activations leave no KV memory")
     # fit's engine rules and pools (vLLM 0.33: KV cache groups, in-flight tokens, the null block; SGLang's
@@ -689,7 +692,8 @@ def plan_layout(
     dp = par.attn_dp
     replicas = -(-groups_n // dp)
     used = sum(n * u for n, u in zip(used_units, units, strict=True))
-    limit = "memory" if groups_n == memory[0] else "max_num_seqs" if groups_n == by_seqs[0] else "SLO"
+    cap_name = engines.get(opts.engine).request_cap_name
+    limit = "memory" if groups_n == memory[0] else cap_name if groups_n == by_seqs[0] else "SLO"
     slo_cap = None
     if ok is not None:
         slo_cap = max(_largest(lambda k, i=i: ok({i: k}), 1 << 24) for i in range(len(workload.classes)))
@@ -700,10 +704,16 @@ def plan_layout(
     for end in (fit.kv_budget_high_bytes, fit.kv_budget_low_bytes):
         end_caps = cache.pools(end)
         whole = [tuple(u + p for u, p in zip(size, prefix, strict=True)) for _, size, prefix in classes]
-        if end <= 0 or any(d > cap for w in whole for d, cap in zip(w, end_caps, strict=True)):
+        end_seqs = seqs
+        cap = cache.request_cap(end, fit.max_model_len) if slo.max_num_seqs else None
+        if cap is not None:  # a cap that depends on the pools (SGLang's max_running_requests), per attention group
+            end_seqs = engines.get(opts.engine).max_seqs_per_group(cap, par)
+        if end <= 0 or (end_seqs is not None and end_seqs <= 0) or any(
+            d > cap for w in whole for d, cap in zip(w, end_caps, strict=True)
+        ):
             ends.append(None)  # a request does not fit at that end of the range
         else:
-            ends.append(-(-pack_limited(end_caps, classes, seqs, ok)[0] // dp))
+            ends.append(-(-pack_limited(end_caps, classes, end_seqs, ok)[0] // dp))
     cost = None if price is None else float(exact_usd(price) * gpus)  # exact: 2.49 × 112 = 278.88
     tpot_lim = tpot_est = per_gpu = usd = None
     if speed.estimate is not None:

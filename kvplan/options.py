@@ -81,7 +81,8 @@ class FitOptions:
         async_scheduling, enable_prefix_caching, hybrid_kv_cache_manager: vLLM settings (None: default).
         pp_layer_partition: layers per PP stage (vLLM ``VLLM_PP_LAYER_PARTITION``).
         num_speculative_tokens, speculative_model, num_mtp_layers: speculative decoding (vLLM).
-        enforce_eager: no CUDA graphs (vLLM ``--enforce-eager``): none are estimated or subtracted.
+        enforce_eager: no CUDA graphs (vLLM ``--enforce-eager``, SGLang ``--disable-cuda-graph``): none are
+            estimated or subtracted (SGLang: none reserved in its mem_fraction_static default).
         ctx_size: llama.cpp ``-c/--ctx-size``: the context of all slots together (0: the model's context);
             None: the tool's default (the model's context, lowered by llama.cpp's ``-fit`` to what fits).
         n_parallel: llama.cpp ``-np/--parallel``: slots (parallel sequences); None: the tool's default
@@ -100,6 +101,14 @@ class FitOptions:
             (vLLM ``--enable-expert-parallel``: EP = TP × DP; SGLang: ``--ep-size`` = TP).
         expert_parallel_size: SGLang ``--ep-size`` (a divisor of TP); None: 1, or TP × DP with
             ``enable_expert_parallel``.
+        swa_full_tokens_ratio: SGLang ``--swa-full-tokens-ratio`` (SWA-pool tokens per full-pool token; None: 0.8).
+        mamba_full_memory_ratio: SGLang ``--mamba-full-memory-ratio`` (state memory per KV memory; None: 0.9).
+        max_mamba_cache_size: SGLang ``--max-mamba-cache-size`` (state slots), or None.
+        disable_radix_cache: SGLang ``--disable-radix-cache`` (1 state slot per request; with max_num_seqs it
+            sizes the state and SWA pools from the running requests).
+        max_total_tokens: SGLang ``--max-total-tokens`` (a cap on the token pool), or None.
+        mamba_ssm_dtype: SGLang ``--mamba-ssm-dtype`` (float32, bfloat16, float16), or None: config.json's, else
+            float32.
     """
 
     engine: Engine = Engine.vllm
@@ -139,6 +148,12 @@ class FitOptions:
     data_parallel_size: int = 1
     enable_expert_parallel: bool = False
     expert_parallel_size: int | None = None
+    swa_full_tokens_ratio: float | None = None
+    mamba_full_memory_ratio: float | None = None
+    max_mamba_cache_size: int | None = None
+    disable_radix_cache: bool = False
+    max_total_tokens: int | None = None
+    mamba_ssm_dtype: str | None = None
 
 
 # llama.cpp's own settings: FitOptions field -> its kvplan flag (what an engine other than llama.cpp refuses)
@@ -217,6 +232,29 @@ class Parallel:
         return out
 
 
+# Options one engine only takes: field -> (flag, engine). Another engine refuses them (EngineRules.check).
+ENGINE_ONLY_OPTIONS = {
+    "swa_full_tokens_ratio": ("--swa-full-tokens-ratio", Engine.sglang),
+    "mamba_full_memory_ratio": ("--mamba-full-memory-ratio", Engine.sglang),
+    "max_mamba_cache_size": ("--max-mamba-cache-size", Engine.sglang),
+    "disable_radix_cache": ("--disable-radix-cache", Engine.sglang),
+    "max_total_tokens": ("--max-total-tokens", Engine.sglang),
+    "mamba_ssm_dtype": ("--mamba-ssm-dtype", Engine.sglang),
+}
+
+
+def check_engine_options(opts: FitOptions) -> None:
+    """Refuse an option of :data:`ENGINE_ONLY_OPTIONS` given for another engine.
+
+    Raises:
+        UsageError: naming the flag and the engine that takes it.
+    """
+    for name, (flag, owner) in ENGINE_ONLY_OPTIONS.items():
+        value = getattr(opts, name)
+        if value is not None and value is not False and owner is not get_engine(opts.engine):
+            raise UsageError(f"{flag}: {ENGINE_NAMES[owner]}'s setting; give it with --engine {owner.value}")
+
+
 FLAG_LIMITS = {  # upper bounds that keep every count far inside exact int64 / float64 arithmetic
     "--max-model-len": MAX_SEARCH_TOKENS,
     "--seq": MAX_SEARCH_TOKENS,
@@ -234,6 +272,8 @@ FLAG_LIMITS = {  # upper bounds that keep every count far inside exact int64 / f
     "--batch-size": 1 << 31,
     "--data-parallel-size": 1 << 16,
     "--ep-size": 1 << 16,
+    "--max-mamba-cache-size": 1 << 24,
+    "--max-total-tokens": MAX_SEARCH_TOKENS,
 }
 
 

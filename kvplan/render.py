@@ -677,18 +677,28 @@ def fit_lines(r) -> list[str]:
             )
         elif getattr(r, "engine_version_asked", ""):
             out.append(f"Engine rules: {r.engine_rules}{_asked(r)}")
-        sglang_pools = r.engine == "sglang" and r.engine_log.startswith("Use sliding window memory pool")
+        es = getattr(r, "engine_settings", None) or {}
+        sglang_pools = r.engine == "sglang" and "swa_tokens" in es
+        if r.engine == "sglang":
+            out.extend(sglang_lines(r, es))
         where = " in the full-layer pool" if sglang_pools else ""
         out.append(
             f"KV capacity: {fmt_tokens(r.kv_capacity_tokens)}{where} "
             f"({plural(r.num_blocks, 'block')} of {fmt_tokens(r.block_size)})"
         )
         if r.engine_log:
-            out.append(f"Engine log: {r.engine_log}")
+            for line in r.engine_log.split("; "):
+                out.append(f"Engine log: {line}")
         if sglang_pools:
             out.append(
                 "  SGLang keeps sliding-window layers in a pool of their own (swa_layer_tokens): a request holds "
-                "all its tokens in the full-layer pool, at most window + 130 in the SWA pool"
+                f"all its tokens in the full-layer pool, at most window {es.get('swa_window', 0):,} + 128 + 2 pages "
+                "in the SWA pool"
+            )
+        elif r.engine == "sglang" and _windowed_note(r) and "mamba_slots" not in es:
+            out.append(
+                "  SGLang sizes sliding-window and chunked layers of this model for every token (one pool); KV "
+                "capacity counts a token in every layer"
             )
         elif r.engine == "llamacpp" and _windowed_note(r):
             out.append(
@@ -704,11 +714,20 @@ def fit_lines(r) -> list[str]:
         out.append(r.kv_replication.note)
     out.append(f"Max concurrent requests of {fmt_tokens(r.max_model_len)}: {r.max_concurrent_requests:,}")
     if r.limited_by_max_num_seqs:
-        cap = "max_batch_size" if r.engine == "trtllm" else "max_num_seqs"
+        cap = {"trtllm": "max_batch_size", "sglang": "max_running_requests"}.get(r.engine, "max_num_seqs")
+        flag = "--max-running-requests" if r.engine == "sglang" else "--max-num-seqs"
         out.append(
             f"  bounded by {cap} {r.max_num_seqs:,}, not memory: the KV pool holds "
-            f"{r.max_requests_by_memory:,} (--max-num-seqs to change)"
+            f"{r.max_requests_by_memory:,} ({flag} to change)"
         )
+    elif r.engine == "sglang" and r.fits and "mamba_slots" in (getattr(r, "engine_settings", None) or {}):
+        es = r.engine_settings
+        if r.max_requests_by_memory == es["mamba_slots"] // es["mamba_slots_per_request"]:
+            out.append(
+                f"  bounded by the Mamba state cache: {es['mamba_slots']:,} slots, {es['mamba_slots_per_request']} per "
+                "running request (--mamba-full-memory-ratio, --max-mamba-cache-size, --mamba-ssm-dtype bfloat16 "
+                "raise it)"
+            )
     out.append(concurrency_line(r))
     if r.max_model_len_unbounded:
         out.append(
@@ -716,6 +735,43 @@ def fit_lines(r) -> list[str]:
         )
     else:
         out.append(f"Longest single request that fits: {fmt_tokens(r.max_model_len_fit)}")
+    return out
+
+
+def sglang_lines(r, es: dict) -> list[str]:
+    """SGLang's resolved settings and pools, for ``kvplan fit`` (:attr:`kvplan.fit.FitResult.engine_settings`)."""
+    if not es:
+        return []
+    out = []
+    head = [f"page_size {es['page_size']}", f"chunked_prefill_size {es['chunked_prefill_size']:,}"]
+    if "max_running_requests" in es and not r.engine_refusal:
+        head.append(f"max_running_requests {es['max_running_requests']:,} ({es['max_running_requests_bound']})")
+    out.append(f"SGLang {r.engine_version} rules: " + ", ".join(head))
+    if es.get("mem_fraction_static_source") and es["mem_fraction_static_source"] != "--mem-fraction-static":
+        out.append(f"  mem_fraction_static {r.gpu_memory_utilization:g} = {es['mem_fraction_static_source']}")
+    if "mamba_slots" in es and not r.engine_refusal:
+        out.append(
+            f"State pool: {es['mamba_slots']:,} Mamba slots (+1 padding) of {es['mamba_state_bytes_per_request']:,} B "
+            f"(SSM {es['mamba_ssm_dtype']}), {fmt_gib(es['mamba_pool_bytes'])}, {es['mamba_slots_per_request']} per "
+            f"running request; mamba_full_memory_ratio {es['mamba_full_memory_ratio']:g}; the rest to attention tokens"
+        )
+    if "swa_tokens" in es and not r.engine_refusal:
+        how = "sized for --max-running-requests" if es.get("swa_pool") == "request cap" else (
+            f"swa_full_tokens_ratio {es.get('swa_full_tokens_ratio', 0.8):g}")  # fmt: skip
+        out.append(
+            f"SWA pool: {es['swa_tokens']:,} tokens ({how}; window {es['swa_window']:,}), full pool "
+            f"{es['full_tokens']:,} tokens"
+        )
+    if r.request_table_bytes:
+        out.append(
+            f"Request table (req_to_token, int32, outside the KV budget): {r.request_table_bytes:,} B "
+            f"({fmt_gib(r.request_table_bytes)}) = ({es['max_running_requests']:,} + 1) × ({es['context_len']:,} + 4) "
+            "× 4"
+        )
+    if es.get("note"):
+        out.append(f"  note: {es['note']}")
+    if r.engine_refusal:
+        out.append(r.engine_refusal)
     return out
 
 
@@ -806,7 +862,7 @@ def fit_table(r, con, speed=None, exact_bytes: int | None = None, windowed: bool
         row(
             "usable (weights + KV)",
             r.usable_bytes,
-            f"(total − overhead) × mem_fraction_static {r.gpu_memory_utilization}",
+            f"(total − overhead) × mem_fraction_static {r.gpu_memory_utilization:g}",
         )
     elif r.engine == "trtllm":
         row(
@@ -851,6 +907,8 @@ def fit_table(r, con, speed=None, exact_bytes: int | None = None, windowed: bool
     term_row("activation peak", "activation", r.activation_bytes,
              f"at {plural(r.max_num_batched_tokens, 'batched token')}")  # fmt: skip
     term_row("non-torch overhead", "non_torch", r.overhead_bytes)
+    if "multimodal" in terms:
+        row("multimodal reserve", terms["multimodal"]["bytes"], terms["multimodal"]["source"])
     if getattr(r, "cudagraph_bytes", 0):
         term_row("CUDA graphs", "cudagraph", r.cudagraph_bytes, "estimate, subtracted")
     t.add_section()
@@ -865,6 +923,8 @@ def fit_table(r, con, speed=None, exact_bytes: int | None = None, windowed: bool
     row("KV per token", r.kv_bytes_per_token, "all token-caching layers")
     row("KV per block", r.kv_bytes_per_block, fmt_tokens(r.block_size))
     row("KV per request", r.kv_bytes_per_request, f"{fmt_tokens(r.max_model_len)}, engine block rules")
+    if getattr(r, "request_table_bytes", 0):
+        row("request table", r.request_table_bytes, "SGLang req_to_token, int32, outside the KV budget")
     if r.shared_prefix_tokens:
         row("shared prefix (once)", r.shared_prefix_bytes, fmt_tokens(r.shared_prefix_tokens))
     con.print(t)

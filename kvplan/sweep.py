@@ -35,7 +35,7 @@ from kvplan.calc import valid_tp_sizes
 from kvplan.engines.base import count_requests, longest_request, numpy_ops
 from kvplan.errors import UsageError
 from kvplan.gpus import GPU
-from kvplan.options import MAX_SEARCH_TOKENS, FitOptions, check_fraction
+from kvplan.options import MAX_SEARCH_TOKENS, FitOptions, check_engine_options, check_fraction
 from kvplan.specs import ModelSpec
 from kvplan.units import plural
 
@@ -70,7 +70,8 @@ OUTPUT_COLUMNS = (
     "kv_capacity_tokens",
     "fits",
 )
-# ``limit``: what sets max_concurrent_requests: ``memory`` or the engine's cap ``max_num_seqs`` (as ``kvplan fleet``).
+# ``limit``: what sets max_concurrent_requests: ``memory`` or the engine's cap (``max_num_seqs``; SGLang
+# ``max_running_requests``), as ``kvplan fleet``.
 # The table's columns: as OUTPUT_COLUMNS, with the GPU's short name (first alias) for people, and kvplan's own
 # concurrency ratio (its floor is the whole requests), shown cut to two decimals under engines without a log figure.
 TABLE_COLUMNS = (*("gpu_short" if c == "gpu" else c for c in OUTPUT_COLUMNS), "max_requests_ratio")
@@ -117,6 +118,8 @@ class SweepResult:
         skipped_tp: ``(model name, tp)`` pairs that were left out.
         skipped_refused: ``(model name, kv dtype, tp, the engine's reason)`` of configurations the engine refuses.
         beyond_max_context_rows: rows whose seq exceeds the model's max context (computed anyway).
+        request_cap_name: what the engine calls its cap on running requests (``max_num_seqs``; SGLang
+            ``max_running_requests``): the ``limit`` of a row it bounds.
     """
 
     model_names: tuple[str, ...]
@@ -135,6 +138,7 @@ class SweepResult:
     skipped_tp: tuple[tuple[str, int], ...] = ()
     skipped_refused: tuple[tuple[str, str, int, str], ...] = ()
     beyond_max_context_rows: int = 0
+    request_cap_name: str = "max_num_seqs"
 
     @property
     def num_rows(self) -> int:
@@ -156,7 +160,7 @@ class SweepResult:
                 cols[f] = getattr(self, f)[start:stop].tolist()
             elif f == "limit":
                 capped = self.columns["limited_by_max_num_seqs"][start:stop].tolist()
-                cols[f] = ["max_num_seqs" if c else "memory" for c in capped]
+                cols[f] = [self.request_cap_name if c else "memory" for c in capped]
             else:
                 cols[f] = self.columns[f][start:stop].tolist()
         return cols
@@ -305,8 +309,10 @@ def _plan_lengths(np, xp, eng, spec, gpus, o, m, t, span, seq, max_seq, kvs, col
                 columns[k][(*at, d, t)] = np.broadcast_to(v, (len(index), width))
             columns["kv_bytes_per_token"][(*at, d, t)] = cache.kv_bytes_per_token
             columns["kv_bytes_per_block"][(*at, d, t)] = cache.kv_bytes_per_block
-            cap = settings.max_num_seqs
-            max_num_seqs[(*at, d, t)] = -1 if cap is None else cap
+            cap = cache.request_cap(budget[:, None], seq, xp)  # the plan's cap (SGLang), else the settings'
+            if cap is None:
+                cap = -1 if settings.max_num_seqs is None else settings.max_num_seqs
+            max_num_seqs[(*at, d, t)] = np.broadcast_to(cap, (len(index), width))
 
 
 def sweep(
@@ -341,6 +347,7 @@ def sweep(
 
     opts = opts or FitOptions()
     _check_axes(specs, seqs, gpus, kv_dtypes, tps, opts)
+    check_engine_options(opts)
     xp = numpy_ops()
     eng = engines.get(opts.engine)
     M, S, G, D, T = len(specs), len(seqs), len(gpus), len(kv_dtypes), len(tps)
@@ -375,9 +382,9 @@ def sweep(
                 skipped_tp.append((spec.name, tp))
                 continue
             base = replace(opts, tensor_parallel_size=tp)
-            # an engine whose settings follow the request length (llama.cpp sizes -c from it) plans each length
-            # on its own; the others plan once for all lengths
-            per_length = eng.plan_depends_on_length(base)
+            # an engine whose settings follow the request length (llama.cpp sizes -c from it; SGLang's
+            # mem_fraction_static on ROCm) plans each length on its own; the others plan once for all lengths
+            per_length = eng.plan_depends_on_length(base) or eng.settings_depend_on_seq
             for lo, hi in [(j, j + 1) for j in range(S)] if per_length else [(0, S)]:
                 o = replace(base, max_model_len=int(seqs[lo])) if per_length else base
                 top = int(seqs[lo]) if per_length else max_seq
@@ -424,6 +431,7 @@ def sweep(
         skipped_tp=tuple(dict.fromkeys(skipped_tp)),
         skipped_refused=tuple((name, kv, tp, why) for (name, kv, tp), why in refused.items()),
         beyond_max_context_rows=int(np.count_nonzero(beyond & valid_rows)),
+        request_cap_name=eng.request_cap_name,
     )
 
 

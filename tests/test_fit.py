@@ -615,9 +615,10 @@ def test_concurrency_is_cut_beside_the_engine_log(cli):
     code, out, _ = cli("fit", "llama3-8b", "--gpu", "h100", "--max-model-len", "32k", "--kv-cache-memory", "28GiB")
     assert "per request: 7.00x\n" in out
     assert "Maximum concurrency: 6.99x (vLLM's log shows 7.00x, counting the null block; 6 whole requests fit)\n" in out
-    # other engines: the ratio cut, never rounded up (SGLang gpt-oss: 1,002,803 / 131,072 = 7.651)
+    # other engines: the ratio cut, never rounded up (SGLang gpt-oss at its H200 default mem_fraction_static 0.903:
+    # 1,054,726 / 131,072 = 8.047)
     code, out, _ = cli("fit", "gpt-oss-120b", "--gpu", "h200", "--max-model-len", "128k", "--engine", "sglang")
-    assert "Maximum concurrency (vLLM-style ratio): 7.65x (cut to 2 decimals; 7 whole requests fit)\n" in out
+    assert "Maximum concurrency (vLLM-style ratio): 8.04x (cut to 2 decimals; 8 whole requests fit)\n" in out
 
 
 def test_max_requests_ratio_floors_to_the_whole_requests():
@@ -642,7 +643,7 @@ def test_capacity_labels_per_engine(cli):
     assert "Longest single request that fits: 1,713,200 tokens\n" in out
     code, out, _ = cli(*base, "--engine", "sglang")
     assert "vLLM's log" not in out and "GPU KV cache size" not in out
-    assert "KV capacity: 1,002,803 tokens in the full-layer pool (1,002,803 blocks of 1 token)\n" in out
+    assert "KV capacity: 1,054,726 tokens in the full-layer pool (1,054,726 blocks of 1 token)\n" in out
     assert "SGLang keeps sliding-window layers in a pool of their own (swa_layer_tokens)" in out
     code, out, _ = cli(*base, "--engine", "llamacpp", "-c", "128k")  # llama-server: 4 slots sharing 128k cells
     assert "vLLM's log" not in out and "GPU KV cache size" not in out
@@ -707,8 +708,8 @@ def test_engine_version_names_the_rule_set_used(cli):
     code, out, err = cli(*base, "--engine", "sglang", "--engine-version", "0.4.6")
     assert err.startswith("kvplan: warning: --engine-version 0.4.6 is older than the oldest SGLang rule set")
     assert (
-        "Engine rules: SGLang 0.5.23 (model_runner mem_fraction_static, pool_configurator.py) (for --engine-version 0.4.6)"
-        in out
+        "Engine rules: SGLang 0.5.23 (memory_hook.py mem_fraction_static, kv_cache_configurator.py, "
+        "pool_configurator.py) (for --engine-version 0.4.6)" in out
     )
     code, out, err = cli(*base, "--engine", "llamacpp", "--engine-version", "b5000")
     assert code == 0 and err == "" and "llama.cpp 0c1e57098 rules (for --engine-version b5000), llama-server" in out

@@ -87,17 +87,17 @@ def test_fleet_uses_the_pp_layer_partition():
 
 
 def test_sglang_fleet_packs_the_full_layer_pool_fit_says_limits_llama4():
-    # issue 16: SGLang's hybrid-SWA pools (Llama 4's chunked layers are its SWA layers) let 68 requests of
-    # 32k per replica (TP 8 on H100) by fit; fleet must pack the same pools: ceil(5000 / 68) = 74 replicas,
-    # not the ~40 that packing by total bytes gave
+    # issue 16: SGLang's hybrid-SWA pools (Llama 4's chunked layers are its SWA layers) let 60 requests of
+    # 32k per replica (TP 8 on H100, SGLang's default mem_fraction_static 0.812 there) by fit; fleet must pack the
+    # same pools: ceil(5000 / 60) = 84 replicas, not the ~40 that packing by total bytes gave
     from kvplan.fleet import plan_fleet, workload_from_data
     from kvplan.gpus import get_gpu
 
     spec = load_bundled("llama4-scout")
     opts = FitOptions(engine=Engine.sglang, tensor_parallel_size=8, max_model_len=32768)
     fit = plan_fit(spec, get_gpu("h100"), opts)
-    assert fit.max_concurrent_requests == 68
+    assert fit.gpu_memory_utilization == 0.812 and fit.max_concurrent_requests == 60
     wl = workload_from_data({"name": "w", "classes": [{"name": "c", "concurrency": 5000, "tokens": "32k"}]}, "w")
     rows = plan_fleet(spec, wl, [get_gpu("h100")], FitOptions(engine=Engine.sglang), tps=[8], pps=[1])
     (row,) = [r for r in rows if r.layout == "TP 8"]  # MoE: SGLang's EP / DP-attention layouts are tried too
-    assert row.replicas == -(-5000 // 68) == 74
+    assert row.replicas == -(-5000 // 60) == 84

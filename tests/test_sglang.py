@@ -1,64 +1,191 @@
-"""``kvplan fit --engine sglang``: SGLang 0.5.23's pools (kvplan.engines.sglang).
+"""``kvplan fit/fleet/sweep --engine sglang`` beyond the golden rows (kvplan.engines.sglang).
 
-Hybrid-SWA architectures (gpt-oss, Llama 4) split the budget into a full pool and an SWA pool
-(``pool_configurator.py HybridSWAPoolConfigurator``: ``full = int(budget // (F + 0.8 × W))``, ``swa =
-int(full × 0.8)``); other models keep one pool whose slots hold a token in every layer, sliding ones included.
-SGLang's code does not import on a CPU machine (CUDA-only dependencies), so these numbers are the formula's,
-worked by hand, not a fixture from SGLang itself.
+tests/test_sglang_golden.py checks the rules row by row against SGLang 0.5.23's own planning
+(tests/fixtures/sglang_golden.json); here: the bundled specs plan as the config.json SGLang read, the sweep and
+fleet use the same pools and cap, and the SGLang flags parse, print and refuse as the CLI should.
 """
 
 from __future__ import annotations
 
+import json
+
+import pytest
+
 from kvplan.engines import sglang as sglang_rules
 from kvplan.fit import Engine, FitOptions, plan_fit
+from kvplan.fleet import plan_fleet, workload_from_data
 from kvplan.gpus import get_gpu
 from kvplan.loader import load_bundled
 from kvplan.sweep import sweep
+from tests import test_sglang_golden as golden
 
 GIB = 1 << 30
+# bundled spec -> the fixture model of the same config.json
+BUNDLED = {
+    "llama3.1-8b": "llama3.1-8b", "qwen3-30b-a3b": "qwen3-30b-a3b", "mistral-7b-v0.1": "mistral-7b-v0.1",
+    "gemma2-9b": "gemma2-9b", "gemma4-26b-a4b": "gemma4-26b-a4b", "gemma4-31b": "gemma4-31b-nvfp4",
+    "gpt-oss-20b": "gpt-oss-20b", "gpt-oss-120b": "gpt-oss-120b", "llama4-scout": "llama4-scout",
+    "deepseek-v3": "deepseek-v3", "deepseek-v3.2": "deepseek-v3.2", "kimi-k2": "kimi-k2",
+    "qwen3-next-80b-a3b": "qwen3-next-80b-a3b", "qwen3.5-0.8b": "qwen3.5-0.8b", "qwen3.5-122b-a10b": "qwen3.5-122b-a10b",
+    "nemotron-3-nano-30b-a3b": "nemotron-3-nano-30b-a3b", "granite-4.0-h-tiny": "granite-4.0-h-tiny",
+    "falcon-h1-7b": "falcon-h1-7b",
+}  # fmt: skip
 
 
-def sgl(max_model_len: int, budget: int) -> FitOptions:
-    return FitOptions(engine=Engine.sglang, max_model_len=max_model_len, kv_cache_memory_bytes=budget)
+def rows(model: str, **match) -> list[dict]:
+    """The fixture's planned KV rows of ``model`` with default flags (and the given fields)."""
+    return [
+        r for r in golden.FIXTURE["kv_rows"]
+        if r["model"] == model and r["ok"] and not r["flags"] and all(r[k] == v for k, v in match.items())
+    ]  # fmt: skip
 
 
-def test_which_models_get_an_swa_pool():
-    assert sglang_rules.is_hybrid_swa(load_bundled("gpt-oss-120b"))
-    assert sglang_rules.is_hybrid_swa(load_bundled("llama4-scout"))  # chunked layers are SGLang's SWA layers
-    assert not sglang_rules.is_hybrid_swa(load_bundled("gemma3-27b"))  # not in is_hybrid_swa_model's list
-    assert not sglang_rules.is_hybrid_swa(load_bundled("mistral-7b-v0.1"))  # no full layer
-    assert not sglang_rules.is_hybrid_swa(load_bundled("llama3-8b"))
+def opts_of(row: dict, **kw) -> FitOptions:
+    return FitOptions(
+        engine=Engine.sglang, tensor_parallel_size=row["tp"], block_size=row["page_size"],
+        kv_dtype=None if row["kv_cache_dtype"] == "auto" else row["kv_cache_dtype"],
+        max_model_len=row["context_length"], kv_cache_memory_bytes=golden.pool_budget(row), **kw,
+    )  # fmt: skip
 
 
-def test_gpt_oss_pool_split():
-    # 18 full and 18 sliding layers of 8 KV heads × 64 × K and V × 2 B = 2,048 B: F = W = 36,864 B per token;
-    # 10 GiB // (36,864 + 0.8 × 36,864) = 161,817 full slots, int(161,817 × 0.8) = 129,453 SWA slots; a
-    # request holds min(S, 128 + 128 + 2) = 258 SWA slots
-    r = plan_fit(load_bundled("gpt-oss-120b"), get_gpu("h200"), sgl(131_072, 10 * GIB))
-    assert r.engine_log == "Use sliding window memory pool. full_layer_tokens=161817, swa_layer_tokens=129453"
-    assert (r.num_blocks, r.kv_capacity_tokens, r.max_requests_by_memory) == (161_817, 161_817, 1)
-    assert r.kv_bytes_per_request == 131_072 * 36_864 + 258 * 36_864
-    assert r.max_model_len_fit == 161_817
-    assert sglang_rules.pool_split(10 * GIB, 36_864, 36_864) == (161_817, 129_453)
-    short = plan_fit(load_bundled("gpt-oss-120b"), get_gpu("h200"), sgl(4096, 10 * GIB))
-    assert short.max_requests_by_memory == min(161_817 // 4096, 129_453 // 258) == 39
+@pytest.mark.parametrize("bundled", list(BUNDLED))
+def test_bundled_specs_plan_as_the_config_sglang_read(bundled):
+    # a bundled spec carries what SGLang's rules read (architecture, multimodal encoder) so that `kvplan fit
+    # gemma4-26b-a4b --engine sglang` gets the pools of SGLang's run on its config.json
+    spec = load_bundled(bundled)
+    checked = 0
+    for r in rows(BUNDLED[bundled], context_length=4096, page_size=1):
+        fit = plan_fit(spec, get_gpu("h100"), opts_of(r))
+        assert fit.kv_capacity_tokens == r["result"]["max_total_num_tokens"], (bundled, r["tp"], r["kv_cache_dtype"])
+        assert fit.max_num_seqs == r["result"]["max_running_requests"]
+        if r["result"].get("swa_max_total_num_tokens") is not None:
+            assert dict((n, c) for n, c, _ in fit.pools)["swa tokens"] == r["result"]["swa_max_total_num_tokens"]
+        checked += 1
+    assert checked >= 8
+    assert sglang_rules.is_multimodal(spec) == golden.FIXTURE["models"][BUNDLED[bundled]]["resolved_common"][
+        "is_multimodal"]  # fmt: skip
 
 
-def test_other_models_keep_one_pool_with_windows_as_full():
-    # gemma3-27b on SGLang: sliding layers hold every token of a request, as full ones (62 layers × 8,192 B)
-    r = plan_fit(load_bundled("gemma3-27b"), get_gpu("h200"), sgl(32_768, 40 * GIB))
-    assert r.kv_bytes_per_token == 62 * 8_192
-    assert r.kv_bytes_per_request == 32_768 * 62 * 8_192
-    assert r.max_requests_by_memory == (40 * GIB) // (32_768 * 62 * 8_192)
-
-
-def test_sweep_applies_the_split():
-    specs, gpu = [load_bundled("gpt-oss-120b"), load_bundled("gemma3-27b")], get_gpu("h200")
+def test_sweep_applies_the_same_pools_and_cap():
+    # the vectorized sweep gives SGLang's rows too: its tokens, and the requests plan_fit counts (capped at
+    # max_running_requests, the Mamba slots // 5 for the hybrids)
+    names = ["qwen3-next-80b-a3b", "gpt-oss-20b", "nemotron-3-nano-30b-a3b", "llama3.1-8b", "deepseek-v3.2"]
+    specs = {golden.spec(n).name: n for n in names}
     opts = FitOptions(engine=Engine.sglang, kv_cache_memory_bytes=10 * GIB)
-    result = sweep(specs, [4096, 131_072], [gpu], opts=opts)
-    cols = result.columns
-    for i in range(result.num_rows):
-        spec, seq = specs[int(result.model_index[i])], int(result.seq[i])
-        r = plan_fit(spec, gpu, sgl(seq, 10 * GIB))
-        got = tuple(int(cols[k][i]) for k in ("num_blocks", "max_requests_by_memory", "max_model_len_fit"))
-        assert got == (r.num_blocks, r.max_requests_by_memory, r.max_model_len_fit)
+    result = sweep([golden.spec(n) for n in names], [4096, 32768], [get_gpu("h100")], ["auto", "fp8_e4m3"], [1, 2],
+                   opts)  # fmt: skip
+    fields = ("model", "seq", "tp", "kv_dtype", "kv_capacity_tokens", "max_concurrent_requests", "limit")
+    compared = 0
+    for row in result.rows(fields=fields):
+        name = specs[row["model"]]
+        dtype = "fp8_e4m3" if row["kv_dtype"] == "fp8_e4m3" else "auto"
+        page = 64 if name == "deepseek-v3.2" else 1
+        found = rows(name, tp=row["tp"], page_size=page, context_length=row["seq"], kv_cache_dtype=dtype, budget=10 * GIB)
+        if not found:  # the fixture has 32k rows for some models only
+            continue
+        (want,) = found
+        fit = plan_fit(golden.spec(name), get_gpu("h100"), opts_of(want))
+        assert row["kv_capacity_tokens"] == want["result"]["max_total_num_tokens"] == fit.kv_capacity_tokens
+        assert row["max_concurrent_requests"] == fit.max_concurrent_requests
+        assert row["limit"] == ("max_running_requests" if fit.limited_by_max_num_seqs else "memory")
+        compared += 1
+    assert compared >= 20
+
+
+def test_sweep_labels_the_cap_max_running_requests():
+    # llama3.1-8b at 1,024 tokens with --max-running-requests 16: 81,920 tokens hold 80 requests, SGLang runs 16
+    spec = golden.spec("llama3.1-8b")
+    opts = FitOptions(engine=Engine.sglang, kv_cache_memory_bytes=10 * GIB, max_num_seqs=16)
+    (row,) = sweep([spec], [1024], [get_gpu("h100")], opts=opts).rows()
+    assert (row["kv_capacity_tokens"], row["max_concurrent_requests"], row["limit"]) == (81_920, 16, "max_running_requests")
+
+
+def test_fleet_packs_sglangs_pools():
+    # gpt-oss-120b TP 2 on H100 with a 10 GiB budget: SGLang's pools are 323,634 full and 258,907 SWA tokens (the
+    # fixture); a request of 8k takes 8,192 full and min(8,192, 127 + 128 + 2) = 257 SWA tokens, so a replica holds
+    # min(323,634 // 8,192, 258,907 // 257) = 39 requests: 200 requests need ceil(200 / 39) = 6 replicas
+    (want,) = rows("gpt-oss-120b", tp=2, page_size=1, kv_cache_dtype="auto", context_length=4096, budget=10 * GIB)
+    full, swa = want["result"]["full_max_total_num_tokens"], want["result"]["swa_max_total_num_tokens"]
+    assert (full, swa) == (323_634, 258_907)
+    per = min(full // 8192, swa // 257)
+    opts = FitOptions(engine=Engine.sglang, kv_cache_memory_bytes=10 * GIB)
+    wl = workload_from_data({"name": "w", "classes": [{"name": "c", "concurrency": 200, "tokens": "8k"}]}, "w")
+    (row,) = plan_fleet(golden.spec("gpt-oss-120b"), wl, [get_gpu("h100")], opts, tps=[2])
+    assert (per, row.replicas, row.requests_per_replica, row.limit) == (39, 6, 39, "memory")
+    # Qwen3-Next TP 1, 10 GiB: SGLang runs 12 requests per replica (64 Mamba slots // 5), though 232,546 tokens would
+    # hold 56 of 4k: 100 requests need ceil(100 / 12) = 9 replicas, not ceil(100 / 56) = 2
+    (want,) = rows("qwen3-next-80b-a3b", tp=1, page_size=1, kv_cache_dtype="auto", context_length=4096, budget=10 * GIB)
+    assert want["result"]["max_running_requests"] == 12
+    wl = workload_from_data({"name": "w", "classes": [{"name": "c", "concurrency": 100, "tokens": "4k"}]}, "w")
+    (row,) = plan_fleet(golden.spec("qwen3-next-80b-a3b"), wl, [get_gpu("h100")], opts, tps=[1])
+    assert (row.replicas, row.requests_per_replica) == (-(-100 // 12), 12)
+    # with --max-running-requests 8 the cap binds before the state pool: ceil(100 / 8) = 13 replicas
+    capped = FitOptions(engine=Engine.sglang, kv_cache_memory_bytes=10 * GIB, max_num_seqs=8)
+    (row,) = plan_fleet(golden.spec("qwen3-next-80b-a3b"), wl, [get_gpu("h100")], capped, tps=[1])
+    assert (row.replicas, row.limit) == (13, "max_running_requests")
+
+
+def test_fleet_refuses_where_sglang_does():
+    # Nemotron-H-56B TP1 with 10 GiB: 4 state slots serve 4 // 5 = 0 requests; SGLang stops at start-up
+    opts = FitOptions(engine=Engine.sglang, kv_cache_memory_bytes=10 * GIB)
+    wl = workload_from_data({"name": "w", "classes": [{"name": "c", "concurrency": 10, "tokens": "4k"}]}, "w")
+    (row,) = plan_fleet(golden.spec("nemotron-h-56b"), wl, [get_gpu("h100")], opts, tps=[1])
+    assert not row.fits and "4 // 5 = 0 requests" in row.reason
+
+
+def test_fit_prints_sglangs_settings_and_pools(cli, tmp_path):
+    code, out, err = cli("fit", "qwen3-next-80b-a3b", "--gpu", "h100", "--engine", "sglang", "--max-model-len", "4k",
+                         "--kv-cache-memory", "10GiB")  # fmt: skip
+    assert code == 0 and err == ""
+    assert "max_running_requests 12 (the Mamba state cache: 64 slots // 5 per request)" in out
+    assert "State pool: 64 Mamba slots (+1 padding) of 77,266,944 B (SSM float32)" in out
+    assert "Engine log: Mamba Cache is allocated. max_mamba_cache_size: 64, conv_state size: 0.11GB" in out
+    assert "KV capacity: 232,546 tokens" in out and "Max concurrent requests of 4,096 tokens: 12\n" in out
+    # the request table, outside the KV budget: (12 + 1) × (4,096 + 4) × 4 B
+    assert "Request table (req_to_token, int32, outside the KV budget): 213,200 B" in out
+    d = json.loads(cli("fit", "qwen3-next-80b-a3b", "--gpu", "h100", "--engine", "sglang", "--max-model-len", "4k",
+                       "--kv-cache-memory", "10GiB", "--json")[1])  # fmt: skip
+    assert (d["max_num_seqs"], d["request_table_bytes"], d["engine_settings"]["mamba_slots"]) == (12, 213_200, 64)
+    assert d["pools"] == [["full tokens", 232_546, 24_576], ["mamba slots", 64, 77_266_944]]
+    # the default mem_fraction_static, resolved as SGLang does on an H100 (TP 1: 0.83)
+    code, out, _ = cli("fit", "llama3.1-8b", "--gpu", "h100", "--engine", "sglang", "--max-model-len", "4k")
+    assert "mem_fraction_static 0.83 = round((81559 MiB − 13904 MiB reserved) / 81559 MiB, 3)" in out
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--swa-full-tokens-ratio", "0"], "--swa-full-tokens-ratio: 0.0 must be in (0, 1]"),
+        (["--swa-full-tokens-ratio", "1.5"], "--swa-full-tokens-ratio: 1.5 must be in (0, 1]"),
+        (["--mamba-full-memory-ratio", "-1"], "--mamba-full-memory-ratio: -1.0 must be a number in (0, 1000]"),
+        (["--max-mamba-cache-size", "0"], "--max-mamba-cache-size: 0 must be an integer >= 1"),
+        (["--max-mamba-cache-size", str(1 << 25)], "--max-mamba-cache-size: 33,554,432 is beyond what kvplan plans"),
+        (["--max-total-tokens", "0"], "--max-total-tokens"),
+        (["--mamba-ssm-dtype", "int8"], "--mamba-ssm-dtype: 'int8'; allowed: float32, bfloat16, float16"),
+        (["--max-running-requests", "0"], "--max-num-seqs: 0 must be an integer >= 1"),
+        (["--kv-dtype", "q4_0"], "--kv-dtype q4_0: SGLang 0.5.23's KV pools take auto"),
+    ],
+)
+def test_bad_sglang_values_are_one_line_errors(cli, args, message):
+    code, out, err = cli("fit", "qwen3-next-80b-a3b", "--gpu", "h100", "--engine", "sglang", *args)
+    assert (code, out, err.count("\n")) == (2, "", 1) and err.startswith("kvplan: error: ") and message in err, err
+
+
+def test_sglang_flags_are_refused_with_another_engine(cli):
+    for flag in (["--disable-radix-cache"], ["--mamba-full-memory-ratio", "0.5"], ["--max-total-tokens", "50k"]):
+        code, out, err = cli("fit", "qwen3-next-80b-a3b", "--gpu", "h100", *flag)
+        assert (code, out) == (2, "") and err == f"kvplan: error: {flag[0]}: SGLang's setting; give it with --engine sglang\n"
+
+
+def test_sglang_spellings_reach_the_plan(cli):
+    # --disable-hybrid-swa-memory (SGLang's) is --swa-full; --chunked-prefill-size is --max-num-batched-tokens
+    base = ["fit", "gpt-oss-20b", "--gpu", "h100", "--engine", "sglang", "--max-model-len", "4k", "--kv-cache-memory",
+            "10GiB", "--json"]  # fmt: skip
+    d = json.loads(cli(*base, "--disable-hybrid-swa-memory")[1])
+    assert [p[0] for p in d["pools"]] == ["full tokens"] and d["engine_settings"]["pool_configurator"] == (
+        "DefaultPoolConfigurator")  # fmt: skip
+    d = json.loads(cli(*base, "--chunked-prefill-size", "4096", "--disable-radix-cache", "--max-running-requests",
+                       "32")[1])  # fmt: skip
+    # SGLang's request-cap SWA pool: 32 × (127 + 128 + 1 + 1) + 2 × 4,096 + 1 = 16,417 tokens
+    assert d["engine_settings"]["swa_tokens"] == 32 * (127 + 128 + 2) + 2 * 4096 + 1 == 16_417
+    assert d["engine_settings"]["chunked_prefill_size"] == 4096 and d["max_num_seqs"] == 32

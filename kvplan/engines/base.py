@@ -218,6 +218,18 @@ class CachePlan:
         """Engine-specific :class:`kvplan.fit.FitResult` fields (vLLM's groups, settings applied ...)."""
         return {}
 
+    def request_cap(self, budget, seq, xp=PY):
+        """The engine's cap on running requests for ``budget`` bytes and a max_model_len of ``seq`` tokens (ints
+        or arrays) when it depends on the pools (SGLang's max_running_requests), else None: the settings'
+        ``max_num_seqs`` applies."""
+        return None
+
+    def budget_fields(self, budget, seq: int) -> dict:
+        """Engine-specific :class:`kvplan.fit.FitResult` fields that depend on the budget (scalar): SGLang's
+        resolved settings (``engine_settings``), its request table (``request_table_bytes``) and why it refuses
+        to start (``engine_refusal``)."""
+        return {}
+
     def search_limit(self, caps: tuple, xp=PY):
         """Tokens beyond which no request fits ``caps`` (bounds :func:`longest_request`'s search, and keeps
         int64 probes from overflowing); default 2^40."""
@@ -485,6 +497,10 @@ class EngineRules:
         max_batch_size: default TensorRT-LLM max_batch_size (0 elsewhere).
         quantized_kv: the 8-bit KV cache to suggest when a plan does not fit (``fp8``; llama.cpp ``q8_0``).
         gguf_weights: whether weights come as GGUF (no FP8 weights to suggest).
+        request_cap_name: what the engine calls its cap on running requests (``max_num_seqs``; SGLang
+            ``max_running_requests``), for ``limit`` in ``fleet`` and ``sweep``.
+        settings_depend_on_seq: the settings depend on max_model_len (SGLang's mem_fraction_static on ROCm):
+            the sweep then groups sequence lengths by :meth:`settings_key` too.
     """
 
     engine: Engine
@@ -498,6 +514,8 @@ class EngineRules:
     #: layer kinds the engine does not serve, or whose cache kvplan has no rule for: kind -> the reason
     #: (DeepSeek-V4's ``compressed`` layers, RecurrentGemma's ``rglru`` blocks). ``check`` refuses them.
     unplanned_kinds: dict[str, str] = {}
+    request_cap_name: str = "max_num_seqs"
+    settings_depend_on_seq: bool = False
 
     # --- versions ---------------------------------------------------------------------------------------
 

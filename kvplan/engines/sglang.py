@@ -1,26 +1,35 @@
-"""SGLang's KV pool split for hybrid sliding-window models: what ``kvplan fit --engine sglang`` applies.
+"""SGLang 0.5.23's KV planning: what ``kvplan fit --engine sglang`` (and ``fleet`` and ``sweep``) apply.
 
-Source: SGLang 0.5.23 (``pip download --no-deps sglang==0.5.23``, read, not installed; its modules do not import
-on a CPU machine without its CUDA packages: flashinfer-python[cu13], sglang-kernel, torch 2.14.1):
+Every rule below is SGLang 0.5.23's own, read in the installed wheel (``pip install --no-deps sglang==0.5.23``;
+file:line under ``sglang/srt/``) and run on CPU by ``scripts/sglang_golden.py``, whose fixture
+``tests/fixtures/sglang_golden.json`` ``tests/test_sglang_golden.py`` checks kvplan against row by row.
 
-- ``srt/configs/model_config.py is_hybrid_swa_model``: the architectures whose sliding layers get their own
-  pool (GptOssForCausalLM, Llama4ForConditionalGeneration, Gemma4*, MiMoV2*, Step3p5*, ...). Every other
-  model keeps one pool in which sliding layers hold all tokens, as full ones.
-- ``srt/model_executor/pool_configurator.py HybridSWAPoolConfigurator`` (the default:
-  ``--enable-unified-memory`` off, no ``--max-running-requests`` cap with the radix cache disabled): bytes
-  per token of the full pool ``F`` (every full layer) and of the SWA pool ``W`` (every sliding layer);
-  ``cell = F + r × W`` with ``r = --swa-full-tokens-ratio`` (default 0.8, ``arg_groups/fields/schedule.py``);
-  ``full_tokens = int(available // cell)`` aligned down to the page, ``swa_tokens = int(full_tokens × r)``
-  aligned down ("Use sliding window memory pool. full_layer_tokens=..., swa_layer_tokens=...").
-- ``compute_swa_request_cap``: a running request holds at most ``window + SGLANG_SWA_EVICTION_INTERVAL
-  (128) × draft tokens (1) + page_size`` SWA slots, plus ``page_size`` for its decode step.
+1. **Budget** (``mem_cache/kv_cache_configurator.py:2990 _profile_available_bytes``): SGLang gives its pools
+   what is free after the weights less ``pre_model_load_memory × (1 − mem_fraction_static)`` and, for a
+   multimodal model, ``SGLANG_VLM_CACHE_SIZE_MB`` = 100 MiB (``environ.py:1598``, ``:202
+   mm_runtime_reservation_gb``): kvplan's ``(total − overhead) × mem_fraction_static − weights − 100 MiB``.
+   ``mem_fraction_static`` defaults per GPU (:func:`mem_fraction_static_default`, ``arg_groups/memory_hook.py:47
+   handle_gpu_memory_settings``), not a flat fraction.
+2. **Mamba / GDN / KDA hybrids** (``kv_cache_configurator.py:3229 _handle_max_mamba_cache``): the state pool
+   of ``K`` slots is taken first (:func:`mamba_split`), ``(K + 1) × state`` bytes (a padding slot), the rest
+   goes to attention tokens; states in SGLang's dtypes (:func:`state_bytes`: conv bf16, SSM float32 unless set).
+3. **Tokens** (``model_executor/pool_configurator.py:219 DefaultPoolConfigurator``): ``available // cell``
+   aligned down to the page; the cell counts the attention layers only (:func:`cell_bytes`, DeepSeek-V3.2's
+   fp8 rows and indexer included); ``--max-total-tokens`` caps it (``:3075 _apply_token_constraints``).
+4. **Hybrid SWA** (``pool_configurator.py:656 HybridSWAPoolConfigurator``, ``:971 SWARequestCapPoolConfigurator``):
+   the architectures of ``configs/model_config.py:2651 is_hybrid_swa_model`` get a full pool and an SWA pool
+   (:func:`pool_split`, :func:`swa_request_cap`); Gemma 2/3 are forced to one pool
+   (``arg_groups/model_overrides/gemma2_gemma3.py:24``).
+5. **max_running_requests** (``kv_cache_configurator.py:3119 resolve_max_num_reqs``): :func:`max_running_requests`,
+   a cap on the requests a replica runs (the plan's :meth:`SglangPlan.request_cap`), and the int32
+   ``req_to_token`` table it sizes outside the KV budget (:func:`request_table_bytes`).
+6. **Refusals**: where SGLang stops at start-up (no memory after the Mamba pool, a state pool of no slot, no
+   token, an SWA pool that cannot hold one request, an SWA cap that leaves no full pool, a state cache serving
+   no request), the plan's pools are empty and :meth:`SglangPlan.refusal` says why, as SGLang does.
 
-kvplan applies the split to the architectures of that list it can plan, by the spec's ``architecture``
-(config.json's ``architectures[0]``): gpt-oss and Llama 4 (chunked layers are SGLang's SWA layers, window
-``attention_chunk_size``). Not modelled: Gemma 4 / MiMo-V2 / Step-3.5 (their full and sliding geometries differ per
-layer; not checked against SGLang's ``ModelConfig``), the request-cap configurator, unified memory,
-speculative decoding, and SGLang's Mamba pools (hybrid state models: a unified pool split dynamically,
-``mem_cache/kv_cache_configurator.py _init_unified_mamba_pools``).
+Not modelled (outside the fixture): speculative decoding, DP attention, unified memory, post-capture KV
+sizing (off by default, ``environ.py:640``), hierarchical cache, FP4 / mxfp8 KV, DeepSeek-V4 and MiniMax
+sparse configurators, ``--disable-overlap-schedule`` and the ``no_buffer`` Mamba strategy.
 """
 
 from __future__ import annotations
@@ -36,79 +45,57 @@ from kvplan.engines.base import (
     fp8_dense_checks,
     parallel_flags,
     shipped_block_quantized,
-    token_plan,
-    window_as_blocks,
 )
 from kvplan.errors import LoadRefused, UsageError
-from kvplan.options import Engine, FitOptions, Parallel, check_int
-from kvplan.specs import ModelSpec
-from kvplan.units import GIB
+from kvplan.options import Engine, FitOptions, Parallel, check_int, stage_layers
+from kvplan.specs import LayerSpec, ModelSpec
+from kvplan.units import GIB, MIB
 
 RULES_VERSION = "0.5.23"  # the one rule set: the SGLang release read (see the module docstring)
-DESCRIPTION = "SGLang 0.5.23 (model_runner mem_fraction_static, pool_configurator.py)"
+DESCRIPTION = "SGLang 0.5.23 (memory_hook.py mem_fraction_static, kv_cache_configurator.py, pool_configurator.py)"
 
-DEFAULT_SWA_FULL_TOKENS_RATIO = 0.8  # srt/arg_groups/fields/schedule.py swa_full_tokens_ratio fallback
-SWA_EVICTION_INTERVAL = 128  # srt/environ.py SGLANG_SWA_EVICTION_INTERVAL
-PAGE_SIZE = 1  # --page-size default on CUDA (kvplan's SGLang block size)
-# srt/configs/model_config.py is_hybrid_swa_model: the architectures with an SWA pool (those kvplan can plan)
-HYBRID_SWA_ARCHITECTURES = frozenset(
-    {
-        "GptOssForCausalLM",
-        "Llama4ForConditionalGeneration",
-        "GraniteSWAForCausalLM",
-        "GraniteMoeSWAForCausalLM",
-    }
-)
+DEFAULT_SWA_FULL_TOKENS_RATIO = 0.8  # arg_groups/fields/schedule.py:150 swa_full_tokens_ratio fallback
+DEFAULT_MAMBA_FULL_MEMORY_RATIO = 0.9  # arg_groups/fields/schedule.py:220 mamba_full_memory_ratio fallback
+SWA_EVICTION_INTERVAL = 128  # environ.py:730 SGLANG_SWA_EVICTION_INTERVAL
+PAGE_SIZE = 1  # arg_groups/overrides.py:1341 _page_size_default on CUDA and ROCm
+DSA_PAGE_SIZE = 64  # arg_groups/model_overrides/deepseek_v2.py:171 "Setting page size to 64 for DeepSeek DSA"
+VLM_CACHE_BYTES = 100 * MIB  # environ.py:1598 SGLANG_VLM_CACHE_SIZE_MB, reserved by kv_cache_configurator.py:202
+REQ_TO_TOKEN_EXTRA = 4  # mem_cache/allocation_sizing.py:105 req_to_token row headroom (no speculative decoding)
+REQ_TO_TOKEN_BYTES = 4  # int32 (kv_cache_configurator.py:1571 _build_req_to_token_pool)
+# kv_cache_configurator.py:227 MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO 3, plus 2 tracking slots of the
+# extra_buffer strategy with the overlap scheduler (mem_cache/allocation_sizing.py:11 get_mamba_tracking_slots;
+# "auto" picks extra_buffer, arg_groups/overrides.py:473); 1 with --disable-radix-cache (:3062)
+MAMBA_SLOTS_PER_REQUEST = 5
+DSA_QUANT_BLOCK = 128  # mem_cache/memory_pool.py:5280 DSATokenToKVPool.quant_block_size (index keys: uint8)
+SSM_DTYPES = {"float32": 4, "bfloat16": 2, "float16": 2}  # configs/mamba_utils.py:47 mamba2_state_dtype
+_SSM_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16", "float": "float32"}
+CONV_DTYPE_BYTES = 2  # environ.py:1628 SGLANG_MAMBA_CONV_DTYPE bfloat16
 
-
-def is_hybrid_swa(spec: ModelSpec) -> bool:
-    """True when SGLang gives the model's sliding (or chunked) layers their own pool: an architecture in
-    SGLang's list (the spec's ``architecture``, config.json's ``architectures[0]``) with both full and
-    windowed layers. A spec without an architecture keeps one pool (SGLang's default)."""
-    kinds = set(spec.layer_kinds)
-    if not (kinds & {"sliding", "chunked"}) or "full" not in kinds:
-        return False
-    return spec.architecture in HYBRID_SWA_ARCHITECTURES
-
-
-def window(spec: ModelSpec) -> int:
-    """The SWA window SGLang uses: the sliding window, else the attention chunk (Llama 4)."""
-    return spec.sliding_window or spec.attention_chunk_size or 0
-
-
-def pool_split(budget, full_per_token: int, swa_per_token: int, ratio: float = DEFAULT_SWA_FULL_TOKENS_RATIO,
-               page_size: int = PAGE_SIZE, xp=PY) -> tuple:  # fmt: skip
-    """(full_layer_tokens, swa_layer_tokens) for ``budget`` bytes (``HybridSWAPoolConfigurator``)."""
-    cell = full_per_token + ratio * swa_per_token
-    full = xp.to_int(budget // cell) if cell > 0 else xp.full(budget, 0)
-    full = full // page_size * page_size
-    swa = xp.to_int(full * ratio) // page_size * page_size
-    return full, swa
-
-
-def swa_tokens_per_request(seq_len, win: int, page_size: int = PAGE_SIZE, xp=PY):
-    """SWA slots one running request of ``seq_len`` tokens holds at most (``compute_swa_request_cap``'s
-    per request, without speculative decoding): ``min(S, window + 128 + page) + page``, never above S."""
-    return xp.minimum(seq_len, win + SWA_EVICTION_INTERVAL + 2 * page_size)
-
-
-def requests(full_tokens: int, swa_tokens: int, seq_len: int, win: int) -> int:
-    """Whole requests of ``seq_len`` tokens both pools hold."""
-    if seq_len <= 0:
-        return 0
-    return min(full_tokens // seq_len, swa_tokens // swa_tokens_per_request(seq_len, win))
-
-
-def longest_request(full_tokens: int, swa_tokens: int, win: int) -> int:
-    """The longest single request: it needs S full slots and :func:`swa_tokens_per_request` SWA slots."""
-    if swa_tokens >= swa_tokens_per_request(full_tokens, win):
-        return full_tokens
-    return min(full_tokens, swa_tokens)
-
-
-def log_line(full_tokens: int, swa_tokens: int) -> str:
-    """SGLang's start-up line for the split (``_solve_pool_sizes``)."""
-    return f"Use sliding window memory pool. full_layer_tokens={full_tokens}, swa_layer_tokens={swa_tokens}"
+# configs/model_config.py:2651 is_hybrid_swa_model (with SWA_SINK_ARCHS :88): the architectures with an SWA pool
+# that kvplan can plan (DeepSeek-V4 has its own configurator; not modelled)
+HYBRID_SWA_ARCHITECTURES = frozenset({
+    "GptOssForCausalLM", "GraniteSWAForCausalLM", "GraniteMoeSWAForCausalLM", "Llama4ForConditionalGeneration",
+    "Gemma4ForCausalLM", "Gemma4ForConditionalGeneration", "Gemma4UnifiedForConditionalGeneration",
+    "MiMoV2FlashForCausalLM", "MiMoV2ForCausalLM", "Step3p5ForCausalLM",
+})  # fmt: skip
+# the model classes whose get_attention_sliding_window_size is sliding_window - 1 (models/gpt_oss.py:131,
+# models/gemma4_causal.py:83, models/gemma4_mm.py:314); Llama 4 reads attention_chunk_size
+# (model_executor/model_runner_components/load_model_utils.py:144); the others the config's sliding_window
+WINDOW_MINUS_ONE = frozenset({
+    "GptOssForCausalLM", "Gemma4ForCausalLM", "Gemma4ForConditionalGeneration", "Gemma4UnifiedForConditionalGeneration",
+})  # fmt: skip
+# configs/model_config.py:691: multimodal off unless --enable-multimodal
+MULTIMODAL_DISABLED = frozenset({"Gemma3ForConditionalGeneration", "Llama4ForConditionalGeneration",
+                                 "Step3VLForConditionalGeneration", "InklingForConditionalGeneration"})  # fmt: skip
+# configs/model_config.py:2501: multimodal architectures that keep the breakable prefill CUDA graph
+MULTIMODAL_PREFILL_GRAPH = frozenset({
+    "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration", "Qwen4ExpForConditionalGeneration",
+    "KimiK25ForConditionalGeneration", "Cohere2VisionForConditionalGeneration", "PaddleOCRVLForConditionalGeneration",
+})  # fmt: skip
+# architectures SGLang 0.5.23 has no model class for: its Transformers fallback plans every decoder layer as an
+# attention layer of the config's geometry (the fixture's Jamba rows: 32 layers, cell 131,072 B)
+NO_SGLANG_CLASS = frozenset({"JambaForCausalLM"})
+KDA_ARCHITECTURES = frozenset({"KimiLinearForCausalLM"})  # arg_groups/cuda_graph_hook.py:181: no prefill graph
 
 
 @dataclass(frozen=True)
@@ -144,60 +131,608 @@ def older_than_oldest(version: str | None) -> bool:
     return asked is not None and asked < parse_version(RULES_VERSION)
 
 
+# --- which pools a model gets ---------------------------------------------------------------------------------
+
+
+def is_dsa(spec: ModelSpec) -> bool:
+    """DeepSeek Sparse Attention (DeepSeek-V3.2): MLA layers with an indexer key (``index_head_dim``)."""
+    return any(layer.kind == "mla" and layer.mla is not None and layer.mla.index_head_dim for layer in spec.layers)
+
+
+def is_mla(spec: ModelSpec) -> bool:
+    """SGLang's MLA backend (``use_mla_backend``): the model's attention layers are latent (DeepSeek, Kimi)."""
+    return any(layer.kind == "mla" for layer in spec.layers)
+
+
+def all_layers_attention(spec: ModelSpec) -> bool:
+    """True for an architecture SGLang 0.5.23 has no class for (:data:`NO_SGLANG_CLASS`): every layer is planned
+    as attention of the config's default geometry."""
+    return spec.architecture in NO_SGLANG_CLASS
+
+
+def is_hybrid_swa(spec: ModelSpec, swa_full: bool = False) -> bool:
+    """True when SGLang gives the model's sliding (or chunked) layers a pool of their own: an architecture of
+    :data:`HYBRID_SWA_ARCHITECTURES` (config.json's ``architectures[0]``) with both full and windowed layers,
+    unless ``--disable-hybrid-swa-memory`` (``swa_full``). Every other model keeps one pool in which windowed
+    layers hold every token (Gemma 2/3: ``model_overrides/gemma2_gemma3.py:24``; Mistral: not in the list)."""
+    kinds = set(spec.layer_kinds)
+    if swa_full or not (kinds & {"sliding", "chunked"}) or "full" not in kinds:
+        return False
+    return spec.architecture in HYBRID_SWA_ARCHITECTURES
+
+
+def window(spec: ModelSpec) -> int:
+    """The SWA window SGLang uses (``resolve_sliding_window_size``): ``sliding_window − 1`` for gpt-oss and
+    Gemma 4 (their model classes say so: 127 for gpt-oss), Llama 4's ``attention_chunk_size``, else the
+    config's ``sliding_window``."""
+    if spec.sliding_window:
+        return spec.sliding_window - 1 if spec.architecture in WINDOW_MINUS_ONE else spec.sliding_window
+    return spec.attention_chunk_size or 0
+
+
+def is_multimodal(spec: ModelSpec) -> bool:
+    """SGLang's ``ModelConfig.is_multimodal`` (``configs/model_config.py:820``): a wrapper with an encoder (the
+    spec's ``multimodal`` facts) whose architecture SGLang does not serve text-only by default (Gemma 3 and
+    Llama 4 wrappers: ``:691``, unless ``--enable-multimodal``)."""
+    return bool(spec.multimodal) and spec.architecture not in MULTIMODAL_DISABLED
+
+
+def page_size(spec: ModelSpec, given: int | None) -> int:
+    """``--page-size``: as given, else 1 (``arg_groups/overrides.py:1341``); DeepSeek DSA always 64
+    (``model_overrides/deepseek_v2.py:171``, which overrides a given one too)."""
+    if is_dsa(spec):
+        return DSA_PAGE_SIZE
+    return PAGE_SIZE if given is None else given
+
+
+# --- bytes per token and per request ---------------------------------------------------------------------------
+
+
+def kv_element_bytes(kv_dtype) -> int:
+    """Bytes per cached element (``torch._utils._element_size(kv_cache_dtype)``: bf16/fp16 2, fp8 1, fp32 4).
+
+    Raises:
+        UsageError: a KV dtype SGLang's pools do not take (block-quantized ggml types, int8, nvfp4).
+    """
+    if kv_dtype.block_elems != 1 or kv_dtype.scale_bytes_per_head or getattr(kv_dtype, "fp4_scaled", False):
+        raise UsageError(
+            f"--kv-dtype {kv_dtype.name}: SGLang 0.5.23's KV pools take auto, bf16, fp16, fp32, fp8_e4m3 or fp8_e5m2 "
+            "(kvplan does not model its fp4 and mxfp8 caches)"
+        )
+    return kv_dtype.block_bytes
+
+
+def layer_cell_bytes(layer, kv_dtype, tp: int) -> int:
+    """Bytes one token costs in one attention layer on one TP rank, as SGLang's pools store it (0 for others).
+
+    MHA (``pool_configurator.py:492``): ``max(1, H_kv // TP) × (head_dim + v_head_dim) × element``
+    (``configs/model_config.py:1700 get_num_kv_heads``). MLA (``:379``, ``kv_cache_configurator.py:3412
+    calculate_mla_kv_cache_dim``): ``(kv_lora_rank + qk_rope_head_dim) × element``; with a DSA indexer
+    (DeepSeek-V3.2) the fp8_e4m3 row is ``kv_lora_rank + kv_lora_rank // 128 × 4 + qk_rope_head_dim × 2``
+    (656 B: fp8 latent, fp32 scales, bf16 rope, ``:3465``) and the index key adds ``index_head_dim +
+    index_head_dim // 128 × 4`` uint8 bytes (132, ``pool_configurator.py:560``; ``index_kpool`` 1).
+    """
+    size = kv_element_bytes(kv_dtype)
+    if layer.kind in ("full", "sliding", "chunked"):
+        return max(1, layer.num_kv_heads // tp) * (layer.head_dim + layer.v_head_dim) * size
+    if layer.kind == "mla" and layer.mla is not None:
+        m = layer.mla
+        if not m.index_head_dim:
+            return m.latent_dim * size
+        if kv_dtype.name == "fp8_e4m3":
+            row = m.kv_lora_rank + m.kv_lora_rank // DSA_QUANT_BLOCK * 4 + m.qk_rope_head_dim * 2
+        else:
+            row = m.latent_dim * size
+        return row + m.index_head_dim + m.index_head_dim // DSA_QUANT_BLOCK * 4
+    return 0
+
+
+def ssm_dtype_name(spec: ModelSpec, given: str | None) -> str:
+    """The SSM (temporal) state dtype (``configs/mamba_utils.py:47 mamba2_state_dtype``): ``--mamba-ssm-dtype``
+    (SGLANG_MAMBA_SSM_DTYPE), else config.json's ``mamba_ssm_dtype`` (the spec's state ``ssm_dtype``, where its
+    reader read one), else float32.
+
+    Raises:
+        UsageError: a ``--mamba-ssm-dtype`` other than float32, bfloat16, float16.
+    """
+    if given is not None:
+        key = _SSM_ALIASES.get(str(given).strip().lower(), str(given).strip().lower())
+        if key not in SSM_DTYPES:
+            raise UsageError(f"--mamba-ssm-dtype: {given!r}; allowed: {', '.join(SSM_DTYPES)}")
+        return key
+    for state in spec.states.values():
+        if state.ssm_dtype:
+            return _SSM_ALIASES.get(state.ssm_dtype, state.ssm_dtype)
+    return "float32"
+
+
+def state_bytes(spec: ModelSpec, layers, tp: int, ssm_dtype: str) -> tuple[int, int]:
+    """(conv bytes, SSM bytes) one request's recurrent state takes on one TP rank over ``layers``: SGLang's
+    ``mamba_cache_per_req`` (``configs/mamba_utils.py:116``): conv elements × 2 (bf16) + temporal elements ×
+    the SSM dtype, per state layer (an attention layer with a parallel Mamba mixer counts too: Falcon-H1). The
+    shapes are those of :meth:`kvplan.specs.StateConfig.tensors`, which the fixture's shapes match."""
+    conv = ssm = 0
+    for i in layers:
+        st = spec.layers[i].state
+        if st is None:
+            continue
+        for t in st.tensors(spec.dtype, tp):
+            if t.name == "conv":
+                conv += t.elements * CONV_DTYPE_BYTES
+            else:
+                ssm += t.elements * SSM_DTYPES[ssm_dtype]
+    return conv, ssm
+
+
+# --- the arithmetic (xp: Python ints or numpy arrays) -----------------------------------------------------------
+
+OK, NO_KV_MEMORY, NO_STATE_SLOT, NO_TOKEN, SWA_TOO_SMALL, SWA_CAP_NO_ROOM, NO_REQUEST = range(7)
+
+
+def mamba_split(budget, per_req: int, ratio: float, fixed_slots: int | None, xp=PY):
+    """(state slots K, bytes left to the attention pools) for ``budget`` bytes (``_handle_max_mamba_cache``,
+    ``kv_cache_configurator.py:3229``), in SGLang's float GiB arithmetic:
+    ``K = fixed_slots`` (``--max-mamba-cache-size``, or ``--max-running-requests`` with ``--disable-radix-cache``)
+    or ``int((rest × r / (1 + r) × 2^30 − per_req) // per_req)``; then ``rest −= (K + 1) × per_req`` (the
+    pool's padding slot) and ``int(rest × 2^30)``. K ≤ 0 or rest ≤ 0: SGLang refuses (:meth:`SglangPlan.refusal`).
+    """
+    rest = budget / (1 << 30)
+    if fixed_slots is not None:
+        slots = xp.full(budget, fixed_slots)
+    else:
+        mamba_bytes = rest * ratio / (1 + ratio) * (1 << 30)
+        slots = xp.to_int((mamba_bytes - per_req) // per_req)
+    rest = rest - (slots + 1) * per_req / (1 << 30)
+    return slots, xp.to_int(rest * (1 << 30)), rest
+
+
+def pool_split(budget, full_per_token: int, swa_per_token: int, ratio: float = DEFAULT_SWA_FULL_TOKENS_RATIO,
+               page: int = PAGE_SIZE, xp=PY) -> tuple:  # fmt: skip
+    """(full_layer_tokens, swa_layer_tokens) of ``HybridSWAPoolConfigurator`` (``pool_configurator.py:915``,
+    ``:880``): ``cell = F + ratio × W`` (float), ``full = int(budget // cell)`` aligned down to the page,
+    ``swa = int(full × ratio)`` aligned down; F and W are bytes per token of all full and all SWA layers."""
+    cell = full_per_token + ratio * swa_per_token
+    full = xp.to_int(budget // cell) // page * page if cell > 0 else xp.full(budget, 0)
+    swa = xp.to_int(full * ratio) // page * page
+    return full, swa
+
+
+def swa_request_cap(max_running_requests: int, win: int, chunked_prefill_size: int, page: int) -> int:
+    """SWA tokens of ``SWARequestCapPoolConfigurator`` (``pool_configurator.py:924 compute_swa_request_cap``,
+    used with ``--disable-radix-cache`` and ``--max-running-requests``): ``R × (window + 128 + page + page) +
+    2 × chunked_prefill_size + page`` (two chunks in flight with the overlap scheduler), aligned up to the page."""
+    cap = max(1, max_running_requests) * (win + SWA_EVICTION_INTERVAL + 2 * page) + 2 * chunked_prefill_size + page
+    return -(-cap // page) * page
+
+
+def max_running_requests(tokens, context_len, given: int | None, slots=None, slots_per_request: int = 1, xp=PY):
+    """``resolve_max_num_reqs`` (``kv_cache_configurator.py:3119``): ``min(given, tokens // 2)`` for a given
+    ``--max-running-requests``, else ``min(clamp(int(tokens / context_len × 512), 2048, 4096), tokens // 2)``;
+    hybrids then at most ``slots // slots_per_request`` (the Mamba cap)."""
+    if given is not None:
+        r = xp.minimum(xp.full(tokens, max(1, given)), tokens // 2)
+    else:
+        est = xp.to_int(tokens / context_len * 512)
+        r = xp.minimum(xp.maximum(xp.minimum(est, 4096), 2048), tokens // 2)
+    if slots is not None:
+        r = xp.minimum(r, slots // slots_per_request)
+    return r
+
+
+def request_table_bytes(max_running: int, context_len: int) -> int:
+    """Bytes of SGLang's ``req_to_token`` table, allocated after the KV pools (outside their budget):
+    ``int32[(max_running_requests + 1), context_len + 4]`` (``kv_cache_configurator.py:1571``,
+    ``mem_cache/allocation_sizing.py:105``)."""
+    return (max_running + 1) * (context_len + REQ_TO_TOKEN_EXTRA) * REQ_TO_TOKEN_BYTES
+
+
+def log_line(full_tokens: int, swa_tokens: int) -> str:
+    """SGLang's start-up line for the SWA split (``pool_configurator.py _solve_pool_sizes``)."""
+    return f"Use sliding window memory pool. full_layer_tokens={full_tokens}, swa_layer_tokens={swa_tokens}"
+
+
+def mamba_log_line(slots: int, conv: int, ssm: int) -> str:
+    """SGLang's line for the state pool (``mem_cache/memory_pool.py:1005``): the pool holds ``slots + 1``."""
+    return (
+        f"Mamba Cache is allocated. max_mamba_cache_size: {slots}, conv_state size: {(slots + 1) * conv / GIB:.2f}GB, "
+        f"ssm_state size: {(slots + 1) * ssm / GIB:.2f}GB"
+    )
+
+
+# --- the plan ---------------------------------------------------------------------------------------------------
+
+
 @dataclass(frozen=True, eq=False)
-class HybridSwaPlan(CachePlan):
-    """SGLang's two pools for hybrid-SWA architectures: full-layer token slots and SWA token slots
-    (:func:`pool_split`); a request of S tokens takes S full slots and :func:`swa_tokens_per_request` SWA
-    slots; a shared prefix takes its whole pages of full slots once.
+class SglangPlan(CachePlan):
+    """SGLang's pools for one model on one GPU: one token pool (``default``), or a full and an SWA pool
+    (``swa``: the ratio split; ``swa_cap``: the SWA pool sized from ``--max-running-requests``), and for a
+    hybrid a pool of state slots. A request of S tokens takes S tokens (whole pages) of the full pool, at most
+    ``window + 128 + 2 × page`` of the SWA pool (``compute_swa_request_cap``'s per-request worst case) and
+    ``slots_per_request`` state slots (5, SGLang's own ratio: its slot, two tracking slots and the prefix cache's;
+    1 with ``--disable-radix-cache``). The running requests are capped at :meth:`request_cap`.
 
     Attributes:
-        full_per_token, swa_per_token: bytes one token costs in the full and in the sliding layers (worst stage).
+        kind: ``default``, ``swa`` or ``swa_cap``.
+        cell: bytes per token of the one pool (``default``).
+        full_per_token, swa_per_token: bytes per token of all full and all SWA layers (``swa``, ``swa_cap``).
         window: the SWA window (:func:`window`).
+        ratio: ``--swa-full-tokens-ratio``.
+        swa_cap_tokens: the SWA pool of ``swa_cap``.
+        page: ``--page-size``.
+        conv_bytes, ssm_bytes: one request's state (0 without states).
+        mamba_ratio, fixed_slots: ``--mamba-full-memory-ratio``; the slots set by a flag, or None.
+        slots_per_request: state slots a running request takes.
+        max_total_tokens, max_running: ``--max-total-tokens`` and ``--max-running-requests``, or None.
+        context_len: max_model_len (the request table's width; the pool of a model without attention layers).
     """
 
+    kind: str = "default"
+    cell: int = 0
     full_per_token: int = 0
     swa_per_token: int = 0
     window: int = 0
-    block_size: int = PAGE_SIZE
-    kv_bytes_per_token: int = 0
+    ratio: float = DEFAULT_SWA_FULL_TOKENS_RATIO
+    swa_cap_tokens: int = 0
+    page: int = PAGE_SIZE
+    conv_bytes: int = 0
+    ssm_bytes: int = 0
+    mamba_ratio: float = DEFAULT_MAMBA_FULL_MEMORY_RATIO
+    fixed_slots: int | None = None
+    slots_per_request: int = MAMBA_SLOTS_PER_REQUEST
+    max_total_tokens: int | None = None
+    max_running: int | None = None
+    context_len: int = 0
     stage_num_layers: int = 0
-    pool_names: tuple = ("full tokens", "swa tokens")
-    unit_bytes: tuple = ()
     extras: dict = field(default_factory=dict)
+
+    # --- shapes ---
+
+    @property
+    def state_per_request(self) -> int:
+        """SGLang's ``mamba_cache_per_req`` (conv + SSM), bytes; 0 without states."""
+        return self.conv_bytes + self.ssm_bytes
+
+    @property
+    def hybrid_swa(self) -> bool:
+        return self.kind != "default"
+
+    @property
+    def block_size(self) -> int:  # type: ignore[override]
+        return self.page
+
+    @property
+    def kv_bytes_per_token(self) -> int:  # type: ignore[override]
+        return self.cell if self.kind == "default" else self.full_per_token + self.swa_per_token
 
     @property
     def kv_bytes_per_block(self) -> int:  # type: ignore[override]
-        return self.block_size * self.kv_bytes_per_token
+        return self.page * self.kv_bytes_per_token
+
+    @property
+    def pool_names(self) -> tuple:  # type: ignore[override]
+        names = ("full tokens",) if self.kind == "default" else ("full tokens", "swa tokens")
+        return (*names, "mamba slots") if self.state_per_request else names
+
+    @property
+    def unit_bytes(self) -> tuple:  # type: ignore[override]
+        units = (self.cell,) if self.kind == "default" else (self.full_per_token, self.swa_per_token)
+        return (*units, self.state_per_request) if self.state_per_request else units
+
+    # --- SGLang's start-up arithmetic ---
+
+    def solve(self, budget, xp=PY) -> dict:
+        """SGLang's pool sizes for ``budget`` bytes (an int or an array): ``full``, ``swa`` tokens, state
+        ``slots``, ``running`` (max_running_requests at :attr:`context_len`), ``code`` (:data:`OK` or why SGLang
+        refuses) and the figures the refusal names."""
+        page = self.page
+        per_req = self.state_per_request
+        zero = xp.full(budget, 0)
+        code = zero
+        avail = budget
+        slots = zero
+        rest = None
+        if per_req:
+            slots, avail, rest = mamba_split(budget, per_req, self.mamba_ratio, self.fixed_slots, xp)
+            code = xp.where(slots <= 0, NO_STATE_SLOT, xp.where(rest <= 0, NO_KV_MEMORY, code))
+        if self.kind == "default":
+            if self.cell:
+                full = avail // self.cell // page * page
+            else:  # no attention layer: DefaultPoolConfigurator._zero_kv_max_tokens
+                full = xp.full(budget, self.max_total_tokens or self.context_len)
+            swa = zero
+        elif self.kind == "swa":
+            full, swa = pool_split(avail, self.full_per_token, self.swa_per_token, self.ratio, page, xp)
+            code = xp.where((code == OK) & (self.window + page >= swa), SWA_TOO_SMALL, code)
+        else:
+            swa = xp.full(budget, self.swa_cap_tokens)
+            full = (avail - self.swa_cap_tokens * self.swa_per_token) // self.full_per_token // page * page
+            code = xp.where((code == OK) & (full <= 0), SWA_CAP_NO_ROOM, code)
+        first_full, first_swa = full, swa
+        if self.max_total_tokens is not None:  # _apply_token_constraints, then calculate_pool_sizes_from_max_tokens
+            t = self.max_total_tokens
+            capped = t < full
+            if self.kind == "swa":
+                swa = xp.where(capped, xp.to_int(t // page * page * self.ratio) // page * page, swa)
+            elif self.kind == "swa_cap":
+                swa = xp.where(capped, min(self.swa_cap_tokens, t), swa)
+            full = xp.where(capped, t // page * page, full)
+            if self.kind == "swa":
+                code = xp.where((code == OK) & (self.window + page >= swa), SWA_TOO_SMALL, code)
+        code = xp.where((code == OK) & (full <= 0), NO_TOKEN, code)
+        running = max_running_requests(full, self.context_len, self.max_running,
+                                       slots if per_req else None, self.slots_per_request, xp)  # fmt: skip
+        if per_req:
+            code = xp.where((code == OK) & (running <= 0), NO_REQUEST, code)
+        ok = code == OK
+        return dict(
+            full=xp.where(ok, full, 0), swa=xp.where(ok, swa, 0), slots=xp.where(ok, slots, 0),
+            running=xp.where(ok, running, 0), code=code, raw_full=full, raw_swa=swa, first_full=first_full,
+            first_swa=first_swa, raw_slots=slots, rest=rest, avail=avail, raw_running=running,
+        )  # fmt: skip
 
     def pools(self, budget, xp=PY) -> tuple:
-        return pool_split(budget, self.full_per_token, self.swa_per_token, page_size=self.block_size, xp=xp)
+        s = self.solve(budget, xp)
+        caps = (s["full"],) if self.kind == "default" else (s["full"], s["swa"])
+        return (*caps, s["slots"]) if self.state_per_request else caps
+
+    def request_cap(self, budget, seq, xp=PY):
+        """max_running_requests (:func:`max_running_requests`) for ``budget`` and a context of ``seq`` tokens;
+        0 where SGLang refuses to start."""
+        s = self.solve(budget, xp)
+        per_req = self.state_per_request
+        r = max_running_requests(s["raw_full"], seq, self.max_running, s["raw_slots"] if per_req else None,
+                                 self.slots_per_request, xp)  # fmt: skip
+        return xp.where(s["code"] == OK, r, 0)
 
     def demand(self, tokens, xp=PY) -> tuple:
-        return tokens, swa_tokens_per_request(tokens, self.window, xp=xp)
+        full = xp.cdiv(tokens, self.page) * self.page
+        out = (full,)
+        if self.kind != "default":
+            out = (full, xp.minimum(full, self.window + SWA_EVICTION_INTERVAL + 2 * self.page))
+        return (*out, xp.full(tokens, self.slots_per_request)) if self.state_per_request else out
 
     def prefix(self, tokens: int, xp=PY) -> tuple:
-        return (tokens // self.block_size) * self.block_size, 0
+        shared = (tokens // self.page) * self.page
+        return (shared,) + (0,) * (len(self.pool_names) - 1)
 
     def measures(self, budget, seq, shared_prefix: int = 0, xp=PY) -> dict:
-        full, swa = self.pools(budget, xp)
-        swa_req = swa_tokens_per_request(seq, self.window, xp=xp)
-        num_blocks = full // self.block_size
+        """The figures of :meth:`CachePlan.measures`, and ``profiled_full`` / ``profiled_swa``: the split before
+        ``--max-total-tokens`` re-sized it (SGLang logs both)."""
+        s = self.solve(budget, xp)
+        caps = (s["full"],) if self.kind == "default" else (s["full"], s["swa"])
+        caps = (*caps, s["slots"]) if self.state_per_request else caps
+        need = self.demand(seq, xp)
+        pooled = need[:2] if self.hybrid_swa else need[:1]
+        per_request = sum(n * u for n, u in zip(pooled, self.unit_bytes, strict=False))
+        concurrency = None
+        for cap, d in zip(caps, need, strict=True):
+            c = cap / xp.maximum(d, 1)
+            concurrency = c if concurrency is None else xp.minimum(concurrency, c)
         return dict(
-            num_blocks=num_blocks,
-            kv_bytes_per_request=seq * self.full_per_token + self.swa_per_token * swa_req,
-            kv_capacity_tokens=num_blocks * self.block_size,
-            max_concurrency=xp.minimum(full / seq, swa / swa_req),
-            block_size=self.block_size,
+            num_blocks=caps[0] // self.page,
+            kv_bytes_per_request=per_request + self.state_per_request,
+            kv_capacity_tokens=caps[0],
+            max_concurrency=concurrency,
+            block_size=self.page,
+            profiled_full=s["first_full"],
+            profiled_swa=s["first_swa"],
         )
 
     def fit_fields(self) -> dict:
         return dict(self.extras)
 
     def search_limit(self, caps: tuple, xp=PY):
-        return caps[0] + 1  # S full slots
+        return caps[0] + 1  # S full tokens
 
     def log_line(self, measures: dict, seq: int, pools: tuple) -> str:
-        return log_line(*pools)
+        """SGLang's lines for these pools, "; "-joined: the SWA split (``HybridSWAPoolConfigurator`` logs it, the
+        request-cap one does not; twice when --max-total-tokens re-sizes it), then the state pool."""
+        lines = []
+        if self.kind == "swa" and pools[0]:
+            first = (measures.get("profiled_full"), measures.get("profiled_swa"))
+            if first[0] is not None and first[0] != pools[0]:
+                lines.append(log_line(*first))
+            lines.append(log_line(pools[0], pools[1]))
+        if self.state_per_request and pools[-1]:
+            lines.append(mamba_log_line(pools[-1], self.conv_bytes, self.ssm_bytes))
+        return "; ".join(lines)
+
+    # --- what fit prints ---
+
+    def refusal(self, budget) -> str:
+        """Why SGLang refuses to start with ``budget`` bytes for its pools (its own message, quoted), or ""."""
+        s = self.solve(budget)
+        code = s["code"]
+        gib = budget / GIB
+        if code == OK:
+            return ""
+        if code == NO_STATE_SLOT:
+            return (
+                f"SGLang refuses to start: the hybrid state cache gets {s['raw_slots']} slots of "
+                f"{self.state_per_request / MIB:.2f} MiB out of {gib:.2f} GiB (\"Not enough GPU memory for hybrid "
+                "(mamba/linear-attention) state cache\", kv_cache_configurator.py:3394)"
+            )
+        if code == NO_KV_MEMORY:
+            pool = (s["raw_slots"] + 1) * self.state_per_request / GIB
+            return (
+                f"SGLang refuses to start: {s['raw_slots']} state slots (+1 padding) take {pool:.2f} GiB of the "
+                f"{gib:.2f} GiB, leaving nothing for the KV cache (\"Loaded weights leave no GPU memory for the KV "
+                "cache\", kv_cache_configurator.py:3043); lower --max-mamba-cache-size / --max-running-requests"
+            )
+        if code == SWA_TOO_SMALL:
+            swa = s["first_swa"] if self.window + self.page >= s["first_swa"] else s["raw_swa"]
+            return (
+                f"SGLang refuses to start: the SWA pool ({swa} tokens) cannot hold even one request: the prefill "
+                f"admission floor is sliding_window_size ({self.window}) + page_size ({self.page}) "
+                "(pool_configurator.py:210); raise --swa-full-tokens-ratio or the KV budget"
+            )
+        if code == SWA_CAP_NO_ROOM:
+            swa_gib = self.swa_cap_tokens * self.swa_per_token / GIB
+            return (
+                f"SGLang refuses to start: the SWA pool cap ({self.swa_cap_tokens} tokens, {swa_gib:.2f} GiB, sized "
+                f"for --max-running-requests {self.max_running} with --disable-radix-cache) leaves no room for the "
+                f"full KV pool within {s['avail'] / GIB:.2f} GiB (pool_configurator.py:1010); "
+                "lower --max-running-requests"
+            )
+        if code == NO_TOKEN:
+            return (
+                "SGLang refuses to start: the KV budget holds no token (\"Not enough memory\", pool_configurator.py:96)"
+            )
+        return (
+            f"SGLang refuses to start: the hybrid state cache of {s['raw_slots']} slots serves "
+            f"{s['raw_slots']} // {self.slots_per_request} = 0 requests (\"Hybrid (mamba/linear-attention) state "
+            "cache is too small to serve any requests\", kv_cache_configurator.py:3152); raise "
+            "--mamba-full-memory-ratio or --max-mamba-cache-size, or --mamba-ssm-dtype bfloat16"
+        )
+
+    def budget_fields(self, budget, seq: int) -> dict:
+        """The FitResult fields that depend on the budget: SGLang's resolved settings and the request table."""
+        s = self.solve(budget)
+        running = s["running"]
+        slots = s["slots"]
+        per_req = self.state_per_request
+        if self.max_running is not None:
+            bound = f"--max-running-requests {self.max_running}"
+        else:
+            bound = "clamp(int(tokens / context_len × 512), 2048, 4096)"
+        if s["code"] == OK:
+            if per_req and running == slots // self.slots_per_request and running < s["full"] // 2:
+                bound = f"the Mamba state cache: {slots} slots // {self.slots_per_request} per request"
+            elif running == s["full"] // 2 and running != self.max_running:
+                bound = f"tokens // 2 = {s['full']:,} // 2"
+        details = dict(self.extras.get("engine_settings", {}))
+        details.update(
+            max_running_requests=running,
+            max_running_requests_bound=bound,
+            full_tokens=s["full"],
+        )
+        if self.hybrid_swa:
+            details.update(swa_tokens=s["swa"], swa_window=self.window,
+                           swa_pool="request cap" if self.kind == "swa_cap" else "ratio")  # fmt: skip
+        if per_req:
+            details.update(
+                mamba_slots=slots, mamba_slots_per_request=self.slots_per_request,
+                mamba_state_bytes_per_request=per_req, mamba_pool_bytes=(slots + 1) * per_req if slots else 0,
+            )  # fmt: skip
+        table = request_table_bytes(running, seq) if s["code"] == OK else 0
+        details["req_to_token_bytes"] = table
+        return dict(engine_settings=details, request_table_bytes=table, engine_refusal=self.refusal(budget))
+
+
+# --- mem_fraction_static -------------------------------------------------------------------------------------
+
+
+def smi_total_mib(gpu) -> int:
+    """The probe SGLang sizes its defaults by: nvidia-smi's (rocm-smi's) total, MiB (``utils/common.py:802
+    get_device_memory_capacity``); for a GPU given by size, that size (kvplan's CUDA-visible total)."""
+    return gpu.smi_total_mib if gpu.smi_total_bytes is not None else gpu.cuda_total_bytes // MIB
+
+
+def chunked_prefill_default(gpu_mem: int) -> int:
+    """``chunked_prefill_size`` by GPU memory (``memory_hook.py:90-170``): < 20 GiB 2048, < 60 GiB 4096,
+    < 160 GiB 8192, else 16384."""
+    if gpu_mem < 20 * 1024:
+        return 2048
+    if gpu_mem < 60 * 1024:
+        return 4096
+    if gpu_mem < 160 * 1024:
+        return 8192
+    return 16384
+
+
+def decode_graph_max_bs(gpu_mem: int, tp: int, max_running: int | None) -> int:
+    """The decode CUDA graph's largest batch (``memory_hook.py:90-188``): 8 below 20 GiB; 48 (TP < 4) or 160
+    below 35 GiB; 32 or 160 below 60 GiB; 256 or 512 below 160 GiB; 512 above; at most
+    ``--max-running-requests``."""
+    if gpu_mem < 20 * 1024:
+        bs = 8
+    elif gpu_mem < 35 * 1024:
+        bs = 48 if tp < 4 else 160
+    elif gpu_mem < 60 * 1024:
+        bs = 32 if tp < 4 else 160
+    elif gpu_mem < 160 * 1024:
+        bs = 256 if tp < 4 else 512
+    else:
+        bs = 512
+    return bs if max_running is None else min(bs, max_running)
+
+
+def prefill_graph_sizes(max_bs: int) -> list[int]:
+    """The prefill CUDA graph's token buckets up to ``max_bs`` (``arg_groups/cuda_graph_hook.py:480``)."""
+    sizes = [*range(4, 33, 4), *range(48, 257, 16), *range(288, 513, 32), *range(576, 1025, 64),
+             *range(1280, 4097, 256), *range(4608, max_bs + 1, 512)]  # fmt: skip
+    return [s for s in sizes if s <= max_bs]
+
+
+def vlm_factor(spec: ModelSpec) -> float:
+    """``adjust_mem_fraction_for_vlm`` (``memory_hook.py:417``): ``0.95 × clamp(1 − 0.1 × (L × H² / (24 ×
+    1024²) − 1), 0.8, 1.05)`` of the vision encoder's ``num_hidden_layers`` (24 when the config names it
+    otherwise, Qwen's ``depth``) and ``hidden_size`` (1024)."""
+    mm = spec.multimodal
+    layers = mm.get("vision_num_hidden_layers") or 24
+    hidden = mm.get("vision_hidden_size") or 1024
+    ratio = layers * hidden**2 / (24 * 1024**2)
+    return 0.95 * max(0.8, min(1.05, 1.0 - 0.1 * (ratio - 1.0)))
+
+
+def attention_backend(spec: ModelSpec, gpu, tp: int) -> str:
+    """The default attention backend where it changes the memory fraction (``arg_groups/model_override_base.py
+    :300``): on ROCm ``aiter`` (MLA: only with 16 or 128 heads per rank, else ``triton``); on CUDA ``fa3``
+    (Hopper; kvplan takes every NVIDIA GPU so)."""
+    if gpu.vendor != "amd":
+        return "fa3"
+    if is_mla(spec):
+        return "aiter" if max(1, spec.num_q_heads // tp) in (16, 128) else "triton"
+    return "aiter"
+
+
+def mem_fraction_static_default(
+    spec: ModelSpec, gpu, opts: FitOptions, chunked: int, max_len: int
+) -> tuple[float, str]:
+    """(mem_fraction_static, how it was resolved) when not given (``memory_hook.py:281``)::
+
+        reserved = 512 + 1.5 × max(chunked_prefill_size, 2048) + TP × PP / 8 × 1024 + graphs      (MiB)
+        graphs   = 2 × decode max_bs  [decode graph]  +  8 × prefill buckets (MLA: 1536)  [prefill graph]
+        reserved = max(reserved, 10240) on GPUs above 60 GiB
+        mfs      = round((gpu_mem − reserved) / gpu_mem, 3)
+                   × vlm_factor (multimodal)  × 0.85 (aiter backend, context > 8192)
+
+    The decode graph is off with ``--disable-cuda-graph``; the prefill graph (``breakable`` on CUDA) also on
+    ROCm, with PP > 1, for multimodal models outside SGLang's list, and for Kimi-Linear's KDA
+    (``cuda_graph_hook.py:150-240``). The 0.85 is ``arg_groups/attention_hook.py:268``. SGLang does not clamp
+    the result (below 0 on 24 GB cards with ``--chunked-prefill-size 16384``).
+    """
+    gpu_mem = smi_total_mib(gpu)
+    tp, pp = opts.tensor_parallel_size, opts.pipeline_parallel_size
+    mla = is_mla(spec)
+    mm = is_multimodal(spec)
+    eager = opts.enforce_eager
+    decode_bs = decode_graph_max_bs(gpu_mem, tp, opts.max_num_seqs)
+    mm_off = mm and spec.architecture not in MULTIMODAL_PREFILL_GRAPH
+    prefill_graph = not (eager or gpu.vendor == "amd" or pp > 1 or mm_off or spec.architecture in KDA_ARCHITECTURES)
+    graphs = 0.0 if eager else decode_bs * 2
+    if prefill_graph:
+        max_bs = min(8192, chunked) if mla else chunked
+        if opts.max_total_tokens is not None:
+            max_bs = min(max_bs, opts.max_total_tokens)
+        if "llama-2" in (spec.hf_repo or spec.name).lower():
+            max_bs = min(max_bs, 4096)
+        graphs += 1.5 * 1024 if mla else len(prefill_graph_sizes(max_bs)) * 8
+    reserved = 512 + max(chunked, 2048) * 1.5 + tp * pp / 8 * 1024 + graphs
+    if gpu_mem > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    mfs = round((gpu_mem - reserved) / gpu_mem, 3)
+    how = f"round(({gpu_mem} MiB − {reserved:g} MiB reserved) / {gpu_mem} MiB, 3)"
+    if mm:
+        mfs = mfs * vlm_factor(spec)
+        how += " × the VLM factor"
+    if attention_backend(spec, gpu, tp) == "aiter" and max_len > 8192:
+        mfs = mfs * 0.85
+        how += " × 0.85 (aiter, context > 8192)"
+    return mfs, how
+
+
+# --- the engine -------------------------------------------------------------------------------------------------
 
 
 # --- parallelism and load-time checks ---------------------------------------------------------------
@@ -271,10 +806,9 @@ def fp8_moe_check(spec: ModelSpec, tp: int, ep: int) -> None:
 
 
 class SglangEngine(EngineRules):
-    """SGLang 0.5.23: ``mem_fraction_static`` of the memory available at start holds weights and KV (the rest
-    is left for activations), per-token cells (page size 1), and hybrid-SWA pools for the architectures of
-    :data:`HYBRID_SWA_ARCHITECTURES`; every other model keeps one pool in which sliding layers hold every
-    token."""
+    """SGLang 0.5.23 (see the module docstring): ``mem_fraction_static`` of the memory available at start holds
+    the weights and the pools, resolved per GPU; one token pool, SWA pools for the hybrid-SWA architectures,
+    a state pool for hybrids; max_running_requests caps the running requests."""
 
     engine = Engine.sglang
     display_name = "SGLang"
@@ -283,14 +817,61 @@ class SglangEngine(EngineRules):
         "rglru": "SGLang 0.5.23 has no RecurrentGemma model (srt/models/ has none)",
     }
     block_size = PAGE_SIZE
-    utilization = 0.88
+    utilization = 0.88  # not used: mem_fraction_static_default resolves it
     max_num_batched_tokens = 8192
+    request_cap_name = "max_running_requests"
+    settings_depend_on_seq = True  # mem_fraction_static × 0.85 on ROCm above 8,192 tokens of context
 
     def resolve_rules(self, version: str | None) -> SglangRules:
         return resolve_rules(version)
 
     def older_than_oldest(self, version: str | None) -> bool:
         return older_than_oldest(version)
+
+    def settings(self, spec: ModelSpec, gpu, opts: FitOptions) -> Settings:
+        """Defaults resolved as SGLang resolves them: the page (:func:`page_size`), ``chunked_prefill_size``
+        (``--max-num-batched-tokens``; :func:`chunked_prefill_default`) and ``mem_fraction_static``
+        (:func:`mem_fraction_static_default`). ``max_num_seqs`` stays None: the cap depends on the pools
+        (:meth:`SglangPlan.request_cap`).
+
+        Raises:
+            UsageError: a fraction outside (0, 1], a ratio or count out of range.
+        """
+        rules = resolve_rules(opts.engine_version)
+        util, _, _, max_batch = self.common_settings(opts)
+        gpu_mem = smi_total_mib(gpu)
+        chunked = opts.max_num_batched_tokens
+        if chunked is None:
+            chunked = chunked_prefill_default(gpu_mem)
+        max_len = spec.max_model_len if opts.max_model_len is None else opts.max_model_len
+        if opts.gpu_memory_utilization is None:
+            util, how = mem_fraction_static_default(spec, gpu, opts, chunked, max_len)
+        else:
+            how = "--mem-fraction-static"
+        page = page_size(spec, opts.block_size)
+        extra = dict(page_size=page, chunked_prefill_size=chunked, mem_fraction_static_source=how,
+                     smi_total_mib=gpu_mem, multimodal=is_multimodal(spec))  # fmt: skip
+        return Settings(rules, util, page, chunked, max_batch, None, extra)
+
+    def settings_key(self, spec: ModelSpec, gpu, opts: FitOptions) -> tuple:
+        s = self.settings(spec, gpu, opts)
+        return (s.utilization, s.max_num_batched_tokens, s.block_size, s.extra["multimodal"])
+
+    def check(self, spec: ModelSpec, opts: FitOptions, settings: Settings) -> None:
+        """As :meth:`EngineRules.check`, and SGLang's own flags in range."""
+        super().check(spec, opts, settings)
+        for flag, value in (("--max-mamba-cache-size", opts.max_mamba_cache_size),
+                            ("--max-total-tokens", opts.max_total_tokens)):  # fmt: skip
+            check_int(flag, value)
+        r = opts.swa_full_tokens_ratio
+        if r is not None and (isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 < r <= 1):
+            raise UsageError(f"--swa-full-tokens-ratio: {r} must be in (0, 1] (SWA tokens per full-layer token)")
+        m = opts.mamba_full_memory_ratio
+        if m is not None and (isinstance(m, bool) or not isinstance(m, (int, float)) or not 0 < m <= 1000):
+            raise UsageError(
+                f"--mamba-full-memory-ratio: {m} must be a number in (0, 1000] (state memory per KV memory)"
+            )
+        ssm_dtype_name(spec, opts.mamba_ssm_dtype)
 
     def overhead_bytes(self, spec: ModelSpec, settings: Settings, tp: int, pp: int) -> int:
         """Memory gone before SGLang measures what it may use: the CUDA context and, with several GPUs,
@@ -331,32 +912,112 @@ class SglangEngine(EngineRules):
         ``max(1, max_running_requests // attn_dp_size)`` (``model_executor/pool_configurator.py``)."""
         return None if max_num_seqs is None else max(1, max_num_seqs // par.attn_dp)
 
-    def usable_and_budget(self, total: int, util: float, terms: dict[str, int], settings: Settings):
-        """``usable = int((total − overhead) × mem_fraction_static)``; budget = usable − weights − activation
-        (0: outside the fraction) [sglang model_runner]."""
-        usable = int((total - terms["non_torch"]) * util)
-        return usable, usable - terms["weights"] - terms.get("activation", 0)
+    def budget_terms(self, spec: ModelSpec, gpu, opts: FitOptions, settings: Settings):
+        """As :meth:`EngineRules.budget_terms`, plus the 100 MiB a multimodal model reserves (exact:
+        ``SGLANG_VLM_CACHE_SIZE_MB``, ``kv_cache_configurator.py:202``)."""
+        from kvplan.engines.base import exact_term
 
-    def plan(self, spec: ModelSpec, kv_dtype, opts: FitOptions, settings: Settings, max_len: int):
-        hybrid = is_hybrid_swa(spec)
-        base = token_plan(
-            spec, kv_dtype, opts, settings.block_size, max_len, window_rule=window_as_blocks,
-            windows_full=opts.swa_full or not hybrid, in_flight=settings.max_num_batched_tokens,
-        )  # fmt: skip
-        if not hybrid:
-            return base
-        cache = base.stages[base.worst]
-        full = cache.growing_bytes_per_token
-        swa = cache.bytes_per_token - full
-        return HybridSwaPlan(
-            full_per_token=full,
-            swa_per_token=swa,
-            window=window(spec),
-            block_size=settings.block_size,
-            kv_bytes_per_token=cache.bytes_per_token,
-            stage_num_layers=cache.num_layers,
-            unit_bytes=(full, swa),
+        terms, wname = super().budget_terms(spec, gpu, opts, settings)
+        if settings.extra["multimodal"]:
+            terms.append(exact_term("multimodal", VLM_CACHE_BYTES, "SGLANG_VLM_CACHE_SIZE_MB (100 MiB)"))
+        return terms, wname
+
+    def usable_and_budget(self, total: int, util: float, terms: dict[str, int], settings: Settings):
+        """``usable = int((total − overhead) × mem_fraction_static)``; budget = usable − weights − the multimodal
+        reservation (``_profile_available_bytes``: free after the weights less ``free before × (1 − mfs)``)."""
+        usable = int((total - terms["non_torch"]) * util)
+        return usable, usable - terms["weights"] - terms.get("activation", 0) - terms.get("multimodal", 0)
+
+    def plan(self, spec: ModelSpec, kv_dtype, opts: FitOptions, settings: Settings, max_len: int) -> SglangPlan:
+        """The model's pools (:class:`SglangPlan`) on the worst PP stage (most bytes per token).
+
+        Raises:
+            UsageError: a KV dtype SGLang's pools do not take (:func:`kv_element_bytes`).
+        """
+        tp, pp = opts.tensor_parallel_size, opts.pipeline_parallel_size
+        page = settings.block_size
+        stages = stage_layers(spec.num_layers, pp, opts.pp_layer_partition)
+        swa_full = opts.swa_full
+        hybrid = is_hybrid_swa(spec, swa_full)
+        every = all_layers_attention(spec)
+
+        # DefaultPoolConfigurator prices every layer with ModelConfig's one geometry (head_dim, get_num_kv_heads):
+        # a hybrid-SWA architecture kept in one pool (--disable-hybrid-swa-memory) pays its full layers' geometry
+        # for its sliding layers too (Gemma 4: 2 × 512, not 8 × 256)
+        one_geometry = None
+        if every:
+            one_geometry = LayerSpec("full", spec.num_kv_heads, spec.head_dim, spec.v_dim)
+        elif swa_full and spec.architecture in HYBRID_SWA_ARCHITECTURES:
+            one_geometry = next((x for x in spec.layers if x.kind == "full"), None)
+
+        def stage(layers):
+            full = swa = 0
+            for i in layers:
+                layer = spec.layers[i]
+                if one_geometry is not None and (every or layer.kind in ("full", "sliding", "chunked")):
+                    layer = one_geometry
+                b = layer_cell_bytes(layer, kv_dtype, tp)
+                if hybrid and layer.kind in ("sliding", "chunked"):
+                    swa += b
+                else:
+                    full += b
+            conv, ssm = (0, 0) if every else state_bytes(spec, layers, tp, ssm_dtype_name(spec, opts.mamba_ssm_dtype))
+            return full, swa, conv, ssm
+
+        per_stage = [stage(r) for r in stages]
+        worst = max(range(pp), key=lambda i: (per_stage[i][0] + per_stage[i][1], per_stage[i][2] + per_stage[i][3]))
+        full, swa, conv, ssm = per_stage[worst]
+        if pp > 1 and conv + ssm:  # every rank prices the largest stage's share (kv_cache_configurator.py:3233)
+            conv, ssm = max(per_stage[i][2] for i in range(pp)), max(per_stage[i][3] for i in range(pp))
+        radix_off = opts.disable_radix_cache
+        fixed = opts.max_mamba_cache_size
+        if fixed is None and radix_off and opts.max_num_seqs is not None:
+            fixed = max(1, opts.max_num_seqs)
+        ratio = DEFAULT_SWA_FULL_TOKENS_RATIO if opts.swa_full_tokens_ratio is None else opts.swa_full_tokens_ratio
+        win = window(spec) if hybrid else 0
+        kind = "default"
+        cap = 0
+        if hybrid:
+            kind = "swa"
+            chunked = settings.max_num_batched_tokens
+            if radix_off and opts.max_num_seqs is not None and chunked > 0 and win and full > 0:
+                kind = "swa_cap"
+                cap = swa_request_cap(opts.max_num_seqs, win, chunked, page)
+        mamba_ratio = opts.mamba_full_memory_ratio
+        if mamba_ratio is None:
+            mamba_ratio = DEFAULT_MAMBA_FULL_MEMORY_RATIO
+        engine_settings = dict(
+            page_size=page,
+            chunked_prefill_size=settings.max_num_batched_tokens,
+            mem_fraction_static=settings.utilization,
+            mem_fraction_static_source=settings.extra["mem_fraction_static_source"],
+            context_len=max_len,
+            pool_configurator={"default": "DefaultPoolConfigurator", "swa": "HybridSWAPoolConfigurator",
+                               "swa_cap": "SWARequestCapPoolConfigurator"}[kind],  # fmt: skip
+            multimodal_reserved_bytes=VLM_CACHE_BYTES if settings.extra["multimodal"] else 0,
         )
+        if hybrid:
+            engine_settings["swa_full_tokens_ratio"] = ratio
+        if conv + ssm:
+            engine_settings.update(mamba_full_memory_ratio=mamba_ratio,
+                                   mamba_ssm_dtype=ssm_dtype_name(spec, opts.mamba_ssm_dtype))  # fmt: skip
+        if is_dsa(spec) and opts.block_size not in (None, DSA_PAGE_SIZE):
+            engine_settings["note"] = (
+                f"--page-size {opts.block_size} is overridden: SGLang sets 64 for DeepSeek DSA "
+                "(model_overrides/deepseek_v2.py:171)"
+            )
+        if every:
+            engine_settings["note"] = (
+                f"SGLang 0.5.23 has no {spec.architecture} class: its Transformers fallback sizes the pool for "
+                f"all {spec.num_layers} layers as attention"
+            )
+        return SglangPlan(
+            kind=kind, cell=full if kind == "default" else 0, full_per_token=full, swa_per_token=swa, window=win,
+            ratio=ratio, swa_cap_tokens=cap, page=page, conv_bytes=conv, ssm_bytes=ssm, mamba_ratio=mamba_ratio,
+            fixed_slots=fixed, slots_per_request=1 if radix_off else MAMBA_SLOTS_PER_REQUEST,
+            max_total_tokens=opts.max_total_tokens, max_running=opts.max_num_seqs, context_len=max_len,
+            stage_num_layers=len(stages[worst]), extras=dict(engine_settings=engine_settings),
+        )  # fmt: skip
 
 
 ENGINE = SglangEngine()
@@ -384,12 +1045,11 @@ def kv_bytes_per_token(spec: ModelSpec, kv_dtype, tp: int) -> tuple[int, int, in
     return k, v, latent
 
 
-def max_running_requests(max_total_num_tokens: int, context_len: int) -> int:
+def printed_max_running_requests(max_total_num_tokens: int, context_len: int) -> int:
     """The ``max_running_requests`` SGLang prints without ``--max-running-requests``: the request pool's
-    ``min(max(int(tokens / context_len × 512), 2048), 4096)`` requests (``model_runner.py`` ``max_num_reqs``),
-    plus the pool's one extra slot (``ReqToTokenPool(size=max_num_reqs + 1)``; the scheduler prints the pool's
-    size: 2049 in the corpus logs sglang-04 and sglang-llms-in-clouds-qwq32b)."""
-    return min(max(int(max_total_num_tokens / context_len * 512), 2048), 4096) + 1
+    requests (:func:`max_running_requests`) plus its one extra slot (``ReqToTokenPool(size=max_num_reqs + 1)``;
+    the scheduler prints the pool's size: 2049 in the corpus logs sglang-04 and sglang-llms-in-clouds-qwq32b)."""
+    return max_running_requests(max_total_num_tokens, context_len, None) + 1
 
 
 DEFAULT_MAX_PREFILL_TOKENS = 16384  # srt/server_args.py ServerArgs.max_prefill_tokens

@@ -80,7 +80,7 @@ def anchors(reading) -> list:
 
 def figures(ctx) -> list:
     from kvplan.calc import resolve_kv_dtype
-    from kvplan.engines.sglang import DEFAULT_MAX_PREFILL_TOKENS, kv_bytes_per_token, max_running_requests
+    from kvplan.engines.sglang import DEFAULT_MAX_PREFILL_TOKENS, kv_bytes_per_token, printed_max_running_requests
 
     p, res = ctx.reading.printed, ctx.result
     out = []
@@ -105,7 +105,7 @@ def figures(ctx) -> list:
                                     f"{n:,} tokens × {per:,} B per token per rank"))  # fmt: skip
     if "max_running_requests" in p and tokens is not None:
         ctx_len = p.get("context_len", res.max_model_len)
-        x = max_running_requests(tokens, ctx_len)
+        x = printed_max_running_requests(tokens, ctx_len)
         out.append(
             LogFigure(
                 "max_running_requests",
