@@ -309,6 +309,9 @@ def fit(
     num_mtp_layers: int = typer.Option(
         0, "--num-mtp-layers", help="vLLM: MTP modules (DeepSeek-V3: 1), each a layer like the target's last one."
     ),
+    enforce_eager: bool = typer.Option(
+        False, "--enforce-eager", help="vLLM --enforce-eager: no CUDA graphs (none estimated or taken from the budget)."
+    ),
     concurrency: Optional[int] = typer.Option(
         None, "--concurrency", help="Speed bound: requests decoding together (default: the most that fit)."
     ),
@@ -345,11 +348,12 @@ def fit(
         enable_prefix_caching=enable_prefix_caching, hybrid_kv_cache_manager=hybrid_kv_cache_manager,
         pp_layer_partition=pp_layer_partition, num_speculative_tokens=num_speculative_tokens,
         speculative_model=None if speculative_model is None else _load_model(speculative_model),
-        num_mtp_layers=num_mtp_layers,
+        num_mtp_layers=num_mtp_layers, enforce_eager=enforce_eager,
         **_llama_settings(
             ctx_size, n_parallel, kv_unified, cache_type_k, cache_type_v, flash_attn, n_batch, llama_tool
         ),
     )  # fmt: skip
+    _check_pasted(spec, [opts.tensor_parallel_size])
     g = get_gpu(gpu)
     old = fitmod.engine_version_warning(opts.engine, engine_version)
     if old:
@@ -491,6 +495,7 @@ def fleet(
             ctx_size, n_parallel, kv_unified, cache_type_k, cache_type_v, flash_attn, n_batch, llama_tool
         ),
     )  # fmt: skip
+    _check_pasted(spec, tp or [1])
     gpus = [get_gpu(g) for g in gpu] if gpu else load_catalog()
     prices = fleetmod.parse_prices(price, get_gpu, gpus if gpu else None)
     from kvplan.fit import engine_version_warning
@@ -834,6 +839,24 @@ def _drop_stdout() -> None:
         pass
 
 
+_PASTED: list = [None]  # the engine command of this run (kvplan.cmdline.Pasted), checked once its model loads
+
+
+def _check_pasted(spec, tps) -> None:
+    """The pasted command's checks that need the model (experts over GPUs, llama.cpp -ngl ...), for each TP."""
+    from kvplan import render
+
+    pasted = _PASTED[0]
+    notes: list[str] = []
+    for check in pasted.checks if pasted is not None else ():
+        for tp in tps:
+            note = check(spec, tp)
+            if note and note not in notes:
+                notes.append(note)
+    for note in notes:
+        render.note(note)
+
+
 def run(argv: Optional[List[str]] = None) -> int:
     """Run the CLI on ``argv``; return the exit code. Errors print one line on stderr, never a traceback."""
     usage_error, click_exception = _click_errors()
@@ -842,6 +865,16 @@ def run(argv: Optional[List[str]] = None) -> int:
     try:
         from kvplan.aliases import rewrite  # engine spellings (--tensor-parallel-size ...) and comma lists
 
+        if "--" in argv:  # kvplan fit [flags] -- vllm serve MODEL ...: the engine's command line, whole
+            from kvplan.cmdline import ignored_note, paste
+
+            argv, _PASTED[0] = paste(argv, command)
+            if _PASTED[0] is not None:
+                from kvplan import render
+
+                for line in (ignored_note(_PASTED[0]), *_PASTED[0].notes):
+                    if line:
+                        render.note(line)
         rv = command.main(args=rewrite(argv, command), prog_name="kvplan", standalone_mode=False)
         sys.stdout.flush()  # a full disk / closed stdout fails here, not at interpreter exit
     except KvplanError as e:
@@ -872,6 +905,8 @@ def run(argv: Optional[List[str]] = None) -> int:
         what = f"cannot write {e.filename}" if e.filename else "cannot write the output"
         sys.stderr.write(f"kvplan: error: {what}: {_one_line(e.strerror or str(e))}\n")
         return 2
+    finally:
+        _PASTED[0] = None
     return rv if isinstance(rv, int) else 0
 
 
