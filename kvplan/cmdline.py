@@ -244,7 +244,9 @@ class Item:
         return self.values[-1] if self.values else ""
 
 
-def _unknown(tool: Tool, tok: str) -> UsageError:
+def _unknown(tool: Tool, tok: str, kvplan_names: frozenset[str] = frozenset()) -> UsageError:
+    if tok in kvplan_names:
+        return UsageError(f"{tok}: not a flag of {tool.label} ({tool.name}); kvplan's own flags go before '--'")
     return UsageError(
         f"{tok}: not a flag of {tool.label} ({tool.name}); kvplan does not know whether it changes memory "
         "(remove it, or give its effect as kvplan flags before '--')"
@@ -269,9 +271,10 @@ def _lookup(tool: Tool, name: str) -> Flag | None:
     return None
 
 
-def parse(tool: Tool, args: list[str]) -> tuple[list[Item], list[str]]:
+def parse(tool: Tool, args: list[str], kvplan_names=frozenset()) -> tuple[list[Item], list[str]]:
     """(flags as typed, positional arguments) of the arguments after a command's program, read with its
-    parser's rules (see the module docstring).
+    parser's rules (see the module docstring); ``kvplan_names``: the kvplan command's options, named in the
+    message when one is typed after ``--``.
 
     Raises:
         UsageError: an unknown flag, a missing value, a value given to a switch.
@@ -307,7 +310,7 @@ def parse(tool: Tool, args: list[str]) -> tuple[list[Item], list[str]]:
             shown = tok.replace("=", " ", 1)
             raise UsageError(f"{tok}: llama.cpp takes no '=' form (common_params_parse_ex); write {shown}")
         if flag is None:
-            raise _unknown(tool, name)
+            raise _unknown(tool, name, frozenset(kvplan_names))
         if dotted:  # --speculative-config.method ngram: vLLM builds the JSON argument from the keys
             if eq:
                 value = inline
@@ -756,7 +759,7 @@ def translate(tool: Tool, args: list[str], names: set[str]) -> Pasted:
         UsageError: an unknown flag, a flag that changes memory kvplan does not model (at a value other than
             the engine's default), a bad value, or a setting the kvplan command does not have.
     """
-    items, positionals = parse(tool, args)
+    items, positionals = parse(tool, args, names)
     last: dict[str, Item] = {}
     for item in items:  # the last occurrence wins (argparse, click, common_params_parse_ex)
         if item.flag.arg.startswith("spec_config") or item.flag.arg.startswith("spec_part"):
@@ -908,7 +911,8 @@ def paste(argv: list[str], command) -> tuple[list[str], Pasted | None]:
     pasted = translate(tool, rest, set(names))
     own_rw = rewrite([argv[0], *own], command)[1:]
     given, positionals = _given(own_rw, names, valued)
-    gen, _ = _given(pasted.args, names, valued)
+    weights = {o: "weights_dtype" for o in ("--dtype", "--quantization")}  # engine spellings kvplan.aliases rewrites
+    gen, _ = _given(pasted.args, {**names, **weights}, valued | set(weights))
     for param, opt in gen.items():
         if param in given and param != "engine":
             raise UsageError(

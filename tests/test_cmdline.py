@@ -270,6 +270,7 @@ def test_flags_without_memory_effect_are_listed_in_one_note(cli):
          ["--chunked-prefill-size -1: chunked prefill off"]),
         (["vllm", "serve", "llama3.1-8b", "--trust-remote-code=1"], ["--trust-remote-code: a switch"]),
         (["docker", "run", "vllm/vllm-openai"], ["docker run: not an engine command kvplan reads"]),
+        (["vllm", "serve", "llama3.1-8b", "--json"], ["--json: not a flag of vLLM 0.33 (vllm serve); kvplan's own flags go before '--'"]),
         (["VLLM_USE_V1=1", "vllm", "serve", "x"], ["VLLM_USE_V1=...: an environment variable"]),
         (["vllm", "serve", "--port", "8000"], ["MODEL: the vllm serve command names no model"]),
     ],
