@@ -170,14 +170,41 @@ def _options(command) -> tuple[set[str], set[str], set[str], set[str]]:
     return names, valued, multiple, numeric
 
 
-def _engine(argv: list[str]) -> str | None:
-    """The value of --engine / -e in argv, if given."""
+def engine_values(argv: list[str]) -> list[str]:
+    """Every value of --engine / -e in argv (before ``--``), in order."""
+    out = []
     for i, tok in enumerate(argv):
+        if tok == "--":
+            break
         if tok in ("--engine", "-e") and i + 1 < len(argv):
-            return argv[i + 1].strip().lower()
-        if tok.startswith("--engine="):
-            return tok.split("=", 1)[1].strip().lower()
-    return None
+            out.append(argv[i + 1].strip().lower())
+        elif tok.startswith("--engine="):
+            out.append(tok.split("=", 1)[1].strip().lower())
+        elif tok.startswith("-e") and len(tok) > 2 and not tok.startswith("--"):
+            out.append(tok[2:].lstrip("=").strip().lower())
+    return out
+
+
+def _same_engine(a: str, b: str) -> bool:
+    from kvplan.options import get_engine
+
+    try:
+        return get_engine(a) is get_engine(b)
+    except UsageError:
+        return a == b
+
+
+def _engine(argv: list[str]) -> str | None:
+    """The value of --engine / -e in argv, if given: one reading for the aliases and for click.
+
+    Raises:
+        UsageError: two different engines (``--engine vllm --engine sglang``); the same one twice is fine.
+    """
+    values = engine_values(argv)
+    for v in values[1:]:
+        if not _same_engine(values[0], v):
+            raise UsageError(f"--engine: given twice with different engines ({values[0]}, {v}); give one")
+    return values[-1] if values else None
 
 
 def _is_llamacpp(argv: list[str]) -> bool:
@@ -258,7 +285,8 @@ def rewrite(argv: list[str], command, every_command=None) -> list[str]:
     several values of a flag.
 
     Raises:
-        UsageError: a number flag's value outside ASCII (:func:`kvplan.units.check_ascii_number`), a ``--dtype`` or
+        UsageError: two different ``--engine`` values; a number flag's value outside ASCII
+            (:func:`kvplan.units.check_ascii_number`), a ``--dtype`` or
             ``--quantization`` value with no known weight dtype,
             ``--mem-fraction-static`` without ``--engine sglang``, an empty item in a comma list, or a
             comma list for a flag that takes one value.
@@ -274,6 +302,7 @@ def rewrite(argv: list[str], command, every_command=None) -> list[str]:
             return argv
         start = 1
     names, valued, multiple, numeric = _options(sub)
+    _engine(argv)  # two different --engine values: one clear error (click would take the last)
     quantized = any(t in ("--quantization", "-q") or t.startswith("--quantization=") for t in argv)
     kv_given = any(t in KV_FLAGS or t.startswith(tuple(f + "=" for f in KV_FLAGS)) for t in argv)
     model_dtype = _model_dtype(argv)  # vLLM's --dtype: the KV cache's dtype when none (or auto) is given

@@ -405,6 +405,9 @@ def fit(
     enable_expert_parallel: bool = typer.Option(False, "--enable-expert-parallel", help=EP_HELP),
     ep_size: Optional[int] = typer.Option(None, "--ep-size", help=EP_SIZE_HELP),
     enable_dp_attention: bool = typer.Option(False, "--enable-dp-attention", help=DPA_HELP),
+    enforce_eager: bool = typer.Option(
+        False, "--enforce-eager", help="vLLM --enforce-eager: no CUDA graphs (none estimated or taken from the budget)."
+    ),
     concurrency: Optional[int] = typer.Option(
         None, "--concurrency", help="Speed: requests decoding together in one group (default: the most that fit)."
     ),
@@ -481,12 +484,14 @@ def fit(
         speculative_model=None if speculative_model is None else _load_model(speculative_model),
         num_mtp_layers=num_mtp_layers, dp=data_parallel_size, enable_expert_parallel=enable_expert_parallel,
         ep_size=ep_size,
+        enforce_eager=enforce_eager,
         **_llama_settings(
             ctx_size, n_parallel, kv_unified, cache_type_k, cache_type_v, flash_attn, n_batch, llama_tool
         ),
         **_sglang_settings(swa_full_tokens_ratio, mamba_full_memory_ratio, max_mamba_cache_size, disable_radix_cache,
                            max_total_tokens, mamba_ssm_dtype),
     )  # fmt: skip
+    _check_pasted(spec, [opts.tensor_parallel_size])
     g, gpu_notes = _get_gpu(gpu)
     old = fitmod.engine_version_warning(opts.engine, engine_version)
     if old:
@@ -688,6 +693,7 @@ def fleet(
         **_sglang_settings(swa_full_tokens_ratio, mamba_full_memory_ratio, max_mamba_cache_size, disable_radix_cache,
                            max_total_tokens, mamba_ssm_dtype),
     )  # fmt: skip
+    _check_pasted(spec, tp or [1])
     resolved = [_get_gpu(g) for g in gpu]
     gpu_notes = tuple(n for _, notes in resolved for n in notes)
     gpus = [g for g, _ in resolved] if gpu else load_catalog()
@@ -1066,6 +1072,24 @@ def _drop_stdout() -> None:
         pass
 
 
+_PASTED: list = [None]  # the engine command of this run (kvplan.cmdline.Pasted), checked once its model loads
+
+
+def _check_pasted(spec, tps) -> None:
+    """The pasted command's checks that need the model (experts over GPUs, llama.cpp -ngl ...), for each TP."""
+    from kvplan import render
+
+    pasted = _PASTED[0]
+    notes: list[str] = []
+    for check in pasted.checks if pasted is not None else ():
+        for tp in tps:
+            note = check(spec, tp)
+            if note and note not in notes:
+                notes.append(note)
+    for note in notes:
+        render.note(note)
+
+
 def run(argv: Optional[List[str]] = None) -> int:
     """Run the CLI on ``argv``; return the exit code. Errors print one line on stderr, never a traceback."""
     usage_error, click_exception = _click_errors()
@@ -1074,6 +1098,16 @@ def run(argv: Optional[List[str]] = None) -> int:
     try:
         from kvplan.aliases import rewrite  # engine spellings (--tensor-parallel-size ...) and comma lists
 
+        if "--" in argv:  # kvplan fit [flags] -- vllm serve MODEL ...: the engine's command line, whole
+            from kvplan.cmdline import ignored_note, paste
+
+            argv, _PASTED[0] = paste(argv, command)
+            if _PASTED[0] is not None:
+                from kvplan import render
+
+                for line in (ignored_note(_PASTED[0]), *_PASTED[0].notes):
+                    if line:
+                        render.note(line)
         every = lambda: typer.main.get_command(app)  # noqa: E731 - built only to word an error
         rv = command.main(args=rewrite(argv, command, every), prog_name="kvplan", standalone_mode=False)
         sys.stdout.flush()  # a full disk / closed stdout fails here, not at interpreter exit
@@ -1105,6 +1139,8 @@ def run(argv: Optional[List[str]] = None) -> int:
         what = f"cannot write {e.filename}" if e.filename else "cannot write the output"
         sys.stderr.write(f"kvplan: error: {what}: {_one_line(e.strerror or str(e))}\n")
         return 2
+    finally:
+        _PASTED[0] = None
     return rv if isinstance(rv, int) else 0
 
 

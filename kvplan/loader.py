@@ -137,7 +137,7 @@ def _load_path(p: Path, ref: str) -> ModelSpec:
 
         if is_repo_id(ref):  # org/name[@revision]: a bundled hf_repo, the local HF cache, or the Hub
             name = bundled_name(ref)
-            return load_bundled(name) if name is not None else load_repo(ref)
+            return load_bundled(name) if name is not None else load_repo(ref, load_bundled)
     if p.is_dir() or p.suffix.lower() == ".json":
         return load_hf_config(p)
     if p.suffix.lower() in (".yaml", ".yml"):

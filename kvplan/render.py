@@ -123,6 +123,11 @@ def print_csv(rows: list[dict[str, Any]], file: TextIO | None = None) -> None:
         w.writerow({k: csv_cell(to_jsonable(v)) for k, v in r.items()})
 
 
+def note(message: str) -> None:
+    """One note line on stderr (what kvplan read or left out; control characters escaped)."""
+    sys.stderr.write(f"kvplan: note: {printable(message)}\n")
+
+
 def warn(message: str) -> None:
     """One warning line on stderr (control characters escaped: a path or name with a newline stays one line)."""
     sys.stderr.write(f"kvplan: warning: {printable(message)}\n")

@@ -139,11 +139,12 @@ def test_hf_home_is_honoured(tmp_path, monkeypatch):
 
 
 def test_offline_and_not_cached_is_one_line_with_the_download_command(cli, cache):
-    code, out, err = cli("estimate", "meta-llama/Llama-3.1-70B-Instruct", "--seq", "4k")
+    # (Llama-3.1-70B-Instruct, a known tune of a bundled base, now gets the base's geometry: tests/test_cmdline.py)
+    code, out, err = cli("estimate", "meta-llama/Llama-3.3-70B-Instruct", "--seq", "4k")
     assert (code, out) == (2, "")
     assert err.count("\n") == 1
-    assert err.startswith("kvplan: error: meta-llama/Llama-3.1-70B-Instruct: not a bundled model, and its config.json")
-    assert "HF_HUB_OFFLINE is set; download it with: hf download meta-llama/Llama-3.1-70B-Instruct config.json" in err
+    assert err.startswith("kvplan: error: meta-llama/Llama-3.3-70B-Instruct: not a bundled model, and its config.json")
+    assert "HF_HUB_OFFLINE is set; download it with: hf download meta-llama/Llama-3.3-70B-Instruct config.json" in err
     assert "close bundled models: meta-llama/Llama-3.1-70B (bundled as llama3.1-70b)" in err
 
 

@@ -100,6 +100,12 @@ def test_sweep_labels_the_cap_max_running_requests():
     assert (row["kv_capacity_tokens"], row["max_concurrent_requests"], row["limit"]) == (81_920, 16, "max_running_requests")
 
 
+
+def plain_tp(rows, tp: int):
+    """The plain ``TP tp`` row of a fleet plan (MoE models are tried with SGLang's EP / DP-attention layouts too)."""
+    (row,) = [r for r in rows if r.layout == f"TP {tp}"]
+    return row
+
 def test_fleet_packs_sglangs_pools():
     # gpt-oss-120b TP 2 on H100 with a 10 GiB budget: SGLang's pools are 323,634 full and 258,907 SWA tokens (the
     # fixture); a request of 8k takes 8,192 full and min(8,192, 127 + 128 + 2) = 257 SWA tokens, so a replica holds
@@ -110,18 +116,18 @@ def test_fleet_packs_sglangs_pools():
     per = min(full // 8192, swa // 257)
     opts = FitOptions(engine=Engine.sglang, kv_cache_memory_bytes=10 * GIB)
     wl = workload_from_data({"name": "w", "classes": [{"name": "c", "concurrency": 200, "tokens": "8k"}]}, "w")
-    (row,) = plan_fleet(golden.spec("gpt-oss-120b"), wl, [get_gpu("h100")], opts, tps=[2])
+    row = plain_tp(plan_fleet(golden.spec("gpt-oss-120b"), wl, [get_gpu("h100")], opts, tps=[2], pps=[1]), 2)
     assert (per, row.replicas, row.requests_per_replica, row.limit) == (39, 6, 39, "memory")
     # Qwen3-Next TP 1, 10 GiB: SGLang runs 12 requests per replica (64 Mamba slots // 5), though 232,546 tokens would
     # hold 56 of 4k: 100 requests need ceil(100 / 12) = 9 replicas, not ceil(100 / 56) = 2
     (want,) = rows("qwen3-next-80b-a3b", tp=1, page_size=1, kv_cache_dtype="auto", context_length=4096, budget=10 * GIB)
     assert want["result"]["max_running_requests"] == 12
     wl = workload_from_data({"name": "w", "classes": [{"name": "c", "concurrency": 100, "tokens": "4k"}]}, "w")
-    (row,) = plan_fleet(golden.spec("qwen3-next-80b-a3b"), wl, [get_gpu("h100")], opts, tps=[1])
+    row = plain_tp(plan_fleet(golden.spec("qwen3-next-80b-a3b"), wl, [get_gpu("h100")], opts, tps=[1], pps=[1]), 1)
     assert (row.replicas, row.requests_per_replica) == (-(-100 // 12), 12)
     # with --max-running-requests 8 the cap binds before the state pool: ceil(100 / 8) = 13 replicas
     capped = FitOptions(engine=Engine.sglang, kv_cache_memory_bytes=10 * GIB, max_num_seqs=8)
-    (row,) = plan_fleet(golden.spec("qwen3-next-80b-a3b"), wl, [get_gpu("h100")], capped, tps=[1])
+    row = plain_tp(plan_fleet(golden.spec("qwen3-next-80b-a3b"), wl, [get_gpu("h100")], capped, tps=[1], pps=[1]), 1)
     assert (row.replicas, row.limit) == (13, "max_running_requests")
 
 
@@ -129,7 +135,7 @@ def test_fleet_refuses_where_sglang_does():
     # Nemotron-H-56B TP1 with 10 GiB: 4 state slots serve 4 // 5 = 0 requests; SGLang stops at start-up
     opts = FitOptions(engine=Engine.sglang, kv_cache_memory_bytes=10 * GIB)
     wl = workload_from_data({"name": "w", "classes": [{"name": "c", "concurrency": 10, "tokens": "4k"}]}, "w")
-    (row,) = plan_fleet(golden.spec("nemotron-h-56b"), wl, [get_gpu("h100")], opts, tps=[1])
+    row = plain_tp(plan_fleet(golden.spec("nemotron-h-56b"), wl, [get_gpu("h100")], opts, tps=[1], pps=[1]), 1)
     assert not row.fits and "4 // 5 = 0 requests" in row.reason
 
 

@@ -1070,7 +1070,7 @@ def parallel(spec: ModelSpec, opts: FitOptions) -> Parallel:
     split over ``EP = T × D`` GPUs (``tp_size=1, ep_size=tp_size``).
 
     Raises:
-        UsageError: ``--ep-size`` (an SGLang flag), expert parallelism for a model without moe facts.
+        UsageError: ``--ep-size`` (an SGLang flag) other than TP × DP.
     """
     check_int("--data-parallel-size", opts.data_parallel_size)
     tp, dp, pp = opts.tensor_parallel_size, opts.data_parallel_size, opts.pipeline_parallel_size
@@ -1080,11 +1080,8 @@ def parallel(spec: ModelSpec, opts: FitOptions) -> Parallel:
             f"over all TP × DP = {tp * dp} GPUs of a stage"
         )
     ep_on = opts.enable_expert_parallel or (opts.expert_parallel_size or 1) > 1
-    if ep_on and spec.moe is None:
-        raise UsageError(
-            f"--enable-expert-parallel: {spec.name} has no moe facts (a dense model, or a spec without a moe block), "
-            "so there are no routed experts to split"
-        )
+    if spec.moe is None:  # no fused-MoE layer to split: vLLM takes the flag and it changes nothing (load_check says so)
+        ep_on = False
     use_ep = ep_on and tp * dp > 1  # FusedMoEParallelConfig.make: use_ep needs dp × pcp × tp > 1
     flags = parallel_flags(("--tensor-parallel-size", tp), ("--pipeline-parallel-size", pp),
                            ("--data-parallel-size", dp), ("--enable-expert-parallel", ep_on))  # fmt: skip
@@ -1228,10 +1225,16 @@ class VllmEngine(EngineRules):
         row-parallel linear check (:func:`kvplan.engines.base.fp8_dense_checks`, vLLM 0.33
         ``quantization/utils/fp8_utils.py validate_fp8_block_shape``; merged column-parallel layers are exempt,
         ``layers/linear.py _maybe_allow_fp8_block_shape_mismatch``)."""
+        notes = []
+        if opts.enable_expert_parallel and spec.moe is None:
+            notes.append(
+                f"--enable-expert-parallel: no effect: {spec.name} has no routed experts (a dense model, or a spec "
+                "without a moe block), so vLLM has no fused-MoE layer to split"
+            )
         if not shipped_block_quantized(spec, opts):
-            return []
+            return notes
         fp8_dense_checks(spec, par.attn_tp, "vLLM", "quantization/utils/fp8_utils.py validate_fp8_block_shape")
-        return fp8_moe_check(spec, par.expert_slicing, opts.engine_version)
+        return notes + fp8_moe_check(spec, par.expert_slicing, opts.engine_version)
 
     def activation_bytes(self, spec: ModelSpec, settings: Settings, opts: FitOptions) -> int:
         """The profile run's activation peak (:func:`kvplan.engines.vllm_budget.activation_bytes`): the forward of

@@ -3,6 +3,8 @@
 A repo id resolves, in this order, to:
 
 1. a bundled spec whose ``hf_repo`` is the id (compared case-insensitively; only without ``@revision``);
+   a known instruct/chat tune of one (:data:`TUNES`) when its own config.json can be neither found in the
+   cache nor downloaded (offline, no route, gated): the base's geometry, with a warning saying so;
 2. the repo's ``config.json`` in the local Hugging Face cache (``huggingface_hub.try_to_load_from_cache``;
    the cache folder is ``HF_HUB_CACHE``, else ``HF_HOME/hub``, else ``~/.cache/huggingface/hub``, read
    when the model is loaded);
@@ -267,8 +269,73 @@ def _download(repo: str, filename: str, revision: str | None) -> Path:
         raise SpecError(msg) from None
 
 
-def load_repo(ref: str):
+# Instruct/chat tunes of bundled base models: repo id -> (bundled base, settings that differ, how it is known).
+# Used only when the tune's config.json is neither cached nor downloadable (offline, no route to the Hub,
+# gated). "checked": tests/fixtures/hf_configs holds the tune's own config.json and tests/test_cmdline.py
+# reads it as kvplan reads any config.json and compares the geometry (layers, heads, head_dim, layer kinds,
+# windows, max context, KV bytes) with the bundled base's. "unchecked": no copy of the tune's config.json
+# here; the tune is the base's architecture post-trained, with the base's config (as the model cards say)
+# except where listed (Qwen2.5's instruct configs: max_position_embeddings 32768, bundled qwen2.5-7b's own
+# notes and /work/shared reference/model_architectures.yaml, from maxtext's qwen25_7b_config).
+TUNES: dict[str, tuple[str, dict, str]] = {
+    "google/gemma-2-9b-it": ("gemma2-9b", {}, "checked"),
+    "tiiuae/falcon-40b-instruct": ("falcon-40b", {}, "checked"),
+    "meta-llama/Llama-4-Scout-17B-16E-Instruct": ("llama4-scout", {}, "checked"),
+    "meta-llama/Llama-3.1-8B-Instruct": ("llama3.1-8b", {}, "unchecked"),
+    "meta-llama/Meta-Llama-3.1-8B-Instruct": ("llama3.1-8b", {}, "unchecked"),
+    "meta-llama/Llama-3.1-70B-Instruct": ("llama3.1-70b", {}, "unchecked"),
+    "meta-llama/Meta-Llama-3.1-70B-Instruct": ("llama3.1-70b", {}, "unchecked"),
+    "meta-llama/Llama-3.1-405B-Instruct": ("llama3.1-405b", {}, "unchecked"),
+    "meta-llama/Meta-Llama-3.1-405B-Instruct": ("llama3.1-405b", {}, "unchecked"),
+    "meta-llama/Meta-Llama-3-8B-Instruct": ("llama3-8b", {}, "unchecked"),
+    "meta-llama/Meta-Llama-3-70B-Instruct": ("llama3-70b", {}, "unchecked"),
+    "meta-llama/Llama-3.2-1B-Instruct": ("llama3.2-1b", {}, "unchecked"),
+    "meta-llama/Llama-3.2-3B-Instruct": ("llama3.2-3b", {}, "unchecked"),
+    "meta-llama/Llama-2-7b-chat-hf": ("llama2-7b", {}, "unchecked"),
+    "meta-llama/Llama-2-13b-chat-hf": ("llama2-13b", {}, "unchecked"),
+    "meta-llama/Llama-2-70b-chat-hf": ("llama2-70b", {}, "unchecked"),
+    "Qwen/Qwen2.5-7B-Instruct": ("qwen2.5-7b", {"max_model_len": 32768}, "unchecked"),
+    "Qwen/Qwen2.5-14B-Instruct": ("qwen2.5-14b", {"max_model_len": 32768}, "unchecked"),
+    "Qwen/Qwen2.5-32B-Instruct": ("qwen2.5-32b", {"max_model_len": 32768}, "unchecked"),
+    "Qwen/Qwen2.5-72B-Instruct": ("qwen2.5-72b", {"max_model_len": 32768}, "unchecked"),
+    "google/gemma-2-27b-it": ("gemma2-27b", {}, "unchecked"),
+    "mistralai/Mistral-7B-Instruct-v0.1": ("mistral-7b-v0.1", {}, "unchecked"),
+    "mistralai/Mistral-7B-Instruct-v0.3": ("mistral-7b-v0.3", {}, "unchecked"),
+    "mistralai/Mixtral-8x7B-Instruct-v0.1": ("mixtral-8x7b", {}, "unchecked"),
+}
+_TUNES_LOWER = {k.lower(): (k, *v) for k, v in TUNES.items()}
+
+
+def tune_base(ref: str) -> tuple[str, dict, str] | None:
+    """(bundled base, settings that differ, ``checked``/``unchecked``) of a known instruct/chat tune's repo id
+    (no revision; case-insensitive), or None (:data:`TUNES`)."""
+    repo, revision = parse_repo_id(ref)
+    hit = _TUNES_LOWER.get(repo.lower()) if revision is None else None
+    return None if hit is None else hit[1:]
+
+
+def _tune_spec(ref: str, why: str, load_bundled):
+    """The bundled base's spec (``load_bundled(name)``) for a known tune whose config.json cannot be read,
+    named after the repo id and saying so in its warnings."""
+    base, differ, status = tune_base(ref)
+    repo, _ = parse_repo_id(ref)
+    spec = load_bundled(base)
+    spec = replace(spec, name=repo, hf_repo=repo, **differ)
+    extra = " with " + ", ".join(f"{k} {v:,}" for k, v in differ.items()) if differ else ""
+    checked = "checked against its config.json" if status == "checked" else "its own config.json not checked here"
+    but = " but for that" if differ else ""
+    note = (
+        f"{repo}: the geometry of bundled {base}{extra} (an instruct tune has the base model's config.json{but}; "
+        f"{checked}; {why})"
+    )
+    return replace(spec, warnings=(*spec.warnings, note))
+
+
+def load_repo(ref: str, load_bundled=None):
     """Resolve a repo id ``org/name[@revision]`` to a :class:`~kvplan.specs.ModelSpec` (see the module docstring).
+
+    ``load_bundled(name)`` loads a bundled spec (:func:`kvplan.loader.load_bundled`): for a known tune of a
+    bundled base (:data:`TUNES`) whose config.json cannot be read; without it such a tune is read as any repo.
 
     Raises:
         SpecError: offline (HF_HUB_OFFLINE) and not cached, a gated/missing repo, no config.json, or an
@@ -277,6 +344,18 @@ def load_repo(ref: str):
     """
     repo, revision = parse_repo_id(ref)
     path = _cached(repo, "config.json", revision)
+    if path is None and load_bundled is not None and tune_base(ref) is not None:  # its base's geometry, said so
+        if hub_offline():
+            return _tune_spec(ref, "HF_HUB_OFFLINE is set", load_bundled)
+        if not hub_reachable():
+            return _tune_spec(ref, "the Hub cannot be reached", load_bundled)
+        try:
+            path = _download(repo, "config.json", revision)
+        except SpecError as e:
+            if "is gated" not in str(e) and "cannot be reached" not in str(e):
+                raise
+            why = "gated: no HF_TOKEN with access" if "is gated" in str(e) else "the Hub cannot be reached"
+            return _tune_spec(ref, why, load_bundled)
     if path is None:
         if hub_offline():
             raise SpecError(
