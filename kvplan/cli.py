@@ -288,7 +288,11 @@ def gpus(
 
 @app.command()
 def fit(
-    model: Optional[str] = typer.Argument(None, help=MODEL_HELP + " With --from-log: the log's model unless given."),
+    model: Optional[str] = typer.Argument(
+        None,
+        metavar="[MODEL]",
+        help=MODEL_HELP + " Optional with --from-log (the log's model) or after '--' (the engine command's model).",
+    ),
     gpu: Optional[str] = typer.Option(
         None,
         "--gpu",

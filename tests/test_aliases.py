@@ -231,7 +231,7 @@ def test_a_list_where_one_value_goes_names_the_commands_that_take_several(cli, a
 
 @pytest.mark.parametrize(
     "command, usage",
-    [("estimate", "MODEL..."), ("fit", "MODEL"), ("fleet", "MODEL"), ("sweep", "MODEL..."), ("plot", "MODEL..."),
+    [("estimate", "MODEL..."), ("fit", "[MODEL]"), ("fleet", "MODEL"), ("sweep", "MODEL..."), ("plot", "MODEL..."),
      ("compare", "MODEL"), ("verify", "MODEL")],
 )  # fmt: skip
 def test_usage_names_the_model_argument_as_click_does(cli, command, usage):
