@@ -41,14 +41,12 @@ ALIASES = {"init_dist_mem_usage_gb": "init_mem_usage_gb", "compute_buffer_host_m
 # Entries without a model_ref whose model has the same attention geometry as a model kvplan has (the user's
 # MODEL argument); each reason says why the geometry is the same.
 MODEL_FOR = {
-    "vllm-17": ("llama2-13b", "CodeLlama-13B: Llama-2-13B's geometry (40 layers, 40 KV heads x 128)"),
-    "vllm-vllm-2136-a": ("llama2-13b", "CodeLlama-13B, as vllm-17"),
-    "vllm-vllm-2136-b": ("llama2-13b", "CodeLlama-13B, as vllm-17"),
-    "vllm-vllm-5248": ("llama2-7b", "deepseek-coder-6.7b: 32 layers, 32 KV heads x 128, as Llama-2-7B"),
     "vllm-vllm-13061": ("qwen2.5-14b", "DeepSeek-R1-Distill-Qwen-14B is a Qwen2.5-14B"),
     "vllm-qwen3-16": ("llama2-7b", "Qwen1.5-7B: 32 layers, 32 KV heads x 128, as Llama-2-7B"),
-    "vllm-vllm-16570": ("qwen2.5-72b", "Qwen2.5-VL-72B's language model is Qwen2.5-72B's geometry"),
-    "vllm-gpustack-1800": ("tests/fixtures/hf_configs/qwen2.5-vl-7b.json", "Qwen2.5-VL-7B's config"),
+    "vllm-file-62301781910": (
+        "tests/fixtures/hf_configs/qwen3-vl-2b-instruct-PARTIAL.json",
+        "Qwen3-VL-2B: the note names no checkpoint; Qwen3-VL-2B-Instruct's config (trimmed: no rope keys)",
+    ),
     "sglang-sglang-15909": (
         "qwen3-30b-a3b",
         "Qwen3-Omni-30B-A3B's thinker: Qwen3-30B-A3B's geometry (48 layers, 4 KV heads x 128; its K size checks it)",
@@ -66,7 +64,6 @@ FLAGS_FOR = {
 NO_MODEL = "no model kvplan has: the log names none it can load and the corpus gives no model_ref"
 NO_KV = "a partial log: no KV-cache figure in the quoted lines"
 NOT_REPRODUCED = {
-    "llamacpp-file-14162148190": NO_MODEL + " (Qwen3-1.7B GGUF)",
     "llamacpp-llama.cpp-11200": NO_MODEL,
     "llamacpp-ollama-3158": NO_MODEL + " (general.name 'cognitivecomputations')",
     "llamacpp-ollama-9068": NO_MODEL,
@@ -77,7 +74,6 @@ NOT_REPRODUCED = {
     "kvplan's MLA latent: KV size 54.52 GB is 40,021 B per token, kvplan 70,272",
     "sglang-sglang-11309-pr": "as sglang-sglang-11309-main",
     "sglang-sglang-18039": "SGLang's MiMo-V2-Flash pools (full and SWA layers of different geometry) are not modelled",
-    "trtllm-trtllm-1188": NO_MODEL + " (qwen2.5-coder-0.5B)",
     "trtllm-trtllm-1400": NO_MODEL,
     "trtllm-trtllm-docs-memory": NO_MODEL,
     "trtllm-trtllm-224": "TensorRT-LLM of 2023 allocated 10,718 tokens, not whole 16- or 32-token blocks: kvplan's "
@@ -88,21 +84,16 @@ NOT_REPRODUCED = {
     "vllm-club-3090-46": NO_MODEL,
     "vllm-club-3090-612": NO_MODEL + " (qwen3.6-35b-a3b)",
     "vllm-club-3090-652": NO_MODEL + " (qwen3.6-35b-a3b)",
-    "vllm-file-62301781910": NO_MODEL + " (Qwen3-VL-2B)",
-    "vllm-lmcache-1739": NO_MODEL + " (Qwen3-14B)",
     "vllm-vllm-10511-tp2": NO_KV + " (the KV line of the TP2 run is not quoted)",
     "vllm-vllm-12126": NO_MODEL + " (Llama-3.2-11B-Vision)",
     "vllm-vllm-14447": NO_MODEL,
     "vllm-vllm-15766": NO_MODEL + " (a Gemma 3 of unknown size)",
     "vllm-vllm-17238": NO_KV + " (only 'No available memory for the cache blocks')",
-    "vllm-vllm-19029-main": NO_MODEL + " (starcoder2-3b)",
-    "vllm-vllm-19029-pr": NO_MODEL + " (starcoder2-3b)",
     "vllm-vllm-25350-a": NO_MODEL,
     "vllm-vllm-25350-b": NO_MODEL,
     "vllm-vllm-29796-a": NO_MODEL + " (Olmo-3-7B)",
     "vllm-vllm-29796-b": NO_MODEL + " (Olmo-3-7B)",
     "vllm-vllm-33155": NO_KV + " (only the weights)",
-    "vllm-vllm-33263": NO_MODEL + " (Qwen3-1.7B)",
     "vllm-vllm-6746": NO_KV + " (only the weights)",
     "vllm-vllm-21348": "Available KV cache memory 8.11 GiB and GPU KV cache size 178,880 tokens x 48,128 B = 8.02 GiB "
     "disagree by 1.1%: the issue quotes one line of each, likely from different TP workers "
@@ -217,7 +208,7 @@ def test_counts_per_engine():
         rep = _reproduce(entry_id)
         if any(f.status == REPRODUCED for f in rep.figures):
             checked[ENTRIES[entry_id]["engine"]] = checked.get(ENTRIES[entry_id]["engine"], 0) + 1
-    assert checked == {"vllm": 35, "sglang": 5, "trtllm": 4, "llamacpp": 6}
+    assert checked == {"vllm": 40, "sglang": 5, "trtllm": 5, "llamacpp": 7}
 
 
 # --- 3. round trips through the CLI, one per engine ---------------------------------------------------------
