@@ -121,6 +121,7 @@ def fit_options(
     async_scheduling: bool | None = None,
     enable_prefix_caching: bool | None = None,
     hybrid_kv_cache_manager: bool | None = None,
+    vllm_sampler: str | None = None,
     pp_layer_partition=None,
     num_speculative_tokens: int = 0,
     speculative_model=None,
@@ -162,6 +163,8 @@ def fit_options(
         swa_full: size sliding-window layers for every token (llama.cpp's ``--swa-full``).
         engine_version: whose rules (None: the newest).
         async_scheduling, enable_prefix_caching, hybrid_kv_cache_manager: vLLM settings (None: defaults).
+        vllm_sampler: the sampler of vLLM's profile run (``flashinfer``, ``pytorch``, ``triton``; None: the
+            version's default).
         pp_layer_partition: layers per PP stage, a tuple or ``"41,39"``.
         num_speculative_tokens, speculative_model, num_mtp_layers: speculative decoding (vLLM); the draft
             model as a ModelSpec or a MODEL string.
@@ -211,6 +214,7 @@ def fit_options(
         async_scheduling=async_scheduling,
         enable_prefix_caching=enable_prefix_caching,
         hybrid_kv_cache_manager=hybrid_kv_cache_manager,
+        vllm_sampler=vllm_sampler,
         pp_layer_partition=None if pp_layer_partition is None else tuple(pp_layer_partition),
         num_speculative_tokens=num_speculative_tokens,
         speculative_model=None if speculative_model is None else _spec(speculative_model),

@@ -393,6 +393,12 @@ def fit(
             "off caches local layers as full."
         ),
     ),
+    vllm_sampler: Optional[str] = typer.Option(
+        None,
+        "--vllm-sampler",
+        help="The sampler vLLM's profile run uses: flashinfer (its log says 'Using FlashInfer for top-p & top-k "
+        "sampling'), pytorch or triton (default: the version's).",
+    ),
     pp_layer_partition: Optional[str] = typer.Option(
         None, "--pp-layer-partition", help="Layers per PP stage, e.g. 41,39 (vLLM VLLM_PP_LAYER_PARTITION)."
     ),
@@ -484,7 +490,7 @@ def fit(
         shared_prefix=parse_tokens(shared_prefix, "--shared-prefix", allow_zero=True), swa_full=swa_full,
         engine_version=engine_version, max_num_seqs=max_num_seqs, async_scheduling=async_scheduling,
         enable_prefix_caching=enable_prefix_caching, hybrid_kv_cache_manager=hybrid_kv_cache_manager,
-        pp_layer_partition=pp_layer_partition, num_speculative_tokens=num_speculative_tokens,
+        vllm_sampler=vllm_sampler, pp_layer_partition=pp_layer_partition, num_speculative_tokens=num_speculative_tokens,
         speculative_model=None if speculative_model is None else _load_model(speculative_model),
         num_mtp_layers=num_mtp_layers, dp=data_parallel_size, enable_expert_parallel=enable_expert_parallel,
         ep_size=ep_size,

@@ -79,6 +79,9 @@ class FitOptions:
         max_num_seqs: the engine's cap on running requests (vLLM ``max_num_seqs``, SGLang
             ``max_running_requests``).
         async_scheduling, enable_prefix_caching, hybrid_kv_cache_manager: vLLM settings (None: default).
+        vllm_sampler: the top-k/top-p sampler vLLM's profile run uses (``flashinfer``, ``pytorch``, ``triton``;
+            None: the version's default, :data:`kvplan.engines.vllm_budget.SAMPLER_BYTES`). Its log says which
+            ("Using FlashInfer for top-p & top-k sampling.").
         pp_layer_partition: layers per PP stage (vLLM ``VLLM_PP_LAYER_PARTITION``).
         num_speculative_tokens, speculative_model, num_mtp_layers: speculative decoding (vLLM).
         enforce_eager: no CUDA graphs (vLLM ``--enforce-eager``, SGLang ``--disable-cuda-graph``): none are
@@ -132,6 +135,7 @@ class FitOptions:
     async_scheduling: bool | None = None
     enable_prefix_caching: bool | None = None
     hybrid_kv_cache_manager: bool | None = None
+    vllm_sampler: str | None = None
     pp_layer_partition: tuple[int, ...] | None = None
     num_speculative_tokens: int = 0
     speculative_model: ModelSpec | None = None
@@ -170,11 +174,14 @@ LLAMACPP_FIELDS = {
 
 
 def check_engine_fields(opts: FitOptions) -> None:
-    """Refuse llama.cpp's settings under another engine (they would be silently ignored).
+    """Refuse llama.cpp's settings, and vLLM's ``--vllm-sampler``, under another engine (they would be silently
+    ignored).
 
     Raises:
         UsageError: naming the first such flag.
     """
+    if opts.vllm_sampler is not None and opts.engine is not Engine.vllm:
+        raise UsageError("--vllm-sampler: a vLLM setting; give it with --engine vllm")
     if opts.engine is Engine.llamacpp:
         return
     for name, flag in LLAMACPP_FIELDS.items():

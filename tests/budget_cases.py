@@ -84,6 +84,16 @@ NOT_MODELLED = {
     "vllm-vllm-2031-70b-pr": "vLLM 0.2.x (PR #2031, December 2023): older than the oldest budget rules (0.5)",
     "vllm-vllm-2031-7b-main": "vLLM 0.2.x (PR #2031, December 2023): older than the oldest budget rules (0.5)",
     "vllm-vllm-2031-7b-pr": "vLLM 0.2.x (PR #2031, December 2023): older than the oldest budget rules (0.5)",
+    "vllm-17": "vLLM 0.2.5 (vllm-project/vllm#2136): older than the oldest budget rules (0.5)",
+    "vllm-vllm-2136-a": "vLLM 0.2.3 (vllm-project/vllm#2136): older than the oldest budget rules (0.5)",
+    "vllm-vllm-2136-b": "vLLM 0.2.4 (vllm-project/vllm#2136): older than the oldest budget rules (0.5)",
+    **{
+        f"vllm-vllm-4454-{run}": "vLLM main of 2024-04-29 (between 0.4.1 and 0.4.2): older than the oldest budget "
+        "rules (0.5)"
+        for run in ("llama2-gptq", "llama3-8b", "openhermes", "opt125m", "phi2-marlin", "zephyr-awq")
+    },
+    "vllm-vllm-5248": "vLLM of June 2024 (0.4.x or 0.5.0, the release not stated): mostly older than the oldest "
+    "budget rules (0.5)",
     "vllm-vllm-21348": "vLLM with an LMCache KV connector (kv_transfer_config), which takes GPU buffers of its own",
     "sglang-sglang-11309-main": "SGLang with --enable-dp-attention (each rank holds its own requests): not in kvplan's "
     "SGLang budget rules",
@@ -104,7 +114,7 @@ def _gpu(entry: dict):
     name = str(entry.get("gpu") or "")
     p = entry.get("printed") or {}
     low = name.lower()
-    candidates = []
+    candidates = [re.sub(r"\s*\(.*$", "", name).strip()]  # the name as written, as a user would type it
     m = re.search(r"\b(h100|h200|h20|a100|a10g|a10|l40s|l40|l4|b200|b300|gb200|t4|v100|mi300x|mi325x)\b", low)
     if m:
         key = m.group(1)
@@ -117,6 +127,8 @@ def _gpu(entry: dict):
     if m:
         candidates.append(f"rtx{m.group(1)}")
     for key in candidates:
+        if not key:
+            continue
         try:
             return get_gpu(key), "catalog"
         except KvplanError:
@@ -174,6 +186,8 @@ def _options(entry: dict) -> FitOptions:
     version = entry.get("engine_version")
     if engine.value == "vllm" and version is None:
         version = inferred_vllm_version(entry) or ("0.6" if entry.get("engine_generation") == "v0" else None)
+    elif engine.value == "vllm" and entry.get("engine_generation") == "v0" and str(version) >= "0.8":
+        version = "0.6"  # the V0 engine of a 0.8-0.10 release (VLLM_USE_V1=0): kvplan's V0 rules, not 0.8's V1
     extra = (
         {"enforce_eager": True} if s.get("enforce_eager") and "enforce_eager" in FitOptions.__dataclass_fields__ else {}
     )
@@ -190,6 +204,7 @@ def _options(entry: dict) -> FitOptions:
         max_batch_size=_setting(s, "max_batch_size"),
         max_num_seqs=_setting(s, "max_num_seqs", "max_running_requests"),
         engine_version=None if version is None else str(version),
+        **({"vllm_sampler": s["vllm_sampler"]} if s.get("vllm_sampler") else {}),
     )
 
 
@@ -275,6 +290,9 @@ def _exact_budget(case: BudgetCase) -> None:
     exact = None
     if case.engine == "vllm" and case.generation == "v0" and p.get("num_gpu_blocks"):
         exact = int(p["num_gpu_blocks"]) * 16 * per_token
+    elif case.engine == "vllm" and case.generation == "v0" and p.get("kv_tokens") and "max_concurrency" not in p:
+        # V0's "tokens that can be stored in KV cache" (raise_if_cache_size_invalid): num_gpu_blocks x 16
+        exact = int(p["kv_tokens"]) * per_token
     elif case.engine == "vllm" and p.get("kv_cache_memory_bytes"):
         exact = int(p["kv_cache_memory_bytes"])
     elif case.engine == "sglang" and p.get("max_total_num_tokens") and rounded is not None:

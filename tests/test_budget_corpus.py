@@ -47,11 +47,46 @@ def test_the_residuals_kvplan_prints_from_are_current(rows):
 
 
 def test_median_error_per_engine_does_not_regress(rows):
-    # docs/budget-validation.md, measured on the corpus: vLLM V1 from 8.1 % (the model before issue 15) to 2.5 %
-    worst = {"vllm-v1": 0.03, "vllm-v0": 0.09, "sglang": 0.10, "trtllm": 0.05}
+    # docs/budget-validation.md, measured on the corpus: vLLM V1 from 8.1 % (the model before issue 15) to 1.9 %
+    # (the issue's target: 2 %), 10 of its 11 logs within 5 %
+    worst = {"vllm-v1": 0.02, "vllm-v0": 0.09, "sglang": 0.10, "trtllm": 0.05}
     for key, limit in worst.items():
         errs = [abs(r["err"]) for r in rows if r["key"] == key and r["err"] is not None]
         assert errs and statistics.median(errs) <= limit, key
+
+
+def test_v1_logs_within_five_percent(rows):
+    # the issue's second target: 90 % of a engine's logs within 5 % of the printed budget (vLLM V1: 10 of 11; the
+    # eleventh, gpt-oss-120b at 131,072 tokens on one H100 (vllm#27508), keeps a 1.71 GiB budget kvplan puts at
+    # 3.86 GiB, inside its range)
+    errs = [abs(r["err"]) for r in rows if r["key"] == "vllm-v1" and r["err"] is not None]
+    assert sum(e <= 0.05 for e in errs) / len(errs) >= 0.9
+
+
+def test_the_ranges_hold_out_of_sample():
+    # each log left out of the residuals its range is built from: docs/budget-validation.md's last column
+    table = _table()
+    loo = table.leave_one_out(table.rows())
+    v1 = [ok for i, ok in loo.items() if i.startswith("vllm-") and i not in V0_IDS]
+    assert v1 and all(v1)
+
+
+V0_IDS = {"vllm-01", "vllm-vllm-10511-tp1", "vllm-vllm-10517-b", "vllm-vllm-12330", "vllm-gpustack-1800",
+          "vllm-vllm-16570"}  # fmt: skip
+
+
+def test_flashinfer_sampler_as_its_log_says():
+    # dennislee22/vLLM-benchmarking log/vllm-7B-1gpuA10080GB-0.5GRAM.log (vLLM 0.10.1.1, Qwen2-7B, A100 80GB, U 0.5,
+    # 2,048 batched tokens) prints "Using FlashInfer for top-p & top-k sampling." and "Available KV cache memory:
+    # 24.83 GiB"; the version's default sampler (the PyTorch sort path) would profile 256 x 152,064 x 27 B
+    r = plan_fit(load_bundled("qwen2.5-7b"), get_gpu("a100-80gb"),
+                 FitOptions(gpu_memory_utilization=0.5, max_model_len=16384, max_num_batched_tokens=2048,
+                            engine_version="0.10.1.1", vllm_sampler="flashinfer"))  # fmt: skip
+    assert abs(r.kv_budget_bytes - 24.83 * GIB) < 0.05 * GIB
+    default = plan_fit(load_bundled("qwen2.5-7b"), get_gpu("a100-80gb"),
+                       FitOptions(gpu_memory_utilization=0.5, max_model_len=16384, max_num_batched_tokens=2048,
+                                  engine_version="0.10.1.1"))  # fmt: skip
+    assert r.kv_budget_bytes - default.kv_budget_bytes == 256 * 152064 * (27 - 10)
 
 
 def test_not_modelled_table_is_not_stale():

@@ -1134,6 +1134,22 @@ def fp8_moe_check(spec: ModelSpec, moe_tp: int, version: str | None) -> list[str
     )
 
 
+def check_sampler(sampler: str | None, budget_rules) -> None:
+    """``--vllm-sampler``: one of :data:`kvplan.engines.vllm_budget.SAMPLER_BYTES`, and only for the V1 engine
+    (V0's sampler ran on the driver rank, ``BudgetRules.sampler_bytes`` 40).
+
+    Raises:
+        UsageError: naming the flag and what it allows.
+    """
+    if sampler is None:
+        return
+    if sampler not in vllm_budget.SAMPLER_BYTES:
+        allowed = ", ".join(vllm_budget.SAMPLER_BYTES)
+        raise UsageError(f"--vllm-sampler: {sampler!r} is not a vLLM sampler ({allowed})")
+    if budget_rules.generation != "v1":
+        raise UsageError("--vllm-sampler: the V1 engine's sampler (vLLM >= 0.8); the V0 engine has one sampler")
+
+
 class VllmEngine(EngineRules):
     """vLLM, by version (:data:`RULE_SETS`): ``ceil(total × gpu_memory_utilization)`` minus weights,
     activation (profiled at max_num_batched_tokens) and non-torch memory; 0.33 plans KV cache groups in one
@@ -1199,6 +1215,7 @@ class VllmEngine(EngineRules):
     def check(self, spec: ModelSpec, opts: FitOptions, settings: Settings) -> None:
         self.check_kinds(spec)
         check_speculative(spec, opts, settings.rules.full_rules)
+        check_sampler(opts.vllm_sampler, settings.extra["budget"])
 
     def parallel(self, spec: ModelSpec, opts: FitOptions) -> Parallel:
         return parallel(spec, opts)
@@ -1244,7 +1261,8 @@ class VllmEngine(EngineRules):
         max_len = spec.max_model_len if opts.max_model_len is None else opts.max_model_len
         tokens = vllm_budget.profile_tokens(b, settings.max_num_batched_tokens, max_len,
                                             settings.extra["max_num_batched_tokens_given"])  # fmt: skip
-        return vllm_budget.activation_bytes(spec, b, tokens, settings.max_num_seqs, opts.tensor_parallel_size)
+        return vllm_budget.activation_bytes(spec, b, tokens, settings.max_num_seqs, opts.tensor_parallel_size,
+                                            opts.vllm_sampler)  # fmt: skip
 
     def overhead_bytes(self, spec: ModelSpec, settings: Settings, tp: int, pp: int) -> int:
         """Non-torch memory the version counts (:func:`kvplan.engines.vllm_budget.non_torch_bytes`)."""

@@ -261,17 +261,29 @@ def padded_vocab(spec: ModelSpec) -> int:
     return cdiv(v, 64) * 64
 
 
-def sampler_peak_bytes(spec: ModelSpec, rows: int, rules: BudgetRules) -> int:
+SAMPLER_BYTES = {"flashinfer": 10, "pytorch": 27, "triton": 14}
+"""Bytes per (row, vocab) element at the peak of each V1 top-k/top-p sampler path (``--vllm-sampler``), as
+:attr:`BudgetRules.sampler_bytes` gives them per release: FlashInfer's rejection sampler (the log says "Using
+FlashInfer for top-p & top-k sampling.", ``v1/sample/ops/topk_topp_sampler.py``), the PyTorch sort path, the
+Triton kernel (``topk_topp_triton.py``)."""
+
+
+def sampler_peak_bytes(spec: ModelSpec, rows: int, rules: BudgetRules, sampler: str | None = None) -> int:
     """The sampler's peak in the profile run: ``rows × vocab × bytes per element`` (logits in the model dtype
-    and fp32, the top-k/top-p buffers, probabilities, noise; :attr:`BudgetRules.sampler_bytes`). V1 gathers the
-    logits to every TP rank (``use_all_gather``), so this does not shrink with TP."""
-    return rows * padded_vocab(spec) * rules.sampler_bytes
+    and fp32, the top-k/top-p buffers, probabilities, noise; :attr:`BudgetRules.sampler_bytes`, or
+    :data:`SAMPLER_BYTES` of ``sampler`` when the run's sampler is known). V1 gathers the logits to every TP rank
+    (``use_all_gather``), so this does not shrink with TP."""
+    per = rules.sampler_bytes if sampler is None else SAMPLER_BYTES[sampler]
+    return rows * padded_vocab(spec) * per
 
 
-def activation_bytes(spec: ModelSpec, rules: BudgetRules, tokens: int, max_num_seqs: int, tp: int) -> int:
+def activation_bytes(
+    spec: ModelSpec, rules: BudgetRules, tokens: int, max_num_seqs: int, tp: int, sampler: str | None = None
+) -> int:
     """The activation peak vLLM's profile run measures, modelled: the larger of the forward's live tensors
     (:func:`forward_peak_bytes`) and the sampler's peak over ``min(tokens, max_num_seqs)`` rows with the
-    final hidden states still alive (``tokens × hidden``), plus :data:`WORKSPACE_BYTES` of kernel workspaces
+    final hidden states still alive (``tokens × hidden``; ``sampler``: the run's sampler path, None: the
+    version's default), plus :data:`WORKSPACE_BYTES` of kernel workspaces
     (cuBLAS, attention backends; calibrated).
 
     Sources: V1 ``v1/worker/gpu_model_runner.py profile_run`` → ``_dummy_run(max_num_batched_tokens,
@@ -280,8 +292,8 @@ def activation_bytes(spec: ModelSpec, rules: BudgetRules, tokens: int, max_num_s
     """
     rows = min(tokens, max_num_seqs)
     hidden_left = tokens * _hidden(spec) * _dtype_bytes(spec)
-    sampler = sampler_peak_bytes(spec, rows, rules) + hidden_left
-    return max(forward_peak_bytes(spec, tokens, tp), sampler) + WORKSPACE_BYTES
+    peak = sampler_peak_bytes(spec, rows, rules, sampler) + hidden_left
+    return max(forward_peak_bytes(spec, tokens, tp), peak) + WORKSPACE_BYTES
 
 
 WORKSPACE_BYTES = 128 * MIB  # kernel workspaces the profile run also holds (calibrated on the corpus logs)
