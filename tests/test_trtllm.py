@@ -18,15 +18,20 @@ and the rules are those of NVIDIA/TensorRT-LLM ``tensorrt_llm/_torch/pyexecutor/
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
+import yaml
 
 from kvplan.engines import trtllm as trt_rules
 from kvplan.errors import UsageError
 from kvplan.fit import Engine, FitOptions, does_not_fit_message, plan_fit
 from kvplan.gpus import get_gpu
-from kvplan.loader import load_bundled
+from kvplan.loader import load_bundled, load_hf_config
 from kvplan.sweep import sweep
 
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 GPT_OSS_KV_SIZE = 36 * 2 * 8 * 64 * 2  # every one of the 36 layers, sliding ones included: 73,728 B per token
 
 
@@ -117,3 +122,70 @@ def test_block_rounding_by_release():
         r = plan_fit(spec, get_gpu("h100"), FitOptions(engine=Engine.trtllm, engine_version=version,
                                                        kv_cache_memory_bytes=budget, max_model_len=8192))  # fmt: skip
         assert (r.num_blocks, r.kv_capacity_tokens) == (blocks, blocks * 32), version
+
+
+def test_rule_table_follows_the_rules_fixture():
+    # tests/fixtures/trtllm_rules.yaml: each release's block rounding in resource_manager.py
+    # calculate_max_num_blocks (observed in a log, read in a stored code version, or bracketed by dates; see its
+    # confidence words). kvplan's rule set for that version rounds the same way; 1.2.0rc3 is left open there.
+    releases = yaml.safe_load((FIXTURES / "trtllm_rules.yaml").read_text())["releases"]
+    decided = {
+        v: str(r["rounding"]["value"]).split()[0]
+        for v, r in releases.items()
+        if "rounding" in r and str(r["rounding"]["value"]) in ("ceil", "floor", "floor (likely)")
+    }
+    assert len(decided) >= 9 and {"ceil", "floor"} == set(decided.values())
+    for version, rounding in decided.items():
+        assert trt_rules.resolve_rules(version).ceil_blocks == (rounding == "ceil"), version
+    assert str(releases["1.2.0rc3"]["rounding"]["value"]) == "ceil or floor"  # kvplan: ceil (FIRST_FLOOR_RC 4)
+    assert trt_rules.resolve_rules("1.2.0rc3").ceil_blocks
+
+
+def test_rule_table_follows_the_tag_fixture():
+    # tests/fixtures/trtllm_source_rules.yaml, written by scripts/trtllm_source_rules.py from a clone of
+    # NVIDIA/TensorRT-LLM (git show TAG:resource_manager.py / _util.py / llm_args.py at each 1.x tag)
+    path = FIXTURES / "trtllm_source_rules.yaml"
+    if not path.exists():
+        pytest.skip("no tag fixture: scripts/trtllm_source_rules.py needs a TensorRT-LLM clone with its tags")
+    data = yaml.safe_load(path.read_text())
+    for tag, rel in data["releases"].items():
+        facts = {k: f["value"] for k, f in rel["facts"].items()}
+        rules = trt_rules.resolve_rules(facts["version"])
+        assert facts["block_rounding"] in ("ceil", "floor"), tag
+        assert rules.ceil_blocks == (facts["block_rounding"] == "ceil"), tag
+        assert facts["tokens_per_block_default"] == trt_rules.ENGINE.block_size, tag
+        assert facts["free_gpu_memory_fraction_default"] == trt_rules.ENGINE.utilization, tag
+        assert facts["window_default"] == "every layer at max_seq_len" and rules.windows_as_full, tag
+        assert facts["mla_pool"].startswith("K only (kv_factor 1), 1 head of kv_lora_rank + qk_rope_head_dim"), tag
+
+
+@pytest.mark.parametrize("version", ["1.1.0rc3", "1.2.0rc2", "1.2.1", None])
+@pytest.mark.parametrize("tp", [1, 8])
+def test_deepseek_v3_mla_one_head_not_split(version, tp):
+    # _util.py create_kv_cache_manager, in every stored version read (tests/fixtures/trtllm_rules.yaml mla_pool):
+    # an MLA model gets CacheType.SELFKONLY (kv_factor 1), num_kv_heads=1, head_dim=kv_lora_rank +
+    # qk_rope_head_dim; resource_manager.py splits heads as ceil(1 / tp) = 1, so TP does not divide it.
+    # DeepSeek-V3's config.json: 61 layers, kv_lora_rank 512, qk_rope_head_dim 64, bfloat16 (2 B):
+    # 61 × 1 × 1 × (512 + 64) × 2 = 70,272 B per token on every rank
+    cfg = json.loads((FIXTURES / "hf_configs" / "deepseek-v3.json").read_text())
+    expected = cfg["num_hidden_layers"] * 1 * 1 * (cfg["kv_lora_rank"] + cfg["qk_rope_head_dim"]) * 2
+    assert expected == 70_272
+    spec = load_hf_config(FIXTURES / "hf_configs" / "deepseek-v3.json")
+    opts = FitOptions(engine=Engine.trtllm, engine_version=version, max_model_len=4096,
+                      kv_cache_memory_bytes=8 << 30, tensor_parallel_size=tp)  # fmt: skip
+    r = plan_fit(spec, get_gpu("h200"), opts)
+    assert r.kv_bytes_per_token == expected
+
+
+@pytest.mark.parametrize("version", ["1.1.0rc3", "1.2.1", None])
+def test_gpt_oss_sliding_layers_full_in_every_rule_set(version):
+    # resource_manager.py: without kv_cache_config.max_attention_window, max_attention_window_vec = [max_seq_len]
+    # (one window: no VSWA); _util.py fills the window from layer_types only for Gemma4 hybrids (newest stored
+    # main), not gpt-oss. config.json: 36 layers (18 sliding, window 128), 8 KV heads × head_dim 64, bf16:
+    # 36 × 2 (K, V) × 8 × 64 × 2 = 73,728 B per token, a 4,096-token request 4,096 × 73,728 B
+    cfg = json.loads((FIXTURES / "hf_configs" / "gpt-oss-120b.json").read_text())
+    assert cfg["layer_types"].count("sliding_attention") == 18 and cfg["sliding_window"] == 128
+    per_token = cfg["num_hidden_layers"] * 2 * cfg["num_key_value_heads"] * cfg["head_dim"] * 2
+    spec = load_hf_config(FIXTURES / "hf_configs" / "gpt-oss-120b.json")
+    r = plan_fit(spec, get_gpu("h200"), trt(4096, 8 << 30, engine_version=version))
+    assert (r.kv_bytes_per_token, r.kv_bytes_per_request) == (per_token, 4096 * per_token) == (73_728, 4096 * 73_728)

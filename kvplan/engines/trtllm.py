@@ -23,7 +23,15 @@ the oldest set with a warning, and the output names the set applied):
 
 The floor (``1.2``) costs one block when the tokens do not fill the last block. Its first release is bracketed
 from TensorRT-LLM's stored sources and PyPI's dates, not read at a tag (the repository is too large to fetch
-here): see ``tests/fixtures/trtllm_rules.yaml``.
+here): see ``tests/fixtures/trtllm_rules.yaml``, which tests/test_trtllm.py holds this table to.
+``scripts/trtllm_source_rules.py`` reads the same facts at each release tag of a TensorRT-LLM clone
+(``git show TAG:tensorrt_llm/_torch/pyexecutor/resource_manager.py`` ...) into
+``tests/fixtures/trtllm_source_rules.yaml``, which the tests check too once it exists.
+
+Both sets, in every code version read: MLA layers are one K-only head of ``kv_lora_rank + qk_rope_head_dim``
+(``_util.py`` ``create_kv_cache_manager``: ``CacheType.SELFKONLY``, ``num_kv_heads=1``), not divided by TP;
+KV heads per rank are ``ceil(H_kv / TP)`` (``KVCacheManager.__init__``); only Gemma 4 hybrids get their sliding
+windows filled from ``layer_types`` (newest main ``_util.py``), so gpt-oss's sliding layers are full ones.
 
 Not modelled: variable sliding windows (``max_attention_window`` given: ``calculate_max_num_blocks_from_cpp``
 splits the memory per window size), beam search, sink tokens, the host (secondary) pool.
