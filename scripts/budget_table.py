@@ -37,6 +37,8 @@ def _cases_module():
 
 
 _cases = _cases_module()
+from kvplan.data.budget_residuals import term_key  # noqa: E402 (this tree's kvplan, on sys.path above)
+
 GIB, load_cases, predict = _cases.GIB, _cases.load_cases, _cases.predict
 
 BEFORE = ROOT / "tests" / "fixtures" / "budget_before.json"
@@ -83,7 +85,7 @@ def rows():
             tp=c.opts.tensor_parallel_size, model=c.spec.name, printed=printed, exact=c.exact_budget,
             kvplan=r.kv_budget_bytes, low=getattr(r, "kv_budget_low_bytes", r.kv_budget_bytes),
             high=getattr(r, "kv_budget_high_bytes", r.kv_budget_bytes), usable=r.usable_bytes,
-            quantized=bool(c.opts.weights_dtype), terms={},
+            quantized=bool(c.opts.weights_dtype), multimodal=bool(c.spec.multimodal), terms={},
         )  # fmt: skip
         mine = {t["name"]: t["bytes"] for t in getattr(r, "budget_terms", ())} or {
             "weights": r.weights_bytes,
@@ -125,7 +127,7 @@ def residuals(all_rows) -> dict:
     out: dict[str, dict] = {}
     for row in all_rows:
         for name, (printed, mine) in row.get("terms", {}).items():
-            term = name if name != "weights" or row["quantized"] else "weights-16bit"
+            term = term_key(name, row["quantized"], row["multimodal"])
             lo = (printed - ROUNDING) / mine
             hi = (printed + ROUNDING) / mine
             rec = out.setdefault(row["key"], {}).setdefault(term, {"ratios": []})

@@ -642,7 +642,9 @@ def test_capacity_labels_per_engine(cli):
     code, out, _ = cli(*base)
     assert "Engine log: GPU KV cache size: 1,536,050 tokens," in out
     # one short line (the December 2026 trial: two lines of the same explanation in every fit)
-    line = '  "GPU KV cache size" = int(concurrency × max_model_len) (vLLM get_kv_cache_capacity), not the tokens that fit'
+    line = (
+        '  "GPU KV cache size" = int(concurrency × max_model_len) (vLLM get_kv_cache_capacity), not the tokens that fit'
+    )
     assert f"{line}\n" in out and len(line) <= 120
     assert "Longest single request that fits: 1,713,200 tokens\n" in out
     code, out, _ = cli(*base, "--engine", "sglang")

@@ -641,7 +641,13 @@ class EngineRules:
         (:func:`kvplan.data.budget_residuals.factors`)."""
         from kvplan.data.budget_residuals import factors
 
-        return factors(self.residual_key(settings), name, quantized=_quantized(spec, opts))
+        return factors(self.residual_key(settings), name, quantized=_quantized(spec, opts),
+                       multimodal=self.profiles_encoder(spec))  # fmt: skip
+
+    def profiles_encoder(self, spec: ModelSpec) -> bool:
+        """True when the engine's memory profile also runs the model's multimodal encoder (its activation peak
+        then has residuals of its own, :func:`kvplan.data.budget_residuals.term_key`). Default: no."""
+        return False
 
     def weights_term(self, spec: ModelSpec, opts: FitOptions, settings: Settings) -> tuple[Term, str]:
         """(the weights term, the weights dtype name) per GPU: ``--weights-gib`` (exact), the checkpoint's own
@@ -818,8 +824,8 @@ def fp8_dense_checks(spec: ModelSpec, tp: int, engine: str, source: str) -> None
         if part % block_k:
             raise LoadRefused(
                 f"--tp: {engine} refuses to load {spec.name} at TP {tp} ({layer}: {width} / {tp} = {part} per GPU): "
-                f"\"Weight input_size_per_partition = {part} is not divisible by weight quantization block_k = "
-                f"{block_k}.\" ({source})"
+                f'"Weight input_size_per_partition = {part} is not divisible by weight quantization block_k = '
+                f'{block_k}." ({source})'
             )
 
 

@@ -116,21 +116,54 @@ class VllmRules:
 
 
 RULE_SETS = (
-    VllmRules("0.33", True, True, True, True, True, "vLLM 0.33.0 (checked against its planning functions)",
-              full_rules=True),
+    VllmRules(
+        "0.33", True, True, True, True, True, "vLLM 0.33.0 (checked against its planning functions)", full_rules=True
+    ),
     VllmRules("0.29", True, True, True, True, True, "vLLM 0.29-0.32 (null block reserved, in-flight batches)"),
     VllmRules("0.26", True, False, True, True, True, "vLLM 0.26-0.28 (in-flight batches, no null block)"),
-    VllmRules("0.20.2", True, False, True, True, True,
-              "vLLM 0.20.2-0.25 (GPU KV cache size from the concurrency, one batch in flight)", in_flight_async=False),
-    VllmRules("0.11", True, False, False, False, True,
-              "vLLM V1 0.11-0.20.1 (KV cache groups, GPU KV cache size = blocks // groups x block size)",
-              tokens_per_group=True, in_flight_async=False),
-    VllmRules("0.9", True, False, False, False, True,
-              "vLLM V1 0.9-0.10 (KV cache groups, GPU KV cache size = blocks // groups x block size)",
-              tokens_per_group=True, in_flight_async=False),
-    VllmRules("0.6", False, False, False, False, False,
-              "vLLM V0 engine and V1 0.7-0.8 (one pool per layer, concurrency = blocks x block size / max_model_len)",
-              in_flight_async=False, concurrency_from_tokens=True),
+    VllmRules(
+        "0.20.2",
+        True,
+        False,
+        True,
+        True,
+        True,
+        "vLLM 0.20.2-0.25 (GPU KV cache size from the concurrency, one batch in flight)",
+        in_flight_async=False,
+    ),
+    VllmRules(
+        "0.11",
+        True,
+        False,
+        False,
+        False,
+        True,
+        "vLLM V1 0.11-0.20.1 (KV cache groups, GPU KV cache size = blocks // groups x block size)",
+        tokens_per_group=True,
+        in_flight_async=False,
+    ),
+    VllmRules(
+        "0.9",
+        True,
+        False,
+        False,
+        False,
+        True,
+        "vLLM V1 0.9-0.10 (KV cache groups, GPU KV cache size = blocks // groups x block size)",
+        tokens_per_group=True,
+        in_flight_async=False,
+    ),
+    VllmRules(
+        "0.6",
+        False,
+        False,
+        False,
+        False,
+        False,
+        "vLLM V0 engine and V1 0.7-0.8 (one pool per layer, concurrency = blocks x block size / max_model_len)",
+        in_flight_async=False,
+        concurrency_from_tokens=True,
+    ),
 )
 LATEST = RULE_SETS[0]
 OLD_DEFAULT_BATCHED_TOKENS = 8192
@@ -979,8 +1012,11 @@ class GroupPlan(CachePlan):
             dict(kind=g.kind, layers=len(g.layers), block_size=g.block_size, page_bytes=g.page_bytes)
             for g in self.layout.groups
         )
-        tokens_rule = "concurrency" if self.rules.log_from_concurrency else (
-            "groups" if self.rules.tokens_per_group else "blocks")
+        tokens_rule = (
+            "concurrency"
+            if self.rules.log_from_concurrency
+            else ("groups" if self.rules.tokens_per_group else "blocks")
+        )
         return dict(self.extras, kv_cache_groups=groups, padding_layers=self.layout.padding_layers,
                     null_block=self.rules.null_block, max_in_flight_tokens=self.in_flight,
                     kv_tokens_rule=tokens_rule)  # fmt: skip
@@ -990,14 +1026,14 @@ class GroupPlan(CachePlan):
 
 
 def v0_concurrency(num_blocks, block_size: int, seq, xp=PY):
-    """"Maximum concurrency" of the V0 engine and of V1 0.7–0.8: ``num_gpu_blocks × block_size / max_model_len``
+    """ "Maximum concurrency" of the V0 engine and of V1 0.7–0.8: ``num_gpu_blocks × block_size / max_model_len``
     (``0.7.3 executor/executor_base.py:114``; ``0.8.5 v1/core/kv_cache_utils.py:636`` ``num_tokens /
     max_model_len``)."""
     return num_blocks * block_size / seq
 
 
 def cpu_blocks(swap_space_bytes: int, bytes_per_block: int) -> int:
-    """"# CPU blocks" of the V0 engine: ``int(swap_space_bytes // cache_block_size)`` per worker (``0.5.5
+    """ "# CPU blocks" of the V0 engine: ``int(swap_space_bytes // cache_block_size)`` per worker (``0.5.5
     worker/worker.py determine_num_available_blocks``; ``swap_space`` 4 GiB by default, ``config.py
     CacheConfig``)."""
     return swap_space_bytes // bytes_per_block if bytes_per_block else 0
@@ -1128,7 +1164,7 @@ def fp8_moe_check(spec: ModelSpec, moe_tp: int, version: str | None) -> list[str
             f"The input_size of down's weight = {ispp} is not divisible by weight quantization block_k = {block_k}."
         )
     raise LoadRefused(
-        f"--tp: vLLM refuses to load {where}: \"{engine}\" (quantization/utils/fp8_utils.py "
+        f'--tp: vLLM refuses to load {where}: "{engine}" (quantization/utils/fp8_utils.py '
         "validate_fp8_block_shape_moe); use expert parallelism (--enable-expert-parallel) or a TP whose slice is a "
         f"multiple of {block_n}"
     )
@@ -1238,11 +1274,20 @@ class VllmEngine(EngineRules):
         return out
 
     def load_check(self, spec: ModelSpec, opts: FitOptions, par: Parallel) -> list[str]:
-        """Block-quantized FP8 checkpoints (as they ship): the fused-MoE check (:func:`fp8_moe_check`) and the
+        """What the plan says about loading this model: a multimodal wrapper's encoder profile (not modelled:
+        :meth:`profiles_encoder`), --enable-expert-parallel on a dense model; block-quantized FP8 checkpoints (as
+        they ship): the fused-MoE check (:func:`fp8_moe_check`) and the
         row-parallel linear check (:func:`kvplan.engines.base.fp8_dense_checks`, vLLM 0.33
         ``quantization/utils/fp8_utils.py validate_fp8_block_shape``; merged column-parallel layers are exempt,
         ``layers/linear.py _maybe_allow_fp8_block_shape_mismatch``)."""
         notes = []
+        if self.profiles_encoder(spec):
+            notes.append(
+                f"multimodal: vLLM's profile run also encodes dummy {spec.multimodal.get('wrapper', 'multimodal')} "
+                "inputs of the processor's largest size, which kvplan does not model: the activation peak is the "
+                "text model's and its range comes from public VLM logs (docs/budget-validation.md); exact: "
+                "--kv-cache-memory or --from-log"
+            )
         if opts.enable_expert_parallel and spec.moe is None:
             notes.append(
                 f"--enable-expert-parallel: no effect: {spec.name} has no routed experts (a dense model, or a spec "
@@ -1298,6 +1343,13 @@ class VllmEngine(EngineRules):
     def residual_key(self, settings: Settings) -> str:
         return f"vllm-{settings.extra['budget'].generation}"
 
+    def profiles_encoder(self, spec: ModelSpec) -> bool:
+        """A multimodal wrapper (``spec.multimodal``): vLLM's profile run also encodes dummy items of the
+        processor's largest size (V1 ``gpu_model_runner.py profile_run``: ``embed_multimodal`` on
+        ``mm_budget.mm_max_items_per_batch`` items, kept in the encoder cache through the dummy forward; V0
+        ``worker/model_runner.py profile_run`` with the dummy multimodal data of ``max_num_seqs`` sequences)."""
+        return bool(spec.multimodal)
+
     def term_source(self, name: str, settings: Settings) -> str:
         b = settings.extra["budget"]
         return {
@@ -1325,8 +1377,13 @@ class VllmEngine(EngineRules):
                     )
                 return log_line(m["kv_capacity_tokens"], seq, m["max_concurrency"])
 
-            extras = dict(common, max_in_flight_tokens=mnbt, async_scheduling=False, hybrid_kv_cache_manager=False,
-                          kv_tokens_rule="blocks")
+            extras = dict(
+                common,
+                max_in_flight_tokens=mnbt,
+                async_scheduling=False,
+                hybrid_kv_cache_manager=False,
+                kv_tokens_rule="blocks",
+            )
             whole = rules.concurrency_from_tokens
             return token_plan(spec, kv_dtype, opts, settings.block_size, max_len, window_rule=window,
                               windows_full=opts.swa_full, in_flight=mnbt, extras=extras, log=log,
