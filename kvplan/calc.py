@@ -265,12 +265,21 @@ class KVReplication:
     note: str
 
 
-def kv_replication(spec: ModelSpec, tensor_parallel_size: int) -> KVReplication | None:
+# Where the two rules of :func:`kv_replication` come from, as the note names them: (the KV-head split, the MLA
+# latent kept whole). The default is vLLM's; an engine names its own (EngineRules.kv_split_source).
+KV_SPLIT_VLLM = ("vLLM get_num_kv_heads", "vLLM MLAAttentionSpec")
+
+
+def kv_replication(
+    spec: ModelSpec, tensor_parallel_size: int, sources: tuple[str, str] = KV_SPLIT_VLLM
+) -> KVReplication | None:
     """How many GPUs of a TP group cache each token's K/V (or MLA latent), when more than one; else None.
 
-    A rank keeps ``max(1, H_kv // TP)`` KV heads (vLLM ``ModelConfig.get_num_kv_heads``), so at TP > H_kv each
-    head is stored on ``TP // H_kv`` ranks; an MLA layer keeps its latent whole on every rank (vLLM
-    ``MLAAttentionSpec``). Per-GPU bytes times TP are then ``factor`` times one copy of the model's cache.
+    A rank keeps ``max(1, H_kv // TP)`` KV heads (vLLM ``ModelConfig.get_num_kv_heads``; SGLang's
+    ``ModelConfig.get_num_kv_heads`` is the same rule at its attention TP), so at TP > H_kv each head is stored on
+    ``TP // H_kv`` ranks; an MLA layer keeps its latent whole on every rank (vLLM ``MLAAttentionSpec``). Per-GPU
+    bytes times TP are then ``factor`` times one copy of the model's cache. ``sources`` names the engine code the
+    note cites for the two rules (the head split, the latent): :data:`KV_SPLIT_VLLM` by default.
     """
     tp = tensor_parallel_size
     if tp <= 1:
@@ -290,13 +299,13 @@ def kv_replication(spec: ModelSpec, tensor_parallel_size: int) -> KVReplication 
     factor, heads, kind = best
     if kind == "mla":
         note = (
-            f"KV replicated: an MLA latent is cached whole on each of the {tp} GPUs (vLLM MLAAttentionSpec), so "
+            f"KV replicated: an MLA latent is cached whole on each of the {tp} GPUs ({sources[1]}), so "
             f"the per-GPU bytes × {tp} GPUs are {factor}× the model's cache"
         )
     else:
         note = (
             f"KV replicated: TP={tp} > H_kv={heads}, so each KV head is cached on {factor} of the {tp} GPUs "
-            f"(vLLM get_num_kv_heads: max(1, H_kv // TP) heads per GPU); the per-GPU bytes × {tp} GPUs are "
+            f"({sources[0]}: max(1, H_kv // TP) heads per GPU); the per-GPU bytes × {tp} GPUs are "
             f"{factor}× the model's cache"
         )
     return KVReplication(factor, heads, kind, note)

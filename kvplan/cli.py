@@ -514,7 +514,7 @@ def fit(
                 render.fit_json(e.result, reason=e.reason, suggestions=e.suggestions, gpu_notes=gpu_notes)
             )
         raise
-    for note in result.load_notes:
+    for note in (*result.load_notes, *result.engine_warnings):
         render.warn(note)
     if result.max_model_len > spec.max_model_len:
         render.warn(

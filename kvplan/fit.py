@@ -96,7 +96,8 @@ class FitResult:
             peak, non-torch memory, CUDA graphs, weights sized from a parameter count) at the high / low end of
             the residuals measured on public engine logs (:mod:`kvplan.data.budget_residuals`); equal to
             ``kv_budget_bytes`` when the budget is given (``--kv-cache-memory``) or every term exact.
-        max_requests_low, max_requests_high: ``max_concurrent_requests`` at those two budgets.
+        max_requests_low, max_requests_high: ``max_concurrent_requests`` at those two budgets (of requests of the
+            length the engine serves there: :meth:`~kvplan.engines.base.EngineRules.served_length`).
         budget_terms: each term as a dict: name, bytes, low, high, source.
         num_speculative_tokens, drafter_layers: speculative decoding (vLLM ≥ 0.33): draft tokens per step and
             the drafter's layers in the pool (MTP modules, or a draft model's / EAGLE head's layers).
@@ -112,6 +113,8 @@ class FitResult:
             block_size``), "" (no such figure).
         gpu_total_basis: where gpu_total_bytes comes from (:attr:`kvplan.gpus.GPU.cuda_total_basis`).
         kv_replication: copies of the cache across the TP group (:func:`kvplan.calc.kv_replication`), or None.
+        engine_warnings: the engine's own start-up warnings for this plan, one line each (SGLang: a KV pool that
+            holds fewer tokens than its context_len, so requests are capped at max_req_len).
         request_table_bytes: bytes of the engine's per-request token table, allocated outside the KV budget
             (SGLang's int32 ``req_to_token``: ``(max_running_requests + 1) × (context + 4) × 4``); 0 elsewhere.
         engine_refusal: why the engine refuses to start with this budget (SGLang: a state pool of no slot, an
@@ -188,6 +191,7 @@ class FitResult:
     kv_replication: object = None
     request_table_bytes: int = 0
     engine_refusal: str = ""
+    engine_warnings: tuple = ()
 
     @property
     def fits(self) -> bool:
@@ -291,7 +295,16 @@ def fit_plan(spec: ModelSpec, gpu: GPU, opts: FitOptions):
     budget = eng.budget(spec, gpu, opts, settings)
     at_attn = opts if par.attn_tp == tp else replace(opts, tensor_parallel_size=par.attn_tp)
     cache = eng.plan(spec, kv_dtype, at_attn, settings, max_len)
-    result = _result(spec, gpu, opts, settings, budget, cache, kv_dtype.name, max_len)
+
+    def served_at(b: int) -> tuple[int, str]:
+        """The request length the engine serves with ``b`` bytes for its pools, and its warning."""
+        served, warning = eng.served_length(spec, opts, cache, b, max_len)
+        if served <= opts.shared_prefix_tokens:  # no request of its own beside the prefix: counted at max_len
+            return max_len, ""
+        return served, warning
+
+    warning = served_at(budget.kv_budget_bytes)[1]
+    result = _result(spec, gpu, opts, settings, budget, cache, kv_dtype.name, max_len, served_at)
     layout = dict(
         attention_tensor_parallel_size=par.attn_tp,
         data_parallel_size=par.attn_dp,
@@ -299,20 +312,26 @@ def fit_plan(spec: ModelSpec, gpu: GPU, opts: FitOptions):
         moe_tensor_parallel_size=par.expert_slicing,
         parallel_flags=par.flags,
         load_notes=notes,
-        kv_replication=kv_replication(spec, par.attn_tp),  # the cache is split over the attention TP only
+        engine_warnings=(warning,) if warning else (),
+        # the cache is split over the attention TP only, by the engine's rule (its source named in the note)
+        kv_replication=kv_replication(spec, par.attn_tp, eng.kv_split_source),
     )
     return replace(result, **layout), cache
 
 
-def _result(spec, gpu, opts, settings, budget, cache, kv_dtype_name: str, max_len: int) -> FitResult:
-    """The :class:`FitResult` of one configuration: the plan's pools counted (:func:`count_requests`)."""
+def _result(spec, gpu, opts, settings, budget, cache, kv_dtype_name: str, max_len: int, served_at) -> FitResult:
+    """The :class:`FitResult` of one configuration: the plan's pools counted (:func:`count_requests`) for requests
+    of the length the engine serves at each budget (``served_at(bytes)[0]``: ``max_len``, or the shorter length
+    of :meth:`EngineRules.served_length`); the engine's own settings (its request cap and table) follow its
+    context, ``max_len``."""
     kv = budget.kv_budget_bytes
     prefix = opts.shared_prefix_tokens
     caps = cache.pools(kv)
     shared = cache.prefix(prefix)
-    demand = cache.demand(max_len)
+    served = served_at(kv)[0]
+    demand = cache.demand(served)
     by_memory, ratio = count_requests(caps, demand, shared)
-    m = cache.measures(kv, max_len, prefix)
+    m = cache.measures(kv, served, prefix)
 
     def cap_at(b: int):
         """The engine's cap on running requests at budget ``b``: the plan's (it may depend on the pools), else
@@ -325,7 +344,7 @@ def _result(spec, gpu, opts, settings, budget, cache, kv_dtype_name: str, max_le
     def capped(n: int, cap) -> int:
         return n if cap is None else min(n, cap)
 
-    lows = [capped(count_requests(cache.pools(b), demand, shared)[0], cap_at(b))
+    lows = [capped(count_requests(cache.pools(b), cache.demand(served_at(b)[0]), shared)[0], cap_at(b))
             for b in (budget.kv_budget_low_bytes, budget.kv_budget_high_bytes)]  # fmt: skip
     fields = dict(
         engine_version=settings.rules.version,
@@ -343,7 +362,7 @@ def _result(spec, gpu, opts, settings, budget, cache, kv_dtype_name: str, max_le
         pipeline_parallel_size=opts.pipeline_parallel_size,
         kv_dtype=kv_dtype_name,
         weights_dtype=budget.weights_dtype,
-        max_model_len=max_len,
+        max_model_len=served,
         gpu_memory_utilization=settings.utilization,
         max_num_batched_tokens=settings.max_num_batched_tokens,
         gpu_total_bytes=budget.gpu_total_bytes,
@@ -368,7 +387,7 @@ def _result(spec, gpu, opts, settings, budget, cache, kv_dtype_name: str, max_le
         shared_prefix_bytes=sum(n * u for n, u in zip(shared, cache.unit_bytes, strict=True)),
         stage_num_layers=cache.stage_num_layers,
         max_requests_by_memory=by_memory,
-        engine_log=cache.log_line(m, max_len, caps),
+        engine_log=cache.log_line(m, served, caps),
         max_requests_ratio=ratio,
         pools=tuple(zip(cache.pool_names, caps, cache.unit_bytes, strict=True)),
         cudagraph_bytes=budget.cudagraph_bytes,
@@ -380,7 +399,7 @@ def _result(spec, gpu, opts, settings, budget, cache, kv_dtype_name: str, max_le
             dict(name=t.name, bytes=t.bytes, low=t.low, high=t.high, source=t.source) for t in budget.terms
         ),  # fmt: skip
         gpu_total_basis=gpu.cuda_total_basis,
-        kv_replication=kv_replication(spec, opts.tensor_parallel_size),
+        kv_replication=kv_replication(spec, opts.tensor_parallel_size, engines.get(opts.engine).kv_split_source),
         **fields,
     )
     base.update(cache.fit_fields())  # the engine's own fields (and its names for shared ones: llama.cpp's K/V types)

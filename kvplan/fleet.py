@@ -672,9 +672,18 @@ def plan_layout(
         demand, prefix = cache.demand(c.tokens), cache.prefix(c.shared_prefix)
         if any(d > cap for d, cap in zip(demand, pool_caps, strict=True)):
             need = sum(d * u for d, u in zip(demand, units, strict=True))
+            if len(pool_caps) == 1:
+                return no(
+                    f"one request of class {c.name} ({fmt_tokens(c.tokens)}) needs {fmt_gib(need)} of KV per "
+                    f"GPU, more than the {fmt_gib(room)} the engine leaves for requests"
+                )
+            # several pools (SGLang's full / SWA / state pools): the one that cannot hold it, not the bytes of all
+            name, d, cap, u = next((n, d, cap, u) for n, d, cap, u in zip(cache.pool_names, demand, pool_caps, units,
+                                                                         strict=True) if d > cap)  # fmt: skip
             return no(
-                f"one request of class {c.name} ({fmt_tokens(c.tokens)}) needs {fmt_gib(need)} of KV per "
-                f"GPU, more than the {fmt_gib(room)} the engine leaves for requests"
+                f"one request of class {c.name} ({fmt_tokens(c.tokens)}) needs {d:,} {name} ({fmt_gib(d * u)} per "
+                f"GPU), more than the {cap:,} of the engine's {name} pool ({fmt_gib(cap * u)}; the rest of the KV "
+                f"budget is its other pools: {', '.join(n for n in cache.pool_names if n != name)})"
             )
         classes.append((c.concurrency, tuple(d - p for d, p in zip(demand, prefix, strict=True)), prefix))
     slo = slo or SLO()

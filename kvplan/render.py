@@ -748,7 +748,10 @@ def sglang_lines(r, es: dict) -> list[str]:
     if not es:
         return []
     out = []
-    head = [f"page_size {es['page_size']}", f"chunked_prefill_size {es['chunked_prefill_size']:,}"]
+    chunked = f"chunked_prefill_size {es['chunked_prefill_size']:,}"
+    if es.get("chunked_prefill_source"):
+        chunked += f" ({es['chunked_prefill_source']})"
+    head = [f"page_size {es['page_size']}", chunked]
     if "max_running_requests" in es and not r.engine_refusal:
         head.append(f"max_running_requests {es['max_running_requests']:,} ({es['max_running_requests_bound']})")
     out.append(f"SGLang {r.engine_version} rules: " + ", ".join(head))
@@ -766,6 +769,11 @@ def sglang_lines(r, es: dict) -> list[str]:
         out.append(
             f"SWA pool: {es['swa_tokens']:,} tokens ({how}; window {es['swa_window']:,}), full pool "
             f"{es['full_tokens']:,} tokens"
+        )
+    if es.get("max_req_len") is not None and es["max_req_len"] < es["context_len"] - 1:
+        out.append(
+            f"  max_req_len {es['max_req_len']:,}: the KV pool holds {es['full_tokens']:,} tokens, fewer than "
+            f"context_len {es['context_len']:,}; SGLang admits no longer request (managers/tp_worker.py:558)"
         )
     if r.request_table_bytes:
         out.append(
@@ -794,7 +802,8 @@ def budget_note(r) -> str:
     reqs = f"{lo:,}" if lo == hi else f"{lo:,}–{hi:,}"
     return (
         f"The KV budget is modelled ({fmt_gib_range(r.kv_budget_low_bytes, r.kv_budget_high_bytes)}: each modelled "
-        f"term at the extremes measured on public {r.engine} logs, docs/budget-validation.md): {reqs} requests of "
+        f"term at the extremes measured on public {r.engine} logs, docs/budget-validation.md): {reqs} "
+        f"{'request' if reqs == '1' else 'requests'} of "
         f"{fmt_tokens(r.max_model_len)} over that range. Exact: give the engine's printed budget with "
         "--kv-cache-memory, or its start-up log with --from-log."
     )

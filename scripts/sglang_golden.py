@@ -50,10 +50,14 @@ N rows spread over the grid, each in a fresh process, and fails unless every one
 
 The fixture:
 
-- ``kv_rows``: one per (model, tp, page_size, kv_cache_dtype, context_length, flags, budget); ``ok`` with
+- ``kv_rows``: one per (model, tp, page_size, kv_cache_dtype, context_length, flags, budget), the grid of
+  :func:`kv_grid` and then the DP-attention rows of :func:`kv_dp_grid` (``--enable-dp-attention --dp-size D``:
+  rank 0 of attention-DP group 0, whose pools and ``max_running_requests`` are its group's); ``ok`` with
   ``result`` (``max_total_num_tokens``, ``full_/swa_max_total_num_tokens`` for hybrid SWA,
   ``max_running_requests``, ``max_mamba_cache_size``, ``req_to_token_shape`` of the int32 request table,
-  ``mamba_pool_bytes``), or not ``ok`` with SGLang's ``error`` and the ``stage`` it came from;
+  ``mamba_pool_bytes``, ``max_req_len``: the longest request the scheduler admits, from
+  ``TpModelWorker.get_worker_info`` on the planned pools), or not ``ok`` with SGLang's ``error`` and the
+  ``stage`` it came from;
   ``resolved`` indexes the ``resolved`` table (settings and per-token sizes SGLang resolved; what every
   row of a model shares is in ``models[name].resolved_common``); ``log`` indexes ``log_lines``.
 - ``examples``: the issue's Qwen3-Next case and refusals the grid does not reach (full rows, no tables).
@@ -69,6 +73,7 @@ import contextlib
 import datetime
 import importlib.abc
 import importlib.machinery
+import itertools
 import json
 import logging
 import os
@@ -349,9 +354,11 @@ def import_sglang(platform: str) -> types.SimpleNamespace:
     from sglang.srt.arg_groups.overrides import resolving_view
     from sglang.srt.configs.hybrid_arch import mambaish_config
     from sglang.srt.configs.model_config import AttentionArch, ModelConfig
+    from sglang.srt.managers.tp_worker import TpModelWorker
     from sglang.srt.mem_cache import kv_cache_configurator as kvcm
     from sglang.srt.mem_cache import kv_cache_dtype as kvd
     from sglang.srt.model_executor import pool_configurator as pc
+    from sglang.srt.model_executor.model_runner import ModelRunner
     from sglang.srt.model_executor.model_runner_components.layer_setup import resolve_layer_indices
     from sglang.srt.model_executor.model_runner_components.load_model_utils import resolve_sliding_window_size
     from sglang.srt.server_args import prepare_server_args
@@ -378,6 +385,8 @@ def import_sglang(platform: str) -> types.SimpleNamespace:
         resolve_sliding_window_size=resolve_sliding_window_size,
         prepare_server_args=prepare_server_args,
         SpeculativeAlgorithm=SpeculativeAlgorithm,
+        TpModelWorker=TpModelWorker,
+        ModelRunner=ModelRunner,
         model_classes={},
     )
     return SGL
@@ -425,6 +434,30 @@ def model_stand_in(mc) -> object:
     if text is not None and text is not mc.hf_config:
         object.__setattr__(obj, "text_config", text)
     return obj
+
+
+def worker_max_req_len(kvc, mc, config, pool) -> int:
+    """The longest request the scheduler admits: ``TpModelWorker.get_worker_info``'s ``max_req_len``
+    (``managers/tp_worker.py:550``; it warns when the KV pool holds fewer tokens than ``context_len``), on a
+    stand-in worker whose model runner holds the planned pools as ``ModelRunner.alloc_memory_pool`` sets them
+    (``model_executor/model_runner.py:985``) and answers with ``ModelRunner``'s own capacity properties."""
+    props = ("logical_max_total_num_tokens", "effective_logical_max_total_num_tokens", "effective_max_total_num_tokens")
+    runner = type("ModelRunnerStandIn", (), {k: getattr(SGL.ModelRunner, k) for k in props})()
+    runner.__dict__.update(
+        is_hybrid_swa=mc.is_hybrid_swa,
+        kv_cache_configurator=kvc,
+        token_to_kv_pool_allocator=None,
+        max_total_num_tokens=config.max_total_num_tokens,
+        full_max_total_num_tokens=config.full_max_total_num_tokens,
+        swa_max_total_num_tokens=config.swa_max_total_num_tokens,
+        max_running_requests=config.max_running_requests,
+        req_to_token_pool=pool,
+        token_to_kv_pool=types.SimpleNamespace(size=config.max_total_num_tokens),
+        forward_stream=None,
+    )
+    worker = types.SimpleNamespace(model_runner=runner, model_config=mc, dllm_algorithm=None, random_seed=0,
+                                   device="cuda")  # fmt: skip
+    return SGL.TpModelWorker.get_worker_info(worker)[4]
 
 
 def sliding_window_of(model, mc):
@@ -633,6 +666,8 @@ def _kv_case(
             result["mamba_pool_bytes"] = sum(
                 SGL.torch.Size(t["shape"]).numel() * getattr(SGL.torch, t["dtype"]).itemsize for t in tensors
             )
+        stage = "worker_info"
+        result["max_req_len"] = worker_max_req_len(kvc, mc, config, pool)
         row.update(ok=True, result=result)
     except Exception as e:  # noqa: BLE001 - a refusal is a row
         row.update(ok=False, stage=stage, error=f"{type(e).__name__}: {e}")
@@ -710,6 +745,36 @@ def kv_grid(quick: bool):
                             )
 
 
+# DP attention: each attention-DP group of tp / dp GPUs runs its own scheduler and pools (flags beyond the DP ones,
+# by kind of model: the per-worker share of --max-running-requests, --max-mamba-cache-size and the SWA request cap)
+DP_FLAG_VARIANTS = {
+    "all": [[], ["--max-running-requests", "64"]],
+    "swa": [["--disable-radix-cache", "--max-running-requests", "32"]],
+    "mamba": [["--max-mamba-cache-size", "100"], ["--disable-radix-cache", "--max-running-requests", "48"]],
+}
+
+
+def kv_dp_grid(quick: bool):
+    """(model, kind, tmp, case) of the DP-attention KV rows: every model at each TP of 2 or more and every DP
+    width that divides it, page 1, the model's dtype, 4,096 tokens (or the model's maximum below that), both
+    budgets."""
+    tmp = Path(tempfile.mkdtemp(prefix="sglang-golden-"))
+    for name, (_, tps, _) in MODELS.items():
+        if quick and name not in QUICK_MODELS:
+            continue
+        kind, max_ctx = kv_kind(name, tmp)
+        variants = DP_FLAG_VARIANTS["all"] + DP_FLAG_VARIANTS.get(kind, [])
+        for tp in [t for t in tps if t >= 2]:
+            for dp in [d for d in (2, 4, 8) if d <= tp and tp % d == 0]:
+                if quick and dp != tp:
+                    continue
+                for budget in BUDGETS:
+                    for extra in variants:
+                        flags = ["--enable-dp-attention", "--dp-size", str(dp)] + extra
+                        case = dict(tp=tp, page=1, kv_dtype="auto", ctx=min(4096, max_ctx), flags=flags, budget=budget)
+                        yield name, kind, tmp, case
+
+
 # The issue's worked example (Qwen3-Next-80B bf16 TP1, 10 GiB; requests of 4096 tokens).
 EXAMPLES = [
     ("qwen3-next-80b-a3b", dict(tp=1, page=1, kv_dtype="auto", ctx=None, flags=[], budget=10 * GIB)),
@@ -743,7 +808,24 @@ BUDGET_FLAGS = [
     ["--enable-dp-attention", "--dp-size", "2"],
     ["--context-length", "8192"],
     ["--context-length", "32768"],
+    # DP attention at every width a TP allows (the graph reserve grows with it; chunked_prefill_size is divided
+    # by it after mem_fraction_static is resolved), the new flag's spelling, and with the flags it interacts with
+    ["--enable-dp-attention", "--dp-size", "4"],
+    ["--enable-dp-attention", "--dp-size", "8"],
+    ["--attn-dp-size", "4"],
+    ["--enable-dp-attention", "--dp-size", "2", "--chunked-prefill-size", "16384"],
+    ["--enable-dp-attention", "--dp-size", "2", "--max-running-requests", "32"],
+    ["--enable-dp-attention", "--dp-size", "2", "--disable-cuda-graph"],
 ]
+
+
+def attn_dp_size(flags: list[str]) -> int:
+    """The attention-DP width a flag list asks for (``--attn-dp-size N``, or ``--dp-size N`` with
+    ``--enable-dp-attention``), 1 without it."""
+    for flag in ("--attn-dp-size", "--dp-size"):
+        if flag in flags and (flag == "--attn-dp-size" or "--enable-dp-attention" in flags):
+            return int(flags[flags.index(flag) + 1])
+    return 1
 
 
 def budget_case(gpu: str, name: str, tmp: Path, tp: int, flags: list[str]) -> dict:
@@ -833,7 +915,8 @@ def budget_section(tmp: Path, platform: str, quick: bool) -> dict:
         for name in BUDGET_MODELS[:1] if quick else BUDGET_MODELS:
             for tp in (1, 2, 4, 8):
                 for flags in BUDGET_FLAGS[:2] if quick else BUDGET_FLAGS:
-                    if "--dp-size" in flags and tp < 2:
+                    dp = attn_dp_size(flags)
+                    if dp > 1 and (tp < dp or tp % dp):  # SGLang asserts tp_size % attn_dp_size == 0
                         continue
                     rows.append(budget_case(gpu, name, tmp, tp, flags))
     profiles = []
@@ -862,7 +945,7 @@ def run_platform(platform: str, quick: bool) -> dict:
         GPU_STATE.update(GPUS["H100-80GB"])
         rows = []
         t0 = time.time()
-        for i, (name, kind, mtmp, case) in enumerate(kv_grid(quick)):
+        for i, (name, kind, mtmp, case) in enumerate(itertools.chain(kv_grid(quick), kv_dp_grid(quick))):
             row = kv_case(name, mtmp, **case)
             row["kind"] = kind
             rows.append(row)
@@ -980,7 +1063,8 @@ def main() -> None:
         assumptions=(
             "KV rows: one H100 80GB HBM3 (SM 9.0, nvidia-smi total 81559 MiB) per TP rank, CUDA code paths; "
             "the KV budget handed to _resolve_memory_pool_config as get_available_gpu_memory() with "
-            "pre_model_load_memory=0 (no slack): rest_memory = budget; no speculative decoding, PP 1, DP 1; "
+            "pre_model_load_memory=0 (no slack): rest_memory = budget; no speculative decoding, PP 1, DP 1 except "
+            "the --enable-dp-attention rows (rank 0 of attention-DP group 0: its group's pools and requests); "
             "model objects without weights (quant_config None)."
         ),
         models={

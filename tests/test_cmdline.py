@@ -527,6 +527,28 @@ def test_tune_with_a_different_context(cli):
     assert "is beyond Qwen/Qwen2.5-7B-Instruct's max context of 32,768 tokens" in err
 
 
+def test_a_sibling_release_of_the_bundled_one(cli):
+    # bundled qwen3-next-80b-a3b is the Thinking release's config.json (its spec's hf_repo and source); the Instruct
+    # release resolves to it offline, the warning saying which release was bundled
+    from kvplan.loader import load_bundled
+    from kvplan.readers.hub import TUNE_RELATION, TUNES
+
+    bundled = load_bundled("qwen3-next-80b-a3b")
+    assert bundled.hf_repo == "Qwen/Qwen3-Next-80B-A3B-Thinking"
+    assert TUNES["Qwen/Qwen3-Next-80B-A3B-Instruct"] == ("qwen3-next-80b-a3b", {}, "unchecked")
+    assert set(TUNE_RELATION) <= set(TUNES)
+    code, out, err = cli("estimate", "Qwen/Qwen3-Next-80B-A3B-Instruct", "--seq", "4k", "--json")
+    assert code == 0
+    assert (
+        "Qwen/Qwen3-Next-80B-A3B-Instruct: the geometry of bundled qwen3-next-80b-a3b (bundled from the Thinking "
+        "release's config.json; the Instruct and Thinking releases are post-trains of one base, with its config.json; "
+        "its own config.json not checked here; HF_HUB_OFFLINE is set)"
+    ) in err
+    want = json.loads(cli("estimate", "qwen3-next-80b-a3b", "--seq", "4k", "--json")[1])
+    got = json.loads(out)
+    assert got["model"] == "Qwen/Qwen3-Next-80B-A3B-Instruct" and got["total_bytes"] == want["total_bytes"] > 0
+
+
 def test_other_ids_are_not_mapped(cli):
     code, out, err = cli("estimate", "meta-llama/Llama-3.1-70B-Instruct-FP8", "--seq", "4k")
     one_line_error(code, out, err, "not a bundled model, and its config.json is not in the Hugging Face cache")

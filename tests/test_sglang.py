@@ -195,3 +195,85 @@ def test_sglang_spellings_reach_the_plan(cli):
     # SGLang's request-cap SWA pool: 32 × (127 + 128 + 1 + 1) + 2 × 4,096 + 1 = 16,417 tokens
     assert d["engine_settings"]["swa_tokens"] == 32 * (127 + 128 + 2) + 2 * 4096 + 1 == 16_417
     assert d["engine_settings"]["chunked_prefill_size"] == 4096 and d["max_num_seqs"] == 32
+
+
+# --- attention DP, the served length, the KV-head split's source (issue 16 audit) ---------------------------------
+
+
+def budget_row(gpu: str, model: str, tp: int, flags: list[str]) -> dict:
+    (row,) = [r for r in golden.FIXTURE["budget"]["rows"]
+              if (r["gpu"], r["model"], r["tp"], r["flags"]) == (gpu, model, tp, flags)]  # fmt: skip
+    return row
+
+
+def test_dp_attention_settings_are_sglangs(cli):
+    # SGLang 0.5.23 on an H200, DeepSeek-V3 at TP 8 with --enable-dp-attention --dp-size 2: mem_fraction_static 0.854
+    # (its DP-attention graph reserve) and chunked_prefill_size 8192 // 2 = 4096 (the fixture's budget row)
+    want = budget_row("H200", "deepseek-v3", 8, ["--enable-dp-attention", "--dp-size", "2"])
+    assert (want["mem_fraction_static"], want["chunked_prefill_size"]) == (0.854, 4096)
+    for flags in (["--enable-dp-attention", "--dp-size", "2"], ["--attn-dp-size", "2"]):
+        d = json.loads(cli("fit", "deepseek-v3", "--gpu", "h200", "--tp", "8", "--engine", "sglang", *flags,
+                           "--json")[1])  # fmt: skip
+        assert (d["gpu_memory_utilization"], d["max_num_batched_tokens"]) == (0.854, 4096)
+        assert d["data_parallel_size"] == 2 and d["attention_tensor_parallel_size"] == 4
+    code, out, _ = cli("fit", "deepseek-v3", "--gpu", "h200", "--tp", "8", "--engine", "sglang", "--attn-dp-size", "2")
+    assert "chunked_prefill_size 4,096 (8,192 // attn_dp_size 2)" in out
+    assert "mem_fraction_static 0.854 = round((143771 MiB − 20992 MiB reserved) / 143771 MiB, 3)" in out
+
+
+def test_each_dp_group_holds_its_own_requests():
+    # SGLang's resolve_max_num_reqs is per DP worker: --max-running-requests 64 at --dp-size 8 gives each group 8,
+    # while its default (clamp(...), 4,096 here) is not divided (the fixture's DP rows: DeepSeek-V3 TP 8, 10 GiB)
+    dp8 = ["--enable-dp-attention", "--dp-size", "8"]
+    rows_ = {tuple(r["flags"][3:]): r for r in golden.FIXTURE["kv_rows"] if r["model"] == "deepseek-v3"
+             and r["tp"] == 8 and r["flags"][:3] == dp8 and r["budget"] == 10 * GIB}  # fmt: skip
+    assert rows_[()]["result"]["max_running_requests"] == 4096
+    assert rows_[("--max-running-requests", "64")]["result"]["max_running_requests"] == 8
+    tokens = rows_[()]["result"]["max_total_num_tokens"]  # 152,797: one GPU's latent pool, attention TP 1
+    spec = golden.spec("deepseek-v3")
+    opts = FitOptions(engine=Engine.sglang, kv_cache_memory_bytes=10 * GIB)
+    # 4,500 requests of 256 tokens: a group holds min(tokens // 256, 4,096) = 596, a replica 8 × 596 = 4,768; with
+    # the default cap divided by 8 (512 a group, 4,096 a replica) two replicas would be needed
+    wl = workload_from_data({"name": "w", "classes": [{"name": "c", "concurrency": 4500, "tokens": 256}]}, "w")
+    (row,) = [
+        r for r in plan_fleet(spec, wl, [get_gpu("h100")], opts, tps=[8], pps=[1]) if r.layout == "TP 1 × DP 8, EP 8"
+    ]
+    assert tokens // 256 == 596 and (row.replicas, row.requests_per_replica) == (1, 4500)
+    capped = FitOptions(engine=Engine.sglang, kv_cache_memory_bytes=10 * GIB, max_num_seqs=64)
+    (row,) = [r for r in plan_fleet(spec, wl, [get_gpu("h100")], capped, tps=[8], pps=[1])
+              if r.layout == "TP 1 × DP 8, EP 8"]  # fmt: skip
+    assert (row.replicas, row.limit) == (-(-4500 // 64), "max_running_requests")
+
+
+def test_sglang_serves_requests_the_pool_holds(cli):
+    # no --max-model-len: SGLang starts with a pool of 232,546 tokens under a context_len of 262,144, warns, and
+    # admits requests of max_req_len 232,545 (the fixture's example row, run through get_worker_info)
+    (want,) = [
+        r for r in golden.FIXTURE["examples"] if r["model"] == "qwen3-next-80b-a3b" and r["context_length"] is None
+    ]
+    assert want["ok"] and want["result"]["max_req_len"] == 232_545
+    args = ("fit", "qwen3-next-80b-a3b", "--gpu", "h100", "--engine", "sglang", "--kv-cache-memory", "10GiB")
+    code, out, err = cli(*args)
+    assert code == 0
+    assert 'SGLang starts with "KV pool holds 232546 tokens, fewer than --context-length 262144"' in err
+    assert "max_model_len 232,545" in out and "Max concurrent requests of 232,545 tokens: 1\n" in out
+    rows_, cols = want["result"]["req_to_token_shape"]
+    assert f"= ({rows_ - 1} + 1) × ({cols - 4:,} + 4) × 4" in out  # the request table keeps SGLang's context_len
+    # a given length is kept: none of 262,144 fits, and the message says which pool and what took the rest
+    code, out, err = cli(*args, "--max-model-len", "256k")
+    assert code == 1 and out == ""
+    assert (
+        "one request of max_model_len 262,144 needs 262,144 tokens of the full-layer pool (6 GiB), which holds "
+        "232,546 (5.3226 GiB): of the 10 GiB KV budget, the Mamba state pool 64 slots + 1 padding"
+    ) in err
+    assert "serves requests up to max_req_len 232,545 tokens" in err and "but the KV budget is" not in err
+
+
+def test_the_kv_head_split_cites_sglang(cli):
+    # Qwen3-30B-A3B (4 KV heads) at TP 8 with EP: SGLang's own get_num_kv_heads, not vLLM's, is cited
+    code, out, _ = cli("fit", "qwen3-30b-a3b", "--gpu", "h100", "--tp", "8", "--engine", "sglang", "--ep-size", "8",
+                       "--max-model-len", "32k")  # fmt: skip
+    assert code == 0 and "vLLM" not in out.split("KV replicated:")[1].splitlines()[0]
+    assert "(SGLang ModelConfig.get_num_kv_heads(attn_tp_size), configs/model_config.py:1700: max(1, H_kv // TP)" in out
+    code, out, _ = cli("fit", "deepseek-v3", "--gpu", "h200", "--tp", "8", "--engine", "sglang", "--attn-dp-size", "2")
+    assert "an MLA latent is cached whole on each of the 4 GPUs (SGLang MLA pool" in out

@@ -7,8 +7,10 @@ the fixture's ``assumptions``). Every row kvplan can express is planned with ``p
 - ``kv_rows`` and ``examples`` (an H100 per TP rank, a given budget): the pools (``max_total_num_tokens``, the
   full and SWA split, Mamba slots), ``max_running_requests``, the ``req_to_token`` table, the Mamba pool's bytes,
   the per-token cell, the per-request state, the page and window SGLang resolved, its pool log lines; and for
-  the 272 rows SGLang refuses, a refusal naming the same cause (with its numbers);
-- ``budget.rows``: ``mem_fraction_static`` and ``chunked_prefill_size`` per GPU, TP and flags;
+  the 292 rows SGLang refuses, a refusal naming the same cause (with its numbers); 868 of the rows run with
+  attention DP (``--enable-dp-attention --dp-size D``: one group's pools, its share of the requests);
+- ``budget.rows``: ``mem_fraction_static`` and ``chunked_prefill_size`` per GPU, TP and flags (attention DP
+  included);
 - ``budget.profile``: the KV budget from the free memory before and after the weights.
 
 The rows kvplan cannot express are listed in :data:`INEXPRESSIBLE` with the reason, and counted.
@@ -47,12 +49,14 @@ VALUED = {
     "--chunked-prefill-size": ("max_num_batched_tokens", int),
     "--context-length": ("max_model_len", int),
     "--mem-fraction-static": ("gpu_memory_utilization", float),
+    "--dp-size": ("data_parallel_size", int),  # with --enable-dp-attention: attention DP (kvplan's --attn-dp-size)
+    "--attn-dp-size": ("data_parallel_size", int),
 }
 BOOLEAN = {"--disable-radix-cache": "disable_radix_cache", "--disable-hybrid-swa-memory": "swa_full",
            "--disable-cuda-graph": "enforce_eager"}  # fmt: skip
+MARKERS = {"--enable-dp-attention"}  # makes --dp-size attention DP; every --dp-size of the fixture comes with it
 # Rows kvplan cannot express, with the reason: (predicate on the row's flags, reason). Every other row is compared.
 INEXPRESSIBLE = {
-    "--enable-dp-attention": "DP attention is not in kvplan (each attention-DP rank holds its own requests)",
     "--disable-prefill-cuda-graph": "kvplan has no flag for SGLang's prefill CUDA graph alone (its mem_fraction_static "
     "reserve); --disable-cuda-graph (FitOptions.enforce_eager) turns both graphs off",
     "--cuda-graph-max-bs-decode": "kvplan has no flag for SGLang's decode CUDA-graph batch size",
@@ -98,9 +102,12 @@ def inexpressible(flags: list[str]) -> str | None:
 
 def options(flags: list[str], **kw) -> dict:
     """FitOptions keywords of SGLang's flags."""
+    assert "--dp-size" not in flags or "--enable-dp-attention" in flags  # SGLang's replicas: not in the fixture
     i = 0
     while i < len(flags):
-        if flags[i] in BOOLEAN:
+        if flags[i] in MARKERS:
+            i += 1
+        elif flags[i] in BOOLEAN:
             kw[BOOLEAN[flags[i]]] = True
             i += 1
         else:
@@ -189,7 +196,15 @@ def differences(row: dict) -> list:
     same("max_running_requests", fit.max_num_seqs, want["max_running_requests"])
     rows, cols = want["req_to_token_shape"]
     same("req_to_token bytes", fit.request_table_bytes, rows * cols * 4)
-    same("context_len", fit.max_model_len, cols - 4)
+    same("context_len", fit.engine_settings["context_len"], cols - 4)
+    # the longest request SGLang admits (get_worker_info): kvplan plans requests of context_len, or without a
+    # --context-length of max_req_len when the pool holds fewer tokens (SGLang starts and warns)
+    same("max_req_len", fit.engine_settings["max_req_len"], want["max_req_len"])
+    warned = [x for x in logs(row) if "KV pool holds" in x]
+    if row["context_length"] is None:
+        same("served length", fit.max_model_len, want["max_req_len"] if warned else cols - 4)
+        mine = [w for w in fit.engine_warnings if f"KV pool holds {want['max_total_num_tokens']} tokens" in w]
+        same("max_req_len warning", len(mine), len(warned))
     pool_lines = [x.removeprefix("INFO: ").strip() for x in logs(row)
                   if "Use sliding window memory pool" in x or "Mamba Cache is allocated" in x]  # fmt: skip
     same("log", [x.strip() for x in fit.engine_log.split("; ") if x], pool_lines)
@@ -203,7 +218,9 @@ def kv_rows(names) -> list[dict]:
 def test_the_fixture_is_sglangs_own():
     assert FIXTURE["sglang_version"] == "0.5.23" and FIXTURE["generated_by"] == "scripts/sglang_golden.py"
     assert sorted(sum(FAMILIES.values(), [])) == sorted(FIXTURE["models"])
-    assert len(FIXTURE["kv_rows"]) == 6360 and sum(not r["ok"] for r in FIXTURE["kv_rows"]) == 272
+    # 6,360 rows of the grid and 868 with attention DP (--enable-dp-attention --dp-size 2, 4, 8)
+    assert len(FIXTURE["kv_rows"]) == 7228 and sum(not r["ok"] for r in FIXTURE["kv_rows"]) == 292
+    assert sum("--enable-dp-attention" in r["flags"] for r in FIXTURE["kv_rows"]) == 868
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))
@@ -231,7 +248,7 @@ def test_the_issue_figures():
 
 def test_refusals_name_sglangs_cause():
     rows = [r for r in FIXTURE["kv_rows"] + FIXTURE["examples"] if not r["ok"]]
-    assert len(rows) == 274  # 272 KV rows and 2 examples
+    assert len(rows) == 294  # 292 KV rows (20 of them with attention DP) and 2 examples
     seen = set()
     for r in rows:
         fit, cache = plan(r)
@@ -246,7 +263,7 @@ def budget_rows():
 
 
 def test_mem_fraction_static_equals_sglangs_default():
-    compared, skipped = 0, {}
+    compared, skipped, dp_rows = 0, {}, 0
     wrong = []
     for r in budget_rows():
         why = inexpressible(r["flags"])
@@ -262,12 +279,14 @@ def test_mem_fraction_static_equals_sglangs_default():
         if got != (r["mem_fraction_static"], r["chunked_prefill_size"]):
             wrong.append((r["gpu"], r["model"], r["tp"], r["flags"], got, r["mem_fraction_static"]))
         compared += 1
+        dp_rows += opts.data_parallel_size > 1
     assert wrong == []
-    # 903 rows: 588 compared, and the inexpressible ones, each counted with its reason
-    assert compared == 588 and sum(skipped.values()) == 315
+    # 1,197 rows: 945 compared (357 with attention DP: --dp-size 2, 4 and 8 with --enable-dp-attention, and
+    # --attn-dp-size 4), and the inexpressible ones, each counted with its reason
+    assert compared == 945 and dp_rows == 357 and sum(skipped.values()) == 252
     assert skipped == {
         INEXPRESSIBLE["--disable-prefill-cuda-graph"]: 84, INEXPRESSIBLE["--chunked-prefill-size -1"]: 84,
-        INEXPRESSIBLE["--cuda-graph-max-bs-decode"]: 84, INEXPRESSIBLE["--enable-dp-attention"]: 63,
+        INEXPRESSIBLE["--cuda-graph-max-bs-decode"]: 84,
     }  # fmt: skip
 
 
@@ -303,4 +322,4 @@ def test_the_inexpressible_rows_are_listed():
     # every row of the fixture is compared except these, and only for the reasons given
     kv = [r for r in FIXTURE["kv_rows"] + FIXTURE["examples"] if inexpressible(r["flags"])]
     budget = [r for r in budget_rows() if inexpressible(r["flags"])]
-    assert kv == [] and len(budget) == 315
+    assert kv == [] and len(budget) == 252

@@ -501,6 +501,8 @@ class EngineRules:
             ``max_running_requests``), for ``limit`` in ``fleet`` and ``sweep``.
         settings_depend_on_seq: the settings depend on max_model_len (SGLang's mem_fraction_static on ROCm):
             the sweep then groups sequence lengths by :meth:`settings_key` too.
+        kv_split_source: the engine code the KV-replication note cites (:func:`kvplan.calc.kv_replication`): the
+            KV-head split over the attention TP and the MLA latent kept whole on every rank (default vLLM's).
     """
 
     engine: Engine
@@ -515,6 +517,7 @@ class EngineRules:
     #: (DeepSeek-V4's ``compressed`` layers, RecurrentGemma's ``rglru`` blocks). ``check`` refuses them.
     unplanned_kinds: dict[str, str] = {}
     request_cap_name: str = "max_num_seqs"
+    kv_split_source: tuple[str, str] = ("vLLM get_num_kv_heads", "vLLM MLAAttentionSpec")
     settings_depend_on_seq: bool = False
 
     # --- versions ---------------------------------------------------------------------------------------
@@ -575,6 +578,13 @@ class EngineRules:
     def request_length(self, spec: ModelSpec, opts: FitOptions, settings: Settings) -> int:
         """Tokens of the request a plan is counted for: ``--max-model-len``, else the model's max context."""
         return spec.max_model_len if opts.max_model_len is None else opts.max_model_len
+
+    def served_length(self, spec: ModelSpec, opts: FitOptions, cache: CachePlan, budget: int, max_len: int):
+        """(tokens, warning): the longest request the engine serves once its pools are sized for ``budget`` bytes,
+        when that is shorter than ``max_len`` (the request length of :meth:`request_length`) and the engine starts
+        anyway, with the engine's start-up warning saying so; else ``(max_len, "")``. The plan is then counted for
+        requests of that length (SGLang without ``--context-length``). The default: ``(max_len, "")``."""
+        return max_len, ""
 
     def plan_depends_on_length(self, opts: FitOptions) -> bool:
         """True when the engine's settings and budget change with the request length (llama.cpp sizes its

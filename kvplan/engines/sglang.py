@@ -27,7 +27,14 @@ file:line under ``sglang/srt/``) and run on CPU by ``scripts/sglang_golden.py``,
    token, an SWA pool that cannot hold one request, an SWA cap that leaves no full pool, a state cache serving
    no request), the plan's pools are empty and :meth:`SglangPlan.refusal` says why, as SGLang does.
 
-Not modelled (outside the fixture): speculative decoding, DP attention, unified memory, post-capture KV
+7. **Attention DP** (``--attn-dp-size D``, or ``--dp-size D --enable-dp-attention``): D groups of TP / D GPUs,
+   each with its own scheduler and pools (:func:`parallel`): KV heads split over TP / D
+   (``configs/model_config.py:1700 get_num_kv_heads(attn_tp_size)``), an MLA latent whole on each GPU; a group
+   runs ``--max-running-requests // D`` (the default cap is per group, undivided) and holds
+   ``--max-mamba-cache-size // D`` state slots (:func:`per_worker`); ``chunked_prefill_size // D`` per step and
+   a larger CUDA-graph reserve in ``mem_fraction_static`` (:func:`mem_fraction_static_default`).
+
+Not modelled (outside the fixture): speculative decoding, unified memory, post-capture KV
 sizing (off by default, ``environ.py:640``), hierarchical cache, FP4 / mxfp8 KV, DeepSeek-V4 and MiniMax
 sparse configurators, ``--disable-overlap-schedule`` and the ``no_buffer`` Mamba strategy.
 """
@@ -319,6 +326,13 @@ def max_running_requests(tokens, context_len, given: int | None, slots=None, slo
     return r
 
 
+def per_worker(given: int | None, attn_dp: int) -> int | None:
+    """One attention-DP group's share of the replica's ``--max-running-requests``: ``max(1, given //
+    attn_dp_size)`` (``kv_cache_configurator.py:3128 resolve_max_num_reqs``, ``pool_configurator.py:956``); None
+    when not given (SGLang's default, :func:`max_running_requests`, is per group and is not divided)."""
+    return None if given is None else max(1, given // attn_dp)
+
+
 def request_table_bytes(max_running: int, context_len: int) -> int:
     """Bytes of SGLang's ``req_to_token`` table, allocated after the KV pools (outside their budget):
     ``int32[(max_running_requests + 1), context_len + 4]`` (``kv_cache_configurator.py:1571``,
@@ -362,7 +376,10 @@ class SglangPlan(CachePlan):
         conv_bytes, ssm_bytes: one request's state (0 without states).
         mamba_ratio, fixed_slots: ``--mamba-full-memory-ratio``; the slots set by a flag, or None.
         slots_per_request: state slots a running request takes.
-        max_total_tokens, max_running: ``--max-total-tokens`` and ``--max-running-requests``, or None.
+        max_total_tokens: ``--max-total-tokens``, or None.
+        max_running, max_running_given: ``--max-running-requests`` per attention-DP group (:func:`per_worker`) and
+            as given for the replica, or None.
+        attn_dp: attention-DP groups of the replica (``--attn-dp-size``); the pools are one group's.
         context_len: max_model_len (the request table's width; the pool of a model without attention layers).
     """
 
@@ -381,6 +398,8 @@ class SglangPlan(CachePlan):
     slots_per_request: int = MAMBA_SLOTS_PER_REQUEST
     max_total_tokens: int | None = None
     max_running: int | None = None
+    max_running_given: int | None = None
+    attn_dp: int = 1
     context_len: int = 0
     stage_num_layers: int = 0
     extras: dict = field(default_factory=dict)
@@ -568,9 +587,12 @@ class SglangPlan(CachePlan):
             )
         if code == SWA_CAP_NO_ROOM:
             swa_gib = self.swa_cap_tokens * self.swa_per_token / GIB
+            given = f"--max-running-requests {self.max_running_given}"
+            if self.attn_dp > 1:
+                given += f" // attn_dp_size {self.attn_dp}"
             return (
                 f"SGLang refuses to start: the SWA pool cap ({self.swa_cap_tokens} tokens, {swa_gib:.2f} GiB, sized "
-                f"for --max-running-requests {self.max_running} with --disable-radix-cache) leaves no room for the "
+                f"for {self.max_running} running requests, {given}, with --disable-radix-cache) leaves no room for the "
                 f"full KV pool within {s['avail'] / GIB:.2f} GiB (pool_configurator.py:1010); "
                 "lower --max-running-requests"
             )
@@ -592,9 +614,13 @@ class SglangPlan(CachePlan):
         slots = s["slots"]
         per_req = self.state_per_request
         if self.max_running is not None:
-            bound = f"--max-running-requests {self.max_running}"
+            bound = f"--max-running-requests {self.max_running_given}"
+            if self.attn_dp > 1:
+                bound += f" // attn_dp_size {self.attn_dp} = {self.max_running} per DP group"
         else:
             bound = "clamp(int(tokens / context_len × 512), 2048, 4096)"
+            if self.attn_dp > 1:
+                bound += " per DP group"
         if s["code"] == OK:
             if per_req and running == slots // self.slots_per_request and running < s["full"] // 2:
                 bound = f"the Mamba state cache: {slots} slots // {self.slots_per_request} per request"
@@ -616,6 +642,8 @@ class SglangPlan(CachePlan):
             )  # fmt: skip
         table = request_table_bytes(running, seq) if s["code"] == OK else 0
         details["req_to_token_bytes"] = table
+        if s["code"] == OK:  # the longest request the scheduler admits (managers/tp_worker.py:568 get_worker_info)
+            details["max_req_len"] = min(seq, s["full"]) - 1
         return dict(engine_settings=details, request_table_bytes=table, engine_refusal=self.refusal(budget))
 
 
@@ -692,14 +720,19 @@ def mem_fraction_static_default(
     """(mem_fraction_static, how it was resolved) when not given (``memory_hook.py:281``)::
 
         reserved = 512 + 1.5 × max(chunked_prefill_size, 2048) + TP × PP / 8 × 1024 + graphs      (MiB)
-        graphs   = 2 × decode max_bs  [decode graph]  +  8 × prefill buckets (MLA: 1536)  [prefill graph]
+        graphs   = 2 × decode max_bs  [decode graph]
+                 + 3 × decode max_bs × D  (+ 1.5 × decode max_bs × D when max_bs > 300)  [DP attention, D groups]
+                 + 8 × prefill buckets (MLA: 1536)  [prefill graph]
         reserved = max(reserved, 10240) on GPUs above 60 GiB
         mfs      = round((gpu_mem − reserved) / gpu_mem, 3)
                    × vlm_factor (multimodal)  × 0.85 (aiter backend, context > 8192)
 
     The decode graph is off with ``--disable-cuda-graph``; the prefill graph (``breakable`` on CUDA) also on
     ROCm, with PP > 1, for multimodal models outside SGLang's list, and for Kimi-Linear's KDA
-    (``cuda_graph_hook.py:150-240``). The 0.85 is ``arg_groups/attention_hook.py:268``. SGLang does not clamp
+    (``cuda_graph_hook.py:150-240``). The DP-attention padding (``memory_hook.py:361 reserve_for_graph_mb``) is
+    reserved with the decode graph off too, and ``chunked_prefill_size`` here is the whole replica's: SGLang
+    divides it by D only afterwards (``parallel_hook.py:325 handle_data_parallelism``, which runs after
+    ``handle_gpu_memory_settings``). The 0.85 is ``arg_groups/attention_hook.py:268``. SGLang does not clamp
     the result (below 0 on 24 GB cards with ``--chunked-prefill-size 16384``).
     """
     gpu_mem = smi_total_mib(gpu)
@@ -711,6 +744,11 @@ def mem_fraction_static_default(
     mm_off = mm and spec.architecture not in MULTIMODAL_PREFILL_GRAPH
     prefill_graph = not (eager or gpu.vendor == "amd" or pp > 1 or mm_off or spec.architecture in KDA_ARCHITECTURES)
     graphs = 0.0 if eager else decode_bs * 2
+    dp = opts.data_parallel_size
+    if dp > 1:  # attention DP: padding for the DP gather, more above a decode batch of 300
+        graphs += decode_bs * dp * 3
+        if decode_bs > 300:
+            graphs += decode_bs * dp * 1.5
     if prefill_graph:
         max_bs = min(8192, chunked) if mla else chunked
         if opts.max_total_tokens is not None:
@@ -820,6 +858,13 @@ class SglangEngine(EngineRules):
     utilization = 0.88  # not used: mem_fraction_static_default resolves it
     max_num_batched_tokens = 8192
     request_cap_name = "max_running_requests"
+    # configs/model_config.py:1700 get_num_kv_heads(attn_tp_size), called by pool_configurator.py:494 for the MHA
+    # cell; pool_configurator.py:379 the MLA cell (kv_lora_rank + qk_rope_head_dim, calculate_mla_kv_cache_dim),
+    # not divided by the attention TP
+    kv_split_source = (
+        "SGLang ModelConfig.get_num_kv_heads(attn_tp_size), configs/model_config.py:1700",
+        "SGLang MLA pool: kv_lora_rank + qk_rope_head_dim per token on every rank, pool_configurator.py:379",
+    )
     settings_depend_on_seq = True  # mem_fraction_static × 0.85 on ROCm above 8,192 tokens of context
 
     def resolve_rules(self, version: str | None) -> SglangRules:
@@ -831,8 +876,11 @@ class SglangEngine(EngineRules):
     def settings(self, spec: ModelSpec, gpu, opts: FitOptions) -> Settings:
         """Defaults resolved as SGLang resolves them: the page (:func:`page_size`), ``chunked_prefill_size``
         (``--max-num-batched-tokens``; :func:`chunked_prefill_default`) and ``mem_fraction_static``
-        (:func:`mem_fraction_static_default`). ``max_num_seqs`` stays None: the cap depends on the pools
-        (:meth:`SglangPlan.request_cap`).
+        (:func:`mem_fraction_static_default`). With attention DP (``--attn-dp-size D``, ``opts.data_parallel_size``)
+        each group prefills ``chunked_prefill_size // D`` tokens a step (``parallel_hook.py:325
+        handle_data_parallelism``: "DP attention is enabled. chunked prefill size is adjusted from 8192 to 4096"),
+        after mem_fraction_static was resolved from the undivided size. ``max_num_seqs`` stays None: the cap
+        depends on the pools (:meth:`SglangPlan.request_cap`).
 
         Raises:
             UsageError: a fraction outside (0, 1], a ratio or count out of range.
@@ -849,9 +897,12 @@ class SglangEngine(EngineRules):
         else:
             how = "--mem-fraction-static"
         page = page_size(spec, opts.block_size)
-        extra = dict(page_size=page, chunked_prefill_size=chunked, mem_fraction_static_source=how,
+        dp = opts.data_parallel_size
+        extra = dict(page_size=page, chunked_prefill_size=chunked // dp, mem_fraction_static_source=how,
                      smi_total_mib=gpu_mem, multimodal=is_multimodal(spec))  # fmt: skip
-        return Settings(rules, util, page, chunked, max_batch, None, extra)
+        if dp > 1:
+            extra["chunked_prefill_source"] = f"{chunked:,} // attn_dp_size {dp}"
+        return Settings(rules, util, page, chunked // dp, max_batch, None, extra)
 
     def settings_key(self, spec: ModelSpec, gpu, opts: FitOptions) -> tuple:
         s = self.settings(spec, gpu, opts)
@@ -907,10 +958,62 @@ class SglangEngine(EngineRules):
         fp8_moe_check(spec, par.gpus_per_stage, par.ep)
         return []
 
-    def max_seqs_per_group(self, max_num_seqs: int | None, par: Parallel) -> int | None:
-        """``--max-running-requests`` is for the whole replica: each attention DP group gets
-        ``max(1, max_running_requests // attn_dp_size)`` (``model_executor/pool_configurator.py``)."""
-        return None if max_num_seqs is None else max(1, max_num_seqs // par.attn_dp)
+    def served_length(self, spec: ModelSpec, opts: FitOptions, cache: SglangPlan, budget: int, max_len: int):
+        """SGLang starts with a KV pool that holds fewer tokens than its context_len, warning so, and caps every
+        request at ``max_req_len = min(context_len − 1, pool tokens − 1)`` (``managers/tp_worker.py:558
+        get_worker_info``; the pool: the full-layer pool of a hybrid-SWA model, ``model_runner.py:1495``). Without
+        ``--max-model-len`` (SGLang's ``--context-length``) kvplan plans what it serves: requests of max_req_len
+        tokens, with its warning; a given length is kept (the plan then says none of that length fits, and
+        :meth:`does_not_fit_what` what SGLang would serve)."""
+        if opts.max_model_len is not None:
+            return max_len, ""
+        s = cache.solve(budget)
+        pool = s["full"]
+        if s["code"] != OK or pool >= max_len or pool < 2:
+            return max_len, ""
+        return pool - 1, (
+            f'SGLang starts with "KV pool holds {pool} tokens, fewer than --context-length {max_len}" '
+            f"(managers/tp_worker.py:558) and serves requests up to max_req_len {pool - 1:,} tokens: planned at that "
+            "length (--max-model-len to plan another)"
+        )
+
+    def does_not_fit_what(self, result) -> str | None:
+        """With more than one pool (a state pool, an SWA pool) the full-layer pool gets only part of the KV budget:
+        what does not fit is a request's tokens against that pool, and what the other pools took (kvplan's default,
+        a request's bytes against the whole budget, would read as if it fitted). None otherwise, or when SGLang
+        refuses to start (:meth:`SglangPlan.refusal` says why)."""
+        from kvplan.units import fmt_gib
+
+        es = result.engine_settings
+        pools = {name: (cap, unit) for name, cap, unit in result.pools}
+        if result.engine_refusal or len(pools) < 2 or result.kv_budget_bytes <= 0 or "full tokens" not in pools:
+            return None
+        full, unit = pools["full tokens"]
+        need = -(-result.max_model_len // result.block_size) * result.block_size
+        if need <= full:
+            return None
+        others = []
+        if "swa tokens" in pools:
+            swa, swa_unit = pools["swa tokens"]
+            others.append(f"the SWA pool {swa:,} tokens ({fmt_gib(swa * swa_unit)})")
+        if "mamba slots" in pools:
+            slots = pools["mamba slots"][0]
+            others.append(
+                f"the Mamba state pool {slots:,} slots + 1 padding ({fmt_gib(es.get('mamba_pool_bytes', 0))}, "
+                f"mamba_full_memory_ratio {es.get('mamba_full_memory_ratio', DEFAULT_MAMBA_FULL_MEMORY_RATIO):g})"
+            )
+        about = "" if result.budget_exact else "≈ "
+        what = (
+            f"one request of max_model_len {result.max_model_len:,} needs {need:,} tokens of the full-layer pool "
+            f"({fmt_gib(need * unit)}), which holds {full:,} ({fmt_gib(full * unit)}): of the {about}"
+            f"{fmt_gib(result.kv_budget_bytes)} KV budget, {' and '.join(others)} take the rest"
+        )
+        if es.get("max_req_len", 0) > 0:
+            what += (
+                f"; SGLang itself starts, warns, and serves requests up to max_req_len {es['max_req_len']:,} tokens "
+                "(managers/tp_worker.py:558)"
+            )
+        return what
 
     def budget_terms(self, spec: ModelSpec, gpu, opts: FitOptions, settings: Settings):
         """As :meth:`EngineRules.budget_terms`, plus the 100 MiB a multimodal model reserves (exact:
@@ -970,9 +1073,14 @@ class SglangEngine(EngineRules):
         if pp > 1 and conv + ssm:  # every rank prices the largest stage's share (kv_cache_configurator.py:3233)
             conv, ssm = max(per_stage[i][2] for i in range(pp)), max(per_stage[i][3] for i in range(pp))
         radix_off = opts.disable_radix_cache
-        fixed = opts.max_mamba_cache_size
-        if fixed is None and radix_off and opts.max_num_seqs is not None:
-            fixed = max(1, opts.max_num_seqs)
+        # attention DP: each of the D groups runs its own scheduler and pools with its share of the replica's
+        # --max-running-requests and --max-mamba-cache-size (kv_cache_configurator.py:3128 resolve_max_num_reqs,
+        # :3305 and :3330 _handle_max_mamba_cache; pool_configurator.py:956 compute_swa_request_cap)
+        dp = opts.data_parallel_size
+        running = per_worker(opts.max_num_seqs, dp)
+        fixed = None if opts.max_mamba_cache_size is None else opts.max_mamba_cache_size // dp
+        if fixed is None and radix_off and running is not None:
+            fixed = running
         ratio = DEFAULT_SWA_FULL_TOKENS_RATIO if opts.swa_full_tokens_ratio is None else opts.swa_full_tokens_ratio
         win = window(spec) if hybrid else 0
         kind = "default"
@@ -980,9 +1088,9 @@ class SglangEngine(EngineRules):
         if hybrid:
             kind = "swa"
             chunked = settings.max_num_batched_tokens
-            if radix_off and opts.max_num_seqs is not None and chunked > 0 and win and full > 0:
+            if radix_off and running is not None and chunked > 0 and win and full > 0:
                 kind = "swa_cap"
-                cap = swa_request_cap(opts.max_num_seqs, win, chunked, page)
+                cap = swa_request_cap(running, win, chunked, page)
         mamba_ratio = opts.mamba_full_memory_ratio
         if mamba_ratio is None:
             mamba_ratio = DEFAULT_MAMBA_FULL_MEMORY_RATIO
@@ -996,6 +1104,8 @@ class SglangEngine(EngineRules):
                                "swa_cap": "SWARequestCapPoolConfigurator"}[kind],  # fmt: skip
             multimodal_reserved_bytes=VLM_CACHE_BYTES if settings.extra["multimodal"] else 0,
         )
+        if "chunked_prefill_source" in settings.extra:
+            engine_settings["chunked_prefill_source"] = settings.extra["chunked_prefill_source"]
         if hybrid:
             engine_settings["swa_full_tokens_ratio"] = ratio
         if conv + ssm:
@@ -1015,7 +1125,8 @@ class SglangEngine(EngineRules):
             kind=kind, cell=full if kind == "default" else 0, full_per_token=full, swa_per_token=swa, window=win,
             ratio=ratio, swa_cap_tokens=cap, page=page, conv_bytes=conv, ssm_bytes=ssm, mamba_ratio=mamba_ratio,
             fixed_slots=fixed, slots_per_request=1 if radix_off else MAMBA_SLOTS_PER_REQUEST,
-            max_total_tokens=opts.max_total_tokens, max_running=opts.max_num_seqs, context_len=max_len,
+            max_total_tokens=opts.max_total_tokens, max_running=running, context_len=max_len, attn_dp=dp,
+            max_running_given=opts.max_num_seqs,
             stage_num_layers=len(stages[worst]), extras=dict(engine_settings=engine_settings),
         )  # fmt: skip
 

@@ -302,8 +302,20 @@ TUNES: dict[str, tuple[str, dict, str]] = {
     "mistralai/Mistral-7B-Instruct-v0.1": ("mistral-7b-v0.1", {}, "unchecked"),
     "mistralai/Mistral-7B-Instruct-v0.3": ("mistral-7b-v0.3", {}, "unchecked"),
     "mistralai/Mixtral-8x7B-Instruct-v0.1": ("mixtral-8x7b", {}, "unchecked"),
+    # bundled qwen3-next-80b-a3b is read from the Thinking release's config.json (model_specs/qwen3-next-80b-a3b.yaml
+    # source:); Instruct and Thinking are the two post-trained releases of Qwen3-Next-80B-A3B-Base, one architecture
+    # (transformers docs/source/en/model_doc/qwen3_next.md; the model cards)
+    "Qwen/Qwen3-Next-80B-A3B-Instruct": ("qwen3-next-80b-a3b", {}, "unchecked"),
 }
 _TUNES_LOWER = {k.lower(): (k, *v) for k, v in TUNES.items()}
+# How a tune's config.json relates to the bundled spec's, where the bundled spec is not the base model's (the
+# warning says so); every other tune: "an instruct tune has the base model's config.json".
+TUNE_RELATION = {
+    "Qwen/Qwen3-Next-80B-A3B-Instruct": (
+        "bundled from the Thinking release's config.json; the Instruct and Thinking releases are post-trains of one "
+        "base, with its config.json"
+    ),
+}
 
 
 def tune_base(ref: str) -> tuple[str, dict, str] | None:
@@ -319,15 +331,13 @@ def _tune_spec(ref: str, why: str, load_bundled):
     named after the repo id and saying so in its warnings."""
     base, differ, status = tune_base(ref)
     repo, _ = parse_repo_id(ref)
+    relation = TUNE_RELATION.get(_TUNES_LOWER[repo.lower()][0], "an instruct tune has the base model's config.json")
     spec = load_bundled(base)
     spec = replace(spec, name=repo, hf_repo=repo, **differ)
     extra = " with " + ", ".join(f"{k} {v:,}" for k, v in differ.items()) if differ else ""
     checked = "checked against its config.json" if status == "checked" else "its own config.json not checked here"
     but = " but for that" if differ else ""
-    note = (
-        f"{repo}: the geometry of bundled {base}{extra} (an instruct tune has the base model's config.json{but}; "
-        f"{checked}; {why})"
-    )
+    note = f"{repo}: the geometry of bundled {base}{extra} ({relation}{but}; {checked}; {why})"
     return replace(spec, warnings=(*spec.warnings, note))
 
 
