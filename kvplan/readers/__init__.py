@@ -107,6 +107,11 @@ REGISTRY: dict[str, str] = {
     "openelm": "openelm",
     "deepseek_v4": "deepseek",
     "recurrent_gemma": "recurrent_gemma",
+    # --- types transformers builds whose meta forward stops at a data-dependent op (the audit of issue 17) ---
+    "mpt": "mosaic",
+    "dbrx": "mosaic",
+    "jetmoe": "decoder",
+    "longcat_flash": "deepseek",
     # --- end issue 17 section ---
     # --- mla / hybrid / linear readers (deepseek.py, hybrid.py, linear.py) ---
     "deepseek_v2": "deepseek",
@@ -146,17 +151,32 @@ def registered_model_types() -> list[str]:
     return sorted(REGISTRY)
 
 
-def no_reader_message(model_type: str, where: str) -> str:
-    """The one-line refusal for a model_type no reader matches (with a did-you-mean)."""
+# A did-you-mean names a registered model_type only this similar (difflib's ratio, 0..1) to the one given:
+# typos and spellings ('gemma-3', 'qwen3-moe', 'lama': 0.89-0.92) pass, a different family that shares letters
+# ('codegen' / 'cohere': 0.62) does not.
+CLOSE_NAME_CUTOFF = 0.8
+
+# Where a spec YAML's format is described (the refusals point there).
+SPEC_FORMAT_DOC = "docs/spec-format.md"
+
+
+def close_model_type(model_type: str, known) -> str | None:
+    """The registered model_type ``model_type`` is most likely a misspelling of, or None when none is at least
+    :data:`CLOSE_NAME_CUTOFF` similar (a wrong guess is worse than none)."""
     import difflib
 
-    close = difflib.get_close_matches(model_type, list(REGISTRY), n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    close = difflib.get_close_matches(str(model_type), list(known), n=1, cutoff=CLOSE_NAME_CUTOFF)
+    return close[0] if close else None
+
+
+def no_reader_message(model_type: str, where: str) -> str:
+    """The one-line refusal for a model_type no reader matches (with a did-you-mean when one is close)."""
+    close = close_model_type(model_type, REGISTRY) if model_type else None
+    hint = f" (did you mean {close!r}?)" if close else ""
     what = f"model_type {model_type!r}" if model_type else "no model_type"
     return (
         f"{where}: {what}{hint}: kvplan has no reader for it and will not guess its layout; "
-        "pip install 'kvplan[transformers]' lets transformers read it, or write a spec YAML (see README, "
-        "'Spec format')"
+        f"pip install 'kvplan[transformers]' lets transformers read it, or write a spec YAML (see {SPEC_FORMAT_DOC})"
     )
 
 
@@ -205,9 +225,10 @@ def spec_from_hf_config(config: Any, where: str, name: str | None = None):
             or inconsistent value, a layout key the reader does not handle, or a likely misspelt key (the
             message names the file and key).
     """
+    import json
     from pathlib import Path
 
-    from kvplan.readers.base import ENCODER_TYPES, HFConfig
+    from kvplan.readers.base import ENCODER_TYPES, ENCODER_UNLESS, NO_CACHE_TYPES, HFConfig, is_encoder
     from kvplan.readers.wrappers import encoder_facts, text_model_type
     from kvplan.specs import build_spec
 
@@ -220,6 +241,18 @@ def spec_from_hf_config(config: Any, where: str, name: str | None = None):
     for key in ("is_encoder_decoder",):
         if (cfg.raw.get(key) is True or config.get(key) is True) and cfg.model_type not in REGISTRY:
             raise SpecError(f"{where}: {key} is true: kvplan plans decoder-only (causal) models")
+    if cfg.model_type in NO_CACHE_TYPES:
+        raise SpecError(
+            f"{where}: model_type {cfg.model_type!r} keeps no KV cache to plan: {NO_CACHE_TYPES[cfg.model_type]}"
+        )
+    if cfg.model_type in ENCODER_UNLESS and is_encoder(cfg.model_type, cfg.raw):
+        key, value = ENCODER_UNLESS[cfg.model_type]
+        raise SpecError(
+            f"{where}: model_type {cfg.model_type!r} with {key} "
+            f"{json.dumps(cfg.raw[key]) if key in cfg.raw else 'absent'} is encoder-only "
+            f"(bidirectional, its config class's default): it keeps no KV cache to plan; a decoder sets "
+            f"{key}: {json.dumps(value)}"
+        )
     if cfg.model_type not in REGISTRY and cfg.model_type not in ENCODER_TYPES and cfg.model_type:
         from kvplan.readers.transformers_fallback import spec_from_transformers
 
