@@ -239,6 +239,21 @@ FIXTURES += [
     for t in CLASS_DEFAULT_FIXTURES
     if t not in _REAL_TYPES
 ]
+# Multimodal wrappers with no public config.json found, compared on the wrapper class's defaults with a text_config
+# that names its text model as the published file does: wrapper -> (config, why). kvplan reads them through the
+# text model's reader (kvplan/readers/wrappers.py); transformers builds the wrapper's text config.
+WRAPPER_DEFAULT_FIXTURES: dict[str, tuple[dict, str]] = {
+    "exaone4_5": (
+        {"model_type": "exaone4_5", "text_config": {"model_type": "exaone4_5_text"}},
+        "Exaone4_5_Config defaults (LGAI-EXAONE/EXAONE-4.5-33B); searched: only hand-written or reduced test dicts "
+        "(SOURCES.yaml not_found); its text_config names exaone4_5_text as those dicts do",
+    ),
+}
+FIXTURES += [
+    Fixture(Path("class-defaults") / f"{t}.json", config, text_model_type(config)[1], t)
+    for t, (config, _) in WRAPPER_DEFAULT_FIXTURES.items()
+    if t not in _REAL_TYPES
+]
 REGISTERED = sorted(REGISTRY)
 REGISTERED_FIXTURES = [f for f in FIXTURES if f.model_type in REGISTRY or f.outer_type in REGISTRY]
 

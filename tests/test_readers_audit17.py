@@ -159,3 +159,17 @@ def test_attention_models_still_warn_beyond_their_context(cli):
 def test_mamba_native_reader_gives_no_context_warning(cli):
     code, _, err = cli("estimate", str(FIX / "mamba-130m-hf-PARTIAL.json"), "--seq", "100k")
     assert code == 0 and err == ""
+
+
+# --- OpenELM: no transformers or vLLM class to compare with; llama.cpp's rule, spelled out ----------------
+
+
+def test_openelm_bytes_follow_llama_cpp_per_layer_kv_heads():
+    spec = _load("openelm-1.1b-instruct-mlx-4bit.json")
+    # llama.cpp (convert_hf_to_gguf.py OpenELMModel.set_gguf_parameters) writes config.json's per-layer list as
+    # openelm.attention.head_count_kv and head_dim as key_length = value_length; its cache then holds, per layer
+    # il, K and V of n_embd_k_gqa(il) = n_embd_head_k * n_head_kv(il) elements (src/llama-hparams.cpp).
+    # The file's num_kv_heads: 3 x 4, 7 x 5, 8 x 6, 6 x 7, 4 x 8 = 169 heads over 28 layers, head_dim 64:
+    # 169 x 64 x 2 (K, V) x 2 B (bf16) = 43,264 B per token.
+    assert estimate(spec, 1, kv_dtype="bf16").bytes_per_request == 43_264
+    assert estimate(spec, 2048, kv_dtype="bf16").bytes_per_request == 43_264 * 2048
