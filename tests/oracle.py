@@ -549,7 +549,10 @@ def _params_cached(config_json: str) -> OracleParams:
     try:
         config = AutoConfig.for_model(model_type, **raw)
         with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+            try:
+                model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+            except ValueError:  # a multimodal wrapper: its image-text-to-text class (vision tower included)
+                model = transformers.AutoModelForImageTextToText.from_config(config, dtype=torch.bfloat16)
     except Exception as e:  # noqa: BLE001
         raise OracleUnavailable(f"{model_type}: building the model on meta failed: {type(e).__name__}: {e}") from e
     total = sum(p.numel() for p in model.parameters())

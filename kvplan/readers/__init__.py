@@ -267,10 +267,13 @@ def spec_from_hf_config(config: Any, where: str, name: str | None = None):
     cfg.ignore("is_causal", "use_bidirectional_attention", "is_encoder_decoder")
     data = read(cfg)
     cfg.check_unhandled()
-    if not wrapper and "param_count" not in data:  # a wrapper's vision tower is not in its text config
-        from kvplan.readers.params import with_param_count
+    if "param_count" not in data:
+        from kvplan.readers.params import with_param_count, with_wrapper_param_count
 
-        data = with_param_count(data, cfg.raw, cfg.model_type)
+        if wrapper:  # the text model plus the vision tower and projector, where counted exactly
+            data = with_wrapper_param_count(data, config, wrapper, cfg.raw, cfg.model_type)
+        else:
+            data = with_param_count(data, cfg.raw, cfg.model_type)
     reader = f"kvplan {REGISTRY[cfg.model_type]} reader for {cfg.model_type}"
     if wrapper:
         archs = config.get("architectures")
