@@ -75,8 +75,9 @@ NO_RULE_REASONS = {
     "inkling2_text": "as inkling_text (Inkling 2: short-conv states beside the K/V of every attention layer)",
     "xmod": "X-MOD routes each token to its language adapter with torch.nonzero, whose output size a meta-device "
     "forward cannot know",
-    "xlnet": "XLNet keeps its own memory (mems), not a Cache, and its meta forward mixes a float32 tensor into a "
-    "16-bit matmul (and, built in float32, a CPU tensor into the meta ones)",
+    "xlnet": "XLNet keeps no K/V: its memory (mems, modeling_xlnet.py cache_mem) holds each layer's input hidden "
+    "states (d_model per token, the last mem_len, 512 by default), from which K and V are recomputed every step; "
+    "kvplan's layer kinds hold K and V, and no engine kvplan models serves XLNet",
     "cpmant": "CPM-Ant prepends prompt_length (32) learned prompt tokens to every request's input and caches them "
     "with it (modeling_cpmant.py CpmAntModel.forward), and no engine kvplan models serves CPM-Ant",
 }
