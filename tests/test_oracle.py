@@ -37,7 +37,7 @@ from kvplan.readers import REGISTRY, spec_from_hf_config
 from kvplan.readers.base import HFConfig
 from kvplan.readers.wrappers import text_model_type
 from kvplan.specs import KV_HEAD_KINDS, STATE_KINDS, LayerSpec, ModelSpec
-from tests.oracle import OracleLayer, OracleReading, OracleUnavailable, read_with_transformers
+from tests.oracle import META_STANDINS, OracleLayer, OracleReading, OracleUnavailable, read_with_transformers
 
 FIXTURE_DIRS = [Path(__file__).parent / "fixtures" / "hf_configs"]
 
@@ -690,3 +690,15 @@ def test_known_differences_are_not_stale(diff):
         if spec is not None:
             used |= compare_layers(spec, read_with_transformers(f.config, N_LARGE), f.model_type).known
     assert diff in used, f"{diff} no longer occurs in {[f.id for f in fixtures]}: remove it from KNOWN_DIFFERENCES"
+
+
+@pytest.mark.parametrize("model_type", sorted(META_STANDINS))
+def test_meta_standins_are_still_needed(model_type, monkeypatch):
+    """Each stand-in of tests/oracle.py META_STANDINS must still be what lets the meta forward run: without it
+    transformers' forward fails (else drop the entry, the plain forward reads the cache)."""
+    import tests.oracle as oracle
+
+    config = next((f.config for f in REGISTERED_FIXTURES if f.model_type == model_type), {"model_type": model_type})
+    monkeypatch.setattr(oracle, "META_STANDINS", {})
+    with pytest.raises(OracleUnavailable, match="meta forward failed"):
+        read_with_transformers(config, 17)  # a length no other test reads (the oracle caches per length)

@@ -84,7 +84,8 @@ def test_configs_kvplan_must_not_guess(config, message):
     ],
 )
 def test_refusal_suggests_only_close_names_and_points_to_the_spec_format(model_type, hint):
-    from kvplan.readers import SPEC_FORMAT_DOC, no_reader_message
+    from kvplan.readers import no_reader_message
+    from kvplan.readers.base import SPEC_FORMAT_DOC
 
     message = no_reader_message(model_type, "c/config.json")
     assert message.startswith(f"c/config.json: model_type {model_type!r}{hint}: kvplan has no reader for it")

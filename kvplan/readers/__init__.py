@@ -151,26 +151,10 @@ def registered_model_types() -> list[str]:
     return sorted(REGISTRY)
 
 
-# A did-you-mean names a registered model_type only this similar (difflib's ratio, 0..1) to the one given:
-# typos and spellings ('gemma-3', 'qwen3-moe', 'lama': 0.89-0.92) pass, a different family that shares letters
-# ('codegen' / 'cohere': 0.62) does not.
-CLOSE_NAME_CUTOFF = 0.8
-
-# Where a spec YAML's format is described (the refusals point there).
-SPEC_FORMAT_DOC = "docs/spec-format.md"
-
-
-def close_model_type(model_type: str, known) -> str | None:
-    """The registered model_type ``model_type`` is most likely a misspelling of, or None when none is at least
-    :data:`CLOSE_NAME_CUTOFF` similar (a wrong guess is worse than none)."""
-    import difflib
-
-    close = difflib.get_close_matches(str(model_type), list(known), n=1, cutoff=CLOSE_NAME_CUTOFF)
-    return close[0] if close else None
-
-
 def no_reader_message(model_type: str, where: str) -> str:
     """The one-line refusal for a model_type no reader matches (with a did-you-mean when one is close)."""
+    from kvplan.readers.base import SPEC_FORMAT_DOC, close_model_type
+
     close = close_model_type(model_type, REGISTRY) if model_type else None
     hint = f" (did you mean {close!r}?)" if close else ""
     what = f"model_type {model_type!r}" if model_type else "no model_type"

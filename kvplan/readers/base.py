@@ -121,6 +121,24 @@ def is_encoder(model_type: str, config: dict) -> bool:
     return key is not None and config.get(key) != decoder
 
 
+# A did-you-mean names a registered model_type only this similar (difflib's ratio, 0..1) to the one given:
+# typos and spellings ('gemma-3', 'qwen3-moe', 'lama': 0.89-0.92) pass, a different family that shares letters
+# ('codegen' / 'cohere': 0.62) does not.
+CLOSE_NAME_CUTOFF = 0.8
+
+# Where a spec YAML's format is described (the refusals point there).
+SPEC_FORMAT_DOC = "docs/spec-format.md"
+
+
+def close_model_type(model_type: str, known) -> str | None:
+    """The registered model_type ``model_type`` is most likely a misspelling of, or None when none is at least
+    :data:`CLOSE_NAME_CUTOFF` similar (a wrong guess is worse than none)."""
+    import difflib
+
+    close = difflib.get_close_matches(str(model_type), list(known), n=1, cutoff=CLOSE_NAME_CUTOFF)
+    return close[0] if close else None
+
+
 # config.json dtype names -> kvplan's model dtypes. vLLM's dtype=auto serves float32 checkpoints in a
 # 16-bit dtype (vllm/config/model.py: _get_and_verify_dtype; bf16 on Ampere or newer, fp16 before): a
 # float32 checkpoint caches 2 bytes per element either way.

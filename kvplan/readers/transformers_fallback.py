@@ -159,7 +159,7 @@ def read_layout(config: dict, where: str, known: tuple[str, ...] = ()) -> dict:
     model_type = raw.pop("model_type", None)
     v = transformers.__version__
     if model_type not in CONFIG_MAPPING_NAMES:
-        from kvplan.readers import SPEC_FORMAT_DOC, close_model_type
+        from kvplan.readers.base import SPEC_FORMAT_DOC, close_model_type
 
         close = close_model_type(str(model_type), known)
         hint = f" (did you mean {close!r}?)" if close else ""
