@@ -326,6 +326,9 @@ class Estimate:
         bytes_per_request: bytes of one request.
         total_bytes: ``bytes_per_request × batch_size``.
         kv_replication: copies of the cache across the TP group (:func:`kv_replication`), or None.
+        max_model_len: the model's declared maximum context (tokens).
+        positional_limit: the model has attention layers, so ``max_model_len`` limits it (False for an
+            attention-free model: :attr:`kvplan.specs.ModelSpec.attention_free`).
     """
 
     model: str
@@ -339,11 +342,13 @@ class Estimate:
     total_bytes: int
     max_model_len: int
     kv_replication: KVReplication | None = None
+    positional_limit: bool = True
 
     @property
     def exceeds_max_model_len(self) -> bool:
-        """True when seq_len is beyond the model's declared maximum context."""
-        return self.seq_len > self.max_model_len
+        """True when seq_len is beyond the model's declared maximum context and the model has attention layers
+        (an attention-free model, Mamba, has no positional limit: its ``max_model_len`` is a default)."""
+        return self.positional_limit and self.seq_len > self.max_model_len
 
 
 def layer_groups(
@@ -433,6 +438,7 @@ def estimate(
         total_bytes=per_request * batch_size,
         max_model_len=spec.max_model_len,
         kv_replication=kv_replication(spec, tensor_parallel_size),
+        positional_limit=not spec.attention_free,
     )
 
 

@@ -491,6 +491,12 @@ class ModelSpec:
         return tuple(layer.kind for layer in self.layers)
 
     @property
+    def attention_free(self) -> bool:
+        """True when no layer attends over positions (every layer a recurrent state or an MLP-only block: Mamba,
+        RWKV, xLSTM): its ``max_model_len`` is the engine's default, not a positional limit of the model."""
+        return all(kind in (*STATE_KINDS, "none") for kind in self.layer_kinds)
+
+    @property
     def mamba(self) -> StateConfig | None:
         """The Mamba-1 state config, if any layer is ``mamba``."""
         return self.states.get("mamba")

@@ -6,7 +6,9 @@ itself imports transformers only in its fallback reader), one status:
 - ``native``: a kvplan reader is registered (``kvplan.readers.REGISTRY``);
 - ``fallback``: no kvplan reader, and the transformers fallback (``kvplan.readers.transformers_fallback``)
   reads the config class's defaults (``{"model_type": X}``) into a spec;
-- ``encoder-only``: kvplan's list of encoder-only types (no KV cache to plan);
+- ``encoder-only``: kvplan's list of encoder-only types, and XLM with its class default ``causal: false``
+  (no KV cache to plan);
+- ``no KV cache``: a decoder whose transformers model keeps no cache at all (GPT-1: nothing to plan);
 - ``refused``: with the reason (transformers cannot build it, or its cache has a layer kvplan has no engine
   rule for).
 
@@ -25,7 +27,7 @@ import textwrap
 
 from kvplan.errors import SpecError
 from kvplan.readers import REGISTRY, spec_from_hf_config
-from kvplan.readers.base import ENCODER_TYPES
+from kvplan.readers.base import NO_CACHE_TYPES, is_encoder
 from kvplan.readers.wrappers import WRAPPER_TEXT_TYPES
 
 
@@ -37,8 +39,10 @@ def status(model_type: str) -> tuple[str, str]:
     """(native | fallback | encoder-only | refused, reason) for one transformers model_type."""
     if model_type in REGISTRY:
         return "native", ""
-    if model_type in ENCODER_TYPES:
+    if is_encoder(model_type, {}):  # the class default: XLM's causal false
         return "encoder-only", ""
+    if model_type in NO_CACHE_TYPES:
+        return "no KV cache", NO_CACHE_TYPES[model_type]
     try:
         spec = spec_from_hf_config({"model_type": model_type}, f"{model_type} (class defaults)")
     except SpecError as e:
@@ -57,9 +61,9 @@ def main() -> None:
     for t, (s, _) in rows.items():
         by.setdefault(s, []).append(t)
     print(f"transformers {transformers.__version__}: {len(causal)} causal-LM model types")
-    for s in ("native", "fallback", "encoder-only", "refused"):
+    for s in ("native", "fallback", "encoder-only", "no KV cache", "refused"):
         print(f"  {s:13s} {len(by.get(s, [])):4d}")
-    for s in ("native", "fallback", "encoder-only"):
+    for s in ("native", "fallback", "encoder-only", "no KV cache"):
         print(f"\n{s} ({len(by.get(s, []))}):\n{_wrap(by.get(s, []))}")
     print(f"\nrefused ({len(by.get('refused', []))}):")
     for t in by.get("refused", []):

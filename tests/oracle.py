@@ -44,6 +44,7 @@ on first use only.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import json
@@ -74,6 +75,51 @@ ORACLE_ALIASES: dict[str, tuple[str, dict[str, str], str]] = {
 DYNAMIC_CACHE_TYPES: dict[str, str] = {
     "deepseek_v4": "DeepseekV4PreTrainedModel: the compressor state lives on V4's own cache layers "
     "(DeepseekV4HCACache / DeepseekV4CSACache) and 'isn't compatible with StaticCache' (modeling_deepseek_v4.py)",
+}
+
+# Model types whose 2-token meta forward stops at an op that reads tensor values, which the meta device has none
+# of, outside what is cached: model_type -> (module class, method, stand-in name, why the stand-in keeps every
+# cached shape). A stand-in replaces that method for the forward only (:func:`_standins`); the attention modules,
+# and so every K/V tensor handed to the cache, run unchanged.
+META_STANDINS: dict[str, tuple[str, str, str, str]] = {
+    "dbrx": (
+        "DbrxExperts",
+        "forward",
+        "zeros",
+        "the routed experts pick their tokens with torch.nonzero (modeling_dbrx.py DbrxExperts); the experts' "
+        "output has their input's shape whatever the routing (it is zeros_like(input) when no expert is hit), "
+        "so the stand-in returns zeros of that shape",
+    ),
+    "longcat_flash": (
+        "LongcatFlashExperts",
+        "forward",
+        "zeros",
+        "as DBRX: LongcatFlashExperts routes with torch.nonzero and returns a tensor of its input's shape",
+    ),
+    "jetmoe": (
+        "JetMoeTopKGating",
+        "forward",
+        "fixed_routing",
+        "the router of both the attention's query experts (MoA) and the MLP experts reads its per-expert token "
+        "counts as Python ints (expert_size.tolist()); the stand-in routes each token's k-th slot to expert k, a "
+        "valid top-k routing, so every query and output keeps the shape any routing gives; the K/V projection "
+        "(kv_proj) is not routed",
+    ),
+    "mpt": (
+        "StaticCache",
+        "get_seq_length",
+        "tokens_fed",
+        "MptAttention reads the cache's length as a Python number to slice its ALiBi bias (modeling_mpt.py); a "
+        "StaticCache counts its filled slots from the cached values (keys.any()), which meta has none of; the "
+        "stand-in answers the tokens handed to that layer so far (2), what the count would be",
+    ),
+}
+
+# Model types whose forward cannot run a cache longer than a config length: model_type -> (that attribute, why).
+# The cache is read at that length instead (the reading's ``max_cache_len`` says which length was read).
+POSITION_LIMITED: dict[str, tuple[str, str]] = {
+    "mpt": ("max_seq_len", "MPT's ALiBi bias is built for max_seq_len positions (build_mpt_alibi_tensor) and does not "
+            "broadcast over a longer cache"),
 }
 
 # Module attributes in which a token mixer keeps its own recurrent state (RecurrentGemmaRecurrentBlock).
@@ -239,6 +285,12 @@ def _read_cached(config_json: str, max_cache_len: int) -> OracleReading:
     text._attn_implementation = "eager"  # the plain path: K and V reach the cache exactly as computed
 
     layer_types, layer_kwargs = get_layer_types_and_kwargs(text)
+    if model_type in POSITION_LIMITED:
+        attr, why = POSITION_LIMITED[model_type]
+        limit = getattr(text, attr)
+        if max_cache_len > limit:
+            notes.append(f"cache read at {attr} = {limit} tokens, not {max_cache_len}: {why}")
+            max_cache_len = limit
     try:
         with torch.device("meta"):
             try:  # a wrapper's text config (Qwen3VLTextConfig ...) has no causal-LM class: its base text model
@@ -271,15 +323,21 @@ def _read_cached(config_json: str, max_cache_len: int) -> OracleReading:
     seen: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
     update = cache.update
 
+    stored: dict[int, int] = {}
+
     def recording_update(key_states, value_states, layer_idx, *args, **kwargs):
         if key_states is not None and value_states is not None:
             seen.setdefault(layer_idx, (tuple(key_states.shape), tuple(value_states.shape)))
+            stored[layer_idx] = stored.get(layer_idx, 0) + key_states.shape[-2]
         return update(key_states, value_states, layer_idx, *args, **kwargs)
 
     cache.update = recording_update
     ids = torch.zeros((1, max_cache_len if dynamic else 2), dtype=torch.long, device="meta")
+    standin = META_STANDINS.get(model_type)
+    if standin:
+        notes.append(f"{standin[0]}.{standin[1]} stood in for on meta: {standin[3]}")
     try:
-        with torch.no_grad():
+        with torch.no_grad(), _standins(standin, model, cache, stored):
             model(input_ids=ids, **{_cache_kwarg(model): cache}, use_cache=True, **extra)
     except Exception as e:  # noqa: BLE001
         raise OracleUnavailable(f"{model_type}: the 2-token meta forward failed: {type(e).__name__}: {e}") from e
@@ -322,6 +380,42 @@ def _read_cached(config_json: str, max_cache_len: int) -> OracleReading:
         config=tuple((a, _plain(_attr(text, a))) for a in _CONFIG_ATTRS),
         notes=tuple(notes),
     )
+
+
+@contextlib.contextmanager
+def _standins(standin: tuple[str, str, str, str] | None, model, cache, stored: dict[int, int]):
+    """Replace one method for the meta forward (:data:`META_STANDINS`), restored afterwards."""
+    import torch
+
+    if standin is None:
+        yield
+        return
+    cls_name, method, kind, _ = standin
+    if kind == "tokens_fed":  # the cache object's own method
+        cache.get_seq_length = lambda layer_idx=0, *a, **k: stored.get(layer_idx, 0)
+        yield
+        return
+    cls = next(type(m) for m in model.modules() if type(m).__name__ == cls_name)
+    original = getattr(cls, method)
+
+    def zeros(self, hidden_states, *args, **kwargs):
+        return torch.zeros_like(hidden_states)
+
+    def fixed_routing(self, hidden_states):
+        tokens = hidden_states.shape[0]
+        logits = self.layer(hidden_states).float()
+        experts = torch.arange(self.top_k, device=hidden_states.device).repeat(tokens)  # token t, slot k -> expert k
+        _, index_sorted_experts = experts.sort(0)
+        batch_index = index_sorted_experts.div(self.top_k, rounding_mode="trunc")
+        gates = torch.softmax(logits[:, : self.top_k], dim=1).type_as(hidden_states).flatten()
+        expert_size = [tokens if e < self.top_k else 0 for e in range(self.num_experts)]
+        return index_sorted_experts, batch_index, gates[index_sorted_experts], expert_size, logits
+
+    setattr(cls, method, {"zeros": zeros, "fixed_routing": fixed_routing}[kind])
+    try:
+        yield
+    finally:
+        setattr(cls, method, original)
 
 
 def _cache_kwarg(model) -> str:
@@ -455,7 +549,10 @@ def _params_cached(config_json: str) -> OracleParams:
     try:
         config = AutoConfig.for_model(model_type, **raw)
         with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+            try:
+                model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+            except ValueError:  # a multimodal wrapper: its image-text-to-text class (vision tower included)
+                model = transformers.AutoModelForImageTextToText.from_config(config, dtype=torch.bfloat16)
     except Exception as e:  # noqa: BLE001
         raise OracleUnavailable(f"{model_type}: building the model on meta failed: {type(e).__name__}: {e}") from e
     total = sum(p.numel() for p in model.parameters())

@@ -37,7 +37,7 @@ from kvplan.readers import REGISTRY, spec_from_hf_config
 from kvplan.readers.base import HFConfig
 from kvplan.readers.wrappers import text_model_type
 from kvplan.specs import KV_HEAD_KINDS, STATE_KINDS, LayerSpec, ModelSpec
-from tests.oracle import OracleLayer, OracleReading, OracleUnavailable, read_with_transformers
+from tests.oracle import META_STANDINS, OracleLayer, OracleReading, OracleUnavailable, read_with_transformers
 
 FIXTURE_DIRS = [Path(__file__).parent / "fixtures" / "hf_configs"]
 
@@ -171,6 +171,11 @@ CLASS_DEFAULT_FIXTURES: dict[str, str] = {
     # issue 17: wrapper text configs and 2025-2026 types without a public real config.json found
     "qwen2_vl_text": "Qwen2VLTextConfig defaults (the text model of Qwen2-VL-72B); not searched (qwen2.5-vl-7b.json "
     "covers the flat Qwen-VL layout)",
+    # the audit of issue 17: types whose meta forward needed a stand-in (tests/oracle.py META_STANDINS)
+    "jetmoe": "JetMoeConfig defaults (its docstring: jetmoe/jetmoe-8b); searched ('model_type': 'jetmoe', "
+    "JetMoEForCausalLM): only transformers' own sources and test dicts",
+    "longcat_flash": "LongcatFlashConfig defaults (meituan-longcat/LongCat-Flash-Chat); searched ('zero_expert_num'): "
+    "only trimmed subsets (a Swift test's kLongcatFlashConfigJSON, LongCat-Flash-Lite's ngram variant)",
 }
 
 # Token mixer class name (substring) of a transformers recurrent layer -> kvplan state kind. First match wins.
@@ -232,6 +237,21 @@ _REAL_TYPES = {t for f in FIXTURES for t in (f.model_type, f.outer_type)}
 FIXTURES += [
     Fixture(Path("class-defaults") / f"{t}.json", {"model_type": t}, t, t)
     for t in CLASS_DEFAULT_FIXTURES
+    if t not in _REAL_TYPES
+]
+# Multimodal wrappers with no public config.json found, compared on the wrapper class's defaults with a text_config
+# that names its text model as the published file does: wrapper -> (config, why). kvplan reads them through the
+# text model's reader (kvplan/readers/wrappers.py); transformers builds the wrapper's text config.
+WRAPPER_DEFAULT_FIXTURES: dict[str, tuple[dict, str]] = {
+    "exaone4_5": (
+        {"model_type": "exaone4_5", "text_config": {"model_type": "exaone4_5_text"}},
+        "Exaone4_5_Config defaults (LGAI-EXAONE/EXAONE-4.5-33B); searched: only hand-written or reduced test dicts "
+        "(SOURCES.yaml not_found); its text_config names exaone4_5_text as those dicts do",
+    ),
+}
+FIXTURES += [
+    Fixture(Path("class-defaults") / f"{t}.json", config, text_model_type(config)[1], t)
+    for t, (config, _) in WRAPPER_DEFAULT_FIXTURES.items()
     if t not in _REAL_TYPES
 ]
 REGISTERED = sorted(REGISTRY)
@@ -633,6 +653,7 @@ def test_bytes_match_below_the_windows(fixture):
 def _check_bytes(fixture: Fixture, n: int) -> None:
     spec = _spec(fixture)
     reading = _reading(fixture, n)
+    n = reading.max_cache_len  # below n where transformers cannot run longer (tests/oracle.py POSITION_LIMITED)
     assert spec.num_layers == len(reading.layers), f"{fixture.id}: layer counts differ"
     expected = expected_kvplan_bytes(spec, reading, fixture.model_type, n)
     bad = []
@@ -669,3 +690,15 @@ def test_known_differences_are_not_stale(diff):
         if spec is not None:
             used |= compare_layers(spec, read_with_transformers(f.config, N_LARGE), f.model_type).known
     assert diff in used, f"{diff} no longer occurs in {[f.id for f in fixtures]}: remove it from KNOWN_DIFFERENCES"
+
+
+@pytest.mark.parametrize("model_type", sorted(META_STANDINS))
+def test_meta_standins_are_still_needed(model_type, monkeypatch):
+    """Each stand-in of tests/oracle.py META_STANDINS must still be what lets the meta forward run: without it
+    transformers' forward fails (else drop the entry, the plain forward reads the cache)."""
+    import tests.oracle as oracle
+
+    config = next((f.config for f in REGISTERED_FIXTURES if f.model_type == model_type), {"model_type": model_type})
+    monkeypatch.setattr(oracle, "META_STANDINS", {})
+    with pytest.raises(OracleUnavailable, match="meta forward failed"):
+        read_with_transformers(config, 17)  # a length no other test reads (the oracle caches per length)

@@ -19,6 +19,7 @@ import pytest
 
 from kvplan.readers import spec_from_hf_config
 from kvplan.readers.params import _FAMILIES, counted_model_types
+from kvplan.readers.params_vision import WRAPPERS
 from kvplan.readers.wrappers import text_model_type
 from tests.oracle import OracleUnavailable, count_parameters
 
@@ -31,8 +32,10 @@ def _config(path: Path) -> dict:
 
 
 def _counted(config: dict) -> bool:
-    wrapper, _ = text_model_type(config)
-    return not wrapper and config.get("model_type") in counted_model_types()
+    wrapper, text = text_model_type(config)
+    if wrapper:  # a wrapper whose vision tower, projector and text model are counted (kvplan.readers.params_vision)
+        return wrapper in WRAPPERS and text in WRAPPERS[wrapper]["text"]
+    return config.get("model_type") in counted_model_types()
 
 
 @pytest.mark.parametrize("path", [p for p in CONFIGS if _counted(_config(p))], ids=lambda p: p.stem)
@@ -69,8 +72,16 @@ def test_other_fixtures_get_no_count(path):
     assert spec.param_count is None
 
 
+# granitemoehybrid has no _FAMILIES recipe (params.count_granitemoehybrid): its switches, on a layout with
+# attention layers (the class default is Mamba-2 only)
+_HYBRID_SWITCHES = [{}, {"attention_bias": True}, {"mamba_proj_bias": True}, {"mamba_conv_bias": False},
+                    {"tie_word_embeddings": True}, {"num_local_experts": 0, "num_experts_per_tok": 0}]  # fmt: skip
+
+
 def _switches(model_type: str) -> list[dict]:
     """The class defaults, then each config switch of the recipe flipped, then tie_word_embeddings flipped."""
+    if model_type == "granitemoehybrid":
+        return [{"layer_types": ["mamba", "attention", "mamba", "mamba"], **s} for s in _HYBRID_SWITCHES]
     recipe = _FAMILIES[model_type]
     keys = {}
     for field in ("qkv_bias", "o_bias", "mlp_bias", "qk_norm_key", "lm_head_bias"):
@@ -94,7 +105,7 @@ def test_class_defaults_and_switches_equal_transformers(model_type):
         if any((model_type, k) in _UNBUILDABLE for k in switch):
             continue
         config = {"model_type": model_type, "num_hidden_layers": 4, **_BASE.get(model_type, {}), **switch}
-        if _FAMILIES[model_type].get("moe") == "deepseek":
+        if _FAMILIES.get(model_type, {}).get("moe") == "deepseek":
             config["first_k_dense_replace"] = 1  # one dense layer, three MoE layers
         spec = spec_from_hf_config(config, f"{model_type}.json")
         assert spec.param_count == count_parameters(config).total, switch
@@ -122,6 +133,66 @@ def test_moe_and_other_layouts_equal_transformers(fixture, change):
     truth = count_parameters(config)
     assert spec.param_count == truth.total
     assert (spec.moe.num_moe_layers if spec.moe else 0) == truth.moe_layers
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        # each wrapper's class defaults (no vision_config: the wrapper's own vision defaults)
+        {"model_type": "gemma3", "text_config": {}},
+        {"model_type": "llava", "text_config": {}},
+        {"model_type": "mistral3", "text_config": {}},
+        {"model_type": "qwen2_5_vl", "text_config": {}},
+        {"model_type": "qwen3_vl", "text_config": {}},
+        # a vision_config present: the vision config class's defaults; another tower; the tie rules
+        {"model_type": "llava", "text_config": {}, "vision_config": {}},
+        {"model_type": "llava", "text_config": {}, "vision_config": {"model_type": "siglip_vision_model"}},
+        {"model_type": "llava", "text_config": {}, "vision_config": {"model_type": "pixtral"}},  # Pixtral-12B's layout
+        {
+            "model_type": "llava",
+            "text_config": {},
+            "vision_feature_layer": [-2, -5],
+            "multimodal_projector_bias": False,
+        },
+        {"model_type": "mistral3", "text_config": {}, "vision_config": {}},
+        {
+            "model_type": "gemma3",
+            "text_config": {},
+            "vision_config": {"vision_use_head": False, "image_size": 896, "patch_size": 14},
+        },  # fmt: skip
+        {"model_type": "llava", "tie_word_embeddings": True, "text_config": {}},
+        {"model_type": "llava", "text_config": {"tie_word_embeddings": True}},
+        {"model_type": "mistral3", "tie_word_embeddings": False, "text_config": {}},
+        {"model_type": "qwen3_vl", "text_config": {"tie_word_embeddings": True}},
+        {"model_type": "qwen2_5_vl", "text_config": {"tie_word_embeddings": True}},
+        {"model_type": "qwen3_vl", "text_config": {}, "vision_config": {"deepstack_visual_indexes": [3]}},
+    ],
+    ids=lambda c: json.dumps(c, sort_keys=True)[:90],
+)
+def test_wrappers_with_their_vision_tower_equal_transformers(config):
+    spec = spec_from_hf_config(config, "wrapper.json")
+    truth = count_parameters(config)
+    assert (spec.param_count, spec.param_count_unquantized) == (truth.total, truth.embedding)
+
+
+def test_a_wrapper_kvplan_does_not_count_gets_no_count():
+    """Qwen3-VL-MoE's experts and an unknown vision tower are not counted: no guess."""
+    assert _load_spec("qwen3-vl-30b-a3b-instruct.json").param_count is None
+    config = {"model_type": "llava", "text_config": {}, "vision_config": {"model_type": "qwen2_5_vl"}}
+    assert spec_from_hf_config(config, "llava.json").param_count is None  # transformers cannot build it either
+
+
+def _load_spec(name: str):
+    return spec_from_hf_config(_config(FIXTURES / name), name)
+
+
+def test_gemma3_fixture_fits_without_weights_gib(cli):
+    """It asked for --weights-gib; now its weights are transformers' count (2,794,955,520 parameters for this
+    6-layer trimmed file with Gemma3Config's default SigLIP) x 2 B in bf16."""
+    assert count_parameters(_config(FIXTURES / "gemma3-27b-it-modified.json")).total == 2_794_955_520
+    code, out, err = cli("fit", str(FIXTURES / "gemma3-27b-it-modified.json"), "--gpu", "h100")
+    assert code == 0, err
+    assert "≈ 5,589,911,040" in out
 
 
 def test_quantization_config_changes_no_parameter():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -71,6 +72,26 @@ def test_configs_kvplan_must_not_guess(config, message):
         spec_from_hf_config(config, "c/config.json")
     assert str(e.value).startswith("c/config.json: ")
     assert message in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "model_type, hint",
+    [
+        ("lama", " (did you mean 'llama'?)"),
+        ("qwen3-moe", " (did you mean 'qwen3_moe'?)"),
+        ("codegen", ""),  # difflib ratio 0.62 to 'cohere': another family, not a typo
+        ("xyz_unknown", ""),
+    ],
+)
+def test_refusal_suggests_only_close_names_and_points_to_the_spec_format(model_type, hint):
+    from kvplan.readers import no_reader_message
+    from kvplan.readers.base import SPEC_FORMAT_DOC
+
+    message = no_reader_message(model_type, "c/config.json")
+    assert message.startswith(f"c/config.json: model_type {model_type!r}{hint}: kvplan has no reader for it")
+    assert "did you mean" in message if hint else "did you mean" not in message
+    assert message.endswith(f"(see {SPEC_FORMAT_DOC})")
+    assert (Path(__file__).parents[1] / SPEC_FORMAT_DOC).read_text().startswith("# Spec format\n")
 
 
 @pytest.mark.parametrize(

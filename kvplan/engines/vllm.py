@@ -1186,6 +1186,55 @@ def check_sampler(sampler: str | None, budget_rules) -> None:
         raise UsageError("--vllm-sampler: the V1 engine's sampler (vLLM >= 0.8); the V0 engine has one sampler")
 
 
+# Architectures vLLM stopped serving, from vLLM 0.33.0's own table (model_executor/models/registry.py
+# _PREVIOUSLY_SUPPORTED_MODELS: "Model architecture X was supported in vLLM until vV, and is not supported anymore"),
+# for the architectures kvplan reads, where vLLM's Transformers backend does not take over either
+# (registry.py _try_resolve_transformers: transformers' class must be backend-compatible): architecture -> (the
+# last release that served it, why nothing serves it after, what it needed before that kvplan does not model or
+# None when kvplan's rule sets apply).
+UNSERVED_ARCHITECTURES: dict[str, tuple[str, str, str | None]] = {
+    "MllamaForConditionalGeneration": (
+        "0.10.2",
+        "with the encoder-decoder models removed with the V0 engine; its Transformers backend gives every decoder "
+        "layer a self-attention cache ('vLLM does not support encoder-decoder models', "
+        "models/transformers/base.py _get_attn_cls), not Mllama's cross-attention over the image tokens",
+        "vLLM 0.10.2 and older serve it on the V0 engine only (model_executor/models/mllama.py: SupportsV0Only), whose "
+        "cross-attention blocks come out of the one per-layer pool (worker/cache_engine.py: every block spans all "
+        "layers, cross-attention ones included); kvplan does not model that pool",
+    ),
+    "MptForCausalLM": (
+        "0.28.0",
+        "its Transformers backend does not take transformers' MptForCausalLM (_supports_attention_backend false: "
+        "its attention adds an ALiBi bias of its own)",
+        None,
+    ),
+}
+UNSERVED_ARCHITECTURES["MPTForCausalLM"] = UNSERVED_ARCHITECTURES["MptForCausalLM"]  # the remote-code name
+
+
+def check_served(spec: ModelSpec, version: str | None) -> None:
+    """Refuse a model whose architecture vLLM ``version`` does not serve, or serves only in a way kvplan does not
+    model (:data:`UNSERVED_ARCHITECTURES`; None: the newest release, 0.33).
+
+    Raises:
+        UsageError: naming the architecture, the vLLM release and vLLM's reason.
+    """
+    entry = UNSERVED_ARCHITECTURES.get(spec.architecture or "")
+    if entry is None:
+        return
+    last, after, before = entry
+    asked = parse_version(str(version)) if version not in (None, "", "latest", "current") else None
+    shown = str(version).strip() if asked is not None else "0.33.0"
+    if asked is None or asked > parse_version(last):
+        raise UsageError(
+            f"--engine vllm: vLLM {shown} does not serve {spec.architecture} ({spec.name}): its registry lists it "
+            f"among the models 'supported in vLLM until v{last}' (model_executor/models/registry.py "
+            f"_PREVIOUSLY_SUPPORTED_MODELS), {after}; give --engine-version {last} or older, or plan another engine"
+        )
+    if before is not None:
+        raise UsageError(f"--engine vllm --engine-version {shown}: {spec.name} ({spec.architecture}): {before}")
+
+
 class VllmEngine(EngineRules):
     """vLLM, by version (:data:`RULE_SETS`): ``ceil(total × gpu_memory_utilization)`` minus weights,
     activation (profiled at max_num_batched_tokens) and non-torch memory; 0.33 plans KV cache groups in one
@@ -1249,6 +1298,9 @@ class VllmEngine(EngineRules):
         return (s.max_num_batched_tokens, s.max_num_seqs, s.extra["family"])
 
     def check(self, spec: ModelSpec, opts: FitOptions, settings: Settings) -> None:
+        """Refuse what this version of vLLM does not serve (:func:`check_served`), a layer kind it has no rule for,
+        and speculative decoding outside 0.33's rules."""
+        check_served(spec, opts.engine_version)
         self.check_kinds(spec)
         check_speculative(spec, opts, settings.rules.full_rules)
         check_sampler(opts.vllm_sampler, settings.extra["budget"])

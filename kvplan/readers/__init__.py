@@ -107,6 +107,11 @@ REGISTRY: dict[str, str] = {
     "openelm": "openelm",
     "deepseek_v4": "deepseek",
     "recurrent_gemma": "recurrent_gemma",
+    # --- types transformers builds whose meta forward stops at a data-dependent op (the audit of issue 17) ---
+    "mpt": "mosaic",
+    "dbrx": "mosaic",
+    "jetmoe": "decoder",
+    "longcat_flash": "deepseek",
     # --- end issue 17 section ---
     # --- mla / hybrid / linear readers (deepseek.py, hybrid.py, linear.py) ---
     "deepseek_v2": "deepseek",
@@ -147,16 +152,15 @@ def registered_model_types() -> list[str]:
 
 
 def no_reader_message(model_type: str, where: str) -> str:
-    """The one-line refusal for a model_type no reader matches (with a did-you-mean)."""
-    import difflib
+    """The one-line refusal for a model_type no reader matches (with a did-you-mean when one is close)."""
+    from kvplan.readers.base import SPEC_FORMAT_DOC, close_model_type
 
-    close = difflib.get_close_matches(model_type, list(REGISTRY), n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    close = close_model_type(model_type, REGISTRY) if model_type else None
+    hint = f" (did you mean {close!r}?)" if close else ""
     what = f"model_type {model_type!r}" if model_type else "no model_type"
     return (
         f"{where}: {what}{hint}: kvplan has no reader for it and will not guess its layout; "
-        "pip install 'kvplan[transformers]' lets transformers read it, or write a spec YAML (see README, "
-        "'Spec format')"
+        f"pip install 'kvplan[transformers]' lets transformers read it, or write a spec YAML (see {SPEC_FORMAT_DOC})"
     )
 
 
@@ -205,9 +209,10 @@ def spec_from_hf_config(config: Any, where: str, name: str | None = None):
             or inconsistent value, a layout key the reader does not handle, or a likely misspelt key (the
             message names the file and key).
     """
+    import json
     from pathlib import Path
 
-    from kvplan.readers.base import ENCODER_TYPES, HFConfig
+    from kvplan.readers.base import ENCODER_TYPES, ENCODER_UNLESS, NO_CACHE_TYPES, HFConfig, is_encoder
     from kvplan.readers.wrappers import encoder_facts, text_model_type
     from kvplan.specs import build_spec
 
@@ -220,6 +225,18 @@ def spec_from_hf_config(config: Any, where: str, name: str | None = None):
     for key in ("is_encoder_decoder",):
         if (cfg.raw.get(key) is True or config.get(key) is True) and cfg.model_type not in REGISTRY:
             raise SpecError(f"{where}: {key} is true: kvplan plans decoder-only (causal) models")
+    if cfg.model_type in NO_CACHE_TYPES:
+        raise SpecError(
+            f"{where}: model_type {cfg.model_type!r} keeps no KV cache to plan: {NO_CACHE_TYPES[cfg.model_type]}"
+        )
+    if cfg.model_type in ENCODER_UNLESS and is_encoder(cfg.model_type, cfg.raw):
+        key, value = ENCODER_UNLESS[cfg.model_type]
+        raise SpecError(
+            f"{where}: model_type {cfg.model_type!r} with {key} "
+            f"{json.dumps(cfg.raw[key]) if key in cfg.raw else 'absent'} is encoder-only "
+            f"(bidirectional, its config class's default): it keeps no KV cache to plan; a decoder sets "
+            f"{key}: {json.dumps(value)}"
+        )
     if cfg.model_type not in REGISTRY and cfg.model_type not in ENCODER_TYPES and cfg.model_type:
         from kvplan.readers.transformers_fallback import spec_from_transformers
 
@@ -234,10 +251,13 @@ def spec_from_hf_config(config: Any, where: str, name: str | None = None):
     cfg.ignore("is_causal", "use_bidirectional_attention", "is_encoder_decoder")
     data = read(cfg)
     cfg.check_unhandled()
-    if not wrapper and "param_count" not in data:  # a wrapper's vision tower is not in its text config
-        from kvplan.readers.params import with_param_count
+    if "param_count" not in data:
+        from kvplan.readers.params import with_param_count, with_wrapper_param_count
 
-        data = with_param_count(data, cfg.raw, cfg.model_type)
+        if wrapper:  # the text model plus the vision tower and projector, where counted exactly
+            data = with_wrapper_param_count(data, config, wrapper, cfg.raw, cfg.model_type)
+        else:
+            data = with_param_count(data, cfg.raw, cfg.model_type)
     reader = f"kvplan {REGISTRY[cfg.model_type]} reader for {cfg.model_type}"
     if wrapper:
         archs = config.get("architectures")

@@ -98,6 +98,47 @@ ENCODER_TYPES = (
     "roc_bert",
 )
 
+# Model types that are encoders unless their config says otherwise: model_type -> (key, the value that makes the
+# model a decoder). XLMConfig's ``causal`` defaults to false (XLM's masked-LM checkpoints: bidirectional attention,
+# no KV cache; transformers also maps xlm to a masked-LM class); its CLM checkpoints set it true.
+ENCODER_UNLESS: dict[str, tuple[str, object]] = {"xlm": ("causal", True)}
+
+
+# Decoder model types whose transformers model keeps no cache at all (nothing to plan, as for an encoder):
+# model_type -> where transformers says so.
+NO_CACHE_TYPES: dict[str, str] = {
+    "openai-gpt": "transformers' OpenAIGPTModel.forward takes no past_key_values (modeling_openai.py): GPT-1 "
+    "recomputes every token at each step",
+}
+
+
+def is_encoder(model_type: str, config: dict) -> bool:
+    """True for an encoder-only model_type (:data:`ENCODER_TYPES`), or one of :data:`ENCODER_UNLESS` whose
+    config leaves the key that makes it a decoder at its class default."""
+    if model_type in ENCODER_TYPES:
+        return True
+    key, decoder = ENCODER_UNLESS.get(model_type, (None, None))
+    return key is not None and config.get(key) != decoder
+
+
+# A did-you-mean names a registered model_type only this similar (difflib's ratio, 0..1) to the one given:
+# typos and spellings ('gemma-3', 'qwen3-moe', 'lama': 0.89-0.92) pass, a different family that shares letters
+# ('codegen' / 'cohere': 0.62) does not.
+CLOSE_NAME_CUTOFF = 0.8
+
+# Where a spec YAML's format is described (the refusals point there).
+SPEC_FORMAT_DOC = "docs/spec-format.md"
+
+
+def close_model_type(model_type: str, known) -> str | None:
+    """The registered model_type ``model_type`` is most likely a misspelling of, or None when none is at least
+    :data:`CLOSE_NAME_CUTOFF` similar (a wrong guess is worse than none)."""
+    import difflib
+
+    close = difflib.get_close_matches(str(model_type), list(known), n=1, cutoff=CLOSE_NAME_CUTOFF)
+    return close[0] if close else None
+
+
 # config.json dtype names -> kvplan's model dtypes. vLLM's dtype=auto serves float32 checkpoints in a
 # 16-bit dtype (vllm/config/model.py: _get_and_verify_dtype; bf16 on Ampere or newer, fp16 before): a
 # float32 checkpoint caches 2 bytes per element either way.

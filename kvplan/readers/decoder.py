@@ -441,5 +441,45 @@ def read_mimo_v2_flash(cfg: HFConfig) -> dict:
     return data
 
 
+def read_jetmoe(cfg: HFConfig) -> dict:
+    """JetMoE: full attention on every layer, ``num_key_value_heads`` KV heads of ``kv_channels``.
+
+    Mirrors transformers 5.23's ``JetMoeConfig`` (defaults: 12 layers, ``num_key_value_heads`` 16,
+    ``kv_channels`` 128 (``head_dim`` is its ``attribute_map`` alias), ``hidden_size`` 2048,
+    ``max_position_embeddings`` 4096; ``num_attention_heads`` is set to ``num_key_value_heads ×
+    num_experts_per_tok`` whatever the file says) and ``JetMoeAttention``: only the queries go through the
+    attention experts (MoA); one ``kv_proj`` gives K and V of ``num_key_value_heads × kv_channels``, which are
+    cached and then repeated ``num_experts_per_tok`` times for the attention. vLLM 0.33 has no JetMoE model
+    of its own and serves it through its Transformers backend (``models/transformers``), whose cache takes
+    ``num_key_value_heads`` and ``head_dim`` from that config object.
+
+    Raises:
+        SpecError: a missing or non-integer value, or ``head_dim`` and ``kv_channels`` both set and different.
+    """
+    kv = cfg.int("num_key_value_heads", 16)
+    head_dim = cfg.first_int("kv_channels", "head_dim", default=128)
+    if cfg.has("kv_channels") and cfg.has("head_dim") and cfg.int("head_dim") != head_dim:
+        raise cfg.error(
+            f"head_dim={cfg.int('head_dim')} and kv_channels={head_dim}: JetMoeConfig maps one onto the other"
+        )
+    top_k = cfg.int("num_experts_per_tok", 2)
+    cfg.ignore("num_attention_heads", "num_local_experts")  # JetMoeConfig overwrites the former
+    data = {
+        "num_layers": cfg.int("num_hidden_layers", 12),
+        "num_q_heads": kv * top_k,
+        "num_kv_heads": kv,
+        "head_dim": head_dim,
+        "hidden_size": cfg.int("hidden_size", 2048),
+        "dtype": cfg.dtype(),
+        "max_model_len": max_len(cfg, 4096),
+    }
+    for key in ("vocab_size", "intermediate_size"):
+        value = cfg.raw.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            data[key] = value
+    return data
+
+
 READERS = {model_type: read_decoder for model_type in _DEFAULTS}
 READERS["mimo_v2_flash"] = read_mimo_v2_flash
+READERS["jetmoe"] = read_jetmoe

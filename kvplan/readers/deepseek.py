@@ -330,7 +330,50 @@ def read_deepseek_v4(cfg: HFConfig) -> dict:
     }
 
 
+def read_longcat_flash(cfg: HFConfig) -> dict:
+    """LongCat-Flash: every decoder layer holds two MLA sublayers, each with its own latent cache.
+
+    Mirrors transformers 5.23's ``LongcatFlashConfig`` (defaults: ``num_layers`` 28 blocks, 64 heads,
+    ``kv_lora_rank`` 512, ``qk_rope_head_dim`` 64, ``qk_nope_head_dim`` 128, ``v_head_dim`` 128,
+    ``max_position_embeddings`` 131072; ``num_hidden_layers`` is the property ``2 × num_layers``) and
+    ``LongcatFlashDecoderLayer`` (``self_attn``: two ``LongcatFlashMLA`` with cache indices ``2i`` and ``2i + 1``),
+    checked against vLLM 0.33's ``longcat_flash.py`` (``FlashDecoderLayer.self_attn``: two
+    ``DeepseekV2MLAAttention`` per layer, ``config.num_layers`` layers). kvplan's layers are the ``2 × num_layers``
+    attention sublayers, each one latent of ``kv_lora_rank + qk_rope_head_dim`` per token. The zero (identity)
+    experts and the shortcut MoE do not change the cache.
+
+    Raises:
+        SpecError: ``num_layers`` and ``num_hidden_layers`` both set and not 1 : 2, or a bad dimension.
+    """
+    blocks = cfg.int("num_layers", 28)
+    if cfg.has("num_hidden_layers") and cfg.int("num_hidden_layers") != 2 * blocks:
+        raise cfg.error(
+            f"num_hidden_layers={cfg.int('num_hidden_layers')} but num_layers={blocks}: LongcatFlashConfig's "
+            "num_hidden_layers is 2 x num_layers (two attention sublayers per block)"
+        )
+    heads = cfg.int("num_attention_heads", 64)
+    rope = cfg.int("qk_rope_head_dim", _MLA_DEFAULTS["qk_rope_head_dim"], minimum=0)
+    nope = cfg.int("qk_nope_head_dim", _MLA_DEFAULTS["qk_nope_head_dim"], minimum=0)
+    if rope + nope < 1:
+        raise cfg.error("qk_nope_head_dim + qk_rope_head_dim must be at least 1")
+    cfg.ignore("num_key_value_heads", "head_dim", "qk_head_dim", "q_lora_rank")
+    rank = cfg.int("kv_lora_rank", _MLA_DEFAULTS["kv_lora_rank"])
+    return {
+        "num_layers": 2 * blocks,
+        "num_q_heads": heads,
+        "num_kv_heads": heads,
+        "head_dim": rope + nope,
+        "v_head_dim": cfg.int("v_head_dim", _MLA_DEFAULTS["v_head_dim"]),
+        "hidden_size": cfg.int("hidden_size", 6144),
+        "dtype": cfg.dtype(),
+        "max_model_len": cfg.int("max_position_embeddings", 131072),
+        "mla": {"kv_lora_rank": rank, "qk_rope_head_dim": rope},
+        "notes": f"{blocks} decoder blocks of two MLA sublayers each: {2 * blocks} latent caches",
+    }
+
+
 READERS = {
+    "longcat_flash": read_longcat_flash,
     "deepseek_v4": read_deepseek_v4,
     "glm4_moe_lite": read_deepseek,
     "glm_moe_dsa": read_glm_moe_dsa,

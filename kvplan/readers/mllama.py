@@ -57,6 +57,8 @@ def read_mllama(cfg: HFConfig) -> dict:
     data["max_model_len"] = cfg.int("max_position_embeddings", 131072)
     data["layers"] = ["cross" if i in cross else "full" for i in range(n)]
     data["cross_attention"] = {"encoder_tokens": tokens}
+    if not cfg.outer.get("architectures"):  # the class transformers builds for it; engines refuse by it (vLLM 0.33)
+        data["architecture"] = "MllamaForConditionalGeneration"
     data["multimodal"] = {"image_tokens_per_image": tokens, "images_per_request": 1}
     data["notes"] = (
         f"{len(set(cross))} cross-attention layers cache {tokens:,} image tokens per request (one image: "

@@ -34,10 +34,12 @@ gpt_oss                                          biased q/k/v/o, attention sinks
                                                  experts with biased ``gate_up`` / ``down``
 ===============================================  =========================================================
 
-Not counted (``param_count`` stays None and ``kvplan fit`` asks for ``--weights-gib``): multimodal
-wrappers (the vision tower's parameters are not in the text config), hybrids and linear attention, and
-every other model_type. MTP layers (``num_nextn_predict_layers``) are not part of transformers' model and
-vLLM loads them only for speculative decoding: they are not counted. Buffers (DeepSeek-V3's
+Multimodal wrappers (Gemma 3, LLaVA, Mistral 3, Qwen2.5-VL, Qwen3-VL) are counted with their vision tower and
+projector by :func:`count_wrapper_params` (:mod:`kvplan.readers.params_vision`). Not counted (``param_count``
+stays None and ``kvplan fit`` asks for ``--weights-gib``): other wrappers, hybrids and linear attention (but
+granitemoehybrid, :func:`count_granitemoehybrid`), and every other model_type. MTP layers
+(``num_nextn_predict_layers``) are not part of transformers' model and vLLM loads them only for speculative
+decoding: they are not counted. Buffers (DeepSeek-V3's
 ``e_score_correction_bias``) are not parameters. ``quantization_config`` changes how many bytes a weight
 takes, not how many weights there are: it is ignored here.
 """
@@ -142,6 +144,9 @@ _FAMILIES: dict[str, dict[str, Any]] = {
         "norms": 4,
     },
     "exaone4": {"vocab": 102400, "inter": 16384, "qk_norm": "head"},
+    # text models of multimodal wrappers (kvplan.readers.params_vision): Qwen2's and Qwen3's layers, other defaults
+    "qwen2_5_vl_text": {"vocab": 152064, "inter": 29568, "qkv_bias": True},
+    "qwen3_vl_text": {"vocab": 151936, "inter": 22016, "qkv_bias": ("attention_bias", False), "qk_norm": "head"},
     "glm4": {"vocab": 151552, "inter": 13696, "qkv_bias": ("attention_bias", True), "o_bias": False, "norms": 4},
     "apertus": {
         "vocab": 131072,
@@ -258,8 +263,13 @@ _MOE_DEFAULTS: dict[str, dict[str, Any]] = {
 
 
 def counted_model_types() -> list[str]:
-    """Every model_type whose parameters are counted from config.json, sorted."""
-    return sorted(_FAMILIES)
+    """Every model_type whose parameters are counted from config.json, sorted (multimodal wrappers aside:
+    :data:`kvplan.readers.params_vision.WRAPPERS`)."""
+    return sorted([*(t for t in _FAMILIES if t not in _WRAPPER_TEXT_ONLY), "granitemoehybrid"])
+
+
+# text families counted only inside their wrapper (transformers builds no causal LM of these text configs alone)
+_WRAPPER_TEXT_ONLY = ("qwen2_5_vl_text", "qwen3_vl_text")
 
 
 def _int(raw: dict, key: str, default: Any, minimum: int = 0) -> int:
@@ -355,13 +365,75 @@ def count_params(raw: dict, model_type: str, data: dict) -> ParamCount | None:
     Source: transformers 5.23 ``modeling_<type>.py`` of each family (module docstring), checked on the meta
     device by tests/test_params.py.
     """
+    if model_type == "granitemoehybrid":
+        try:
+            return count_granitemoehybrid(raw, data)
+        except (_Unknown, KeyError, TypeError):
+            return None
     r = _FAMILIES.get(model_type)
-    if r is None or data.get("geometry") or data.get("layer_specs"):
+    if r is None or model_type in _WRAPPER_TEXT_ONLY or data.get("geometry") or data.get("layer_specs"):
         return None
     try:
         return _count(raw, model_type, r, data)
     except (_Unknown, KeyError, TypeError):
         return None
+
+
+def count_granitemoehybrid(raw: dict, data: dict) -> ParamCount:
+    """IBM Granite 4.0-H (``granitemoehybrid``): Mamba-2 or attention layers, each with a shared MLP and, when
+    ``num_local_experts`` > 0, routed experts.
+
+    Mirrors transformers 5.23's ``GraniteMoeHybridForCausalLM`` with ``GraniteMoeHybridConfig``'s defaults
+    (vocab 32000, ``intermediate_size`` 11008, ``shared_intermediate_size`` 1024, 8 experts of top 2, Mamba-2
+    ``mamba_expand`` 2, ``mamba_conv_bias`` true, ``mamba_proj_bias`` false, ``attention_bias`` false, untied
+    embeddings). Per layer: two RMSNorms; the shared MLP (``input_linear`` hidden -> 2 × shared width,
+    ``output_linear`` back, no biases); the router and the experts (``gate_up_proj`` E × 2I × hidden,
+    ``down_proj`` E × hidden × I); a Mamba-2 mixer (``in_proj`` hidden -> 2·d_inner + 2·G·N + H, the depthwise
+    ``conv1d`` over d_inner + 2·G·N channels, ``dt_bias`` / ``A_log`` / ``D`` per head, the gated norm over
+    d_inner, ``out_proj``) or q/k/v/o attention. The layer kinds and attention / state geometry are the hybrid
+    reader's (``data``).
+
+    Raises:
+        _Unknown: a value that is not a plain count, or ``mamba_expand × hidden_size`` that differs from
+            ``mamba_n_heads × mamba_d_head`` (which width transformers builds is then a question).
+    """
+    h = data["hidden_size"]
+    vocab = _int(raw, "vocab_size", 32000, minimum=1)
+    inter = _int(raw, "intermediate_size", 11008, minimum=1)
+    shared = _int(raw, "shared_intermediate_size", 1024)
+    experts = _int(raw, "num_local_experts", 8)
+    top_k = _int(raw, "num_experts_per_tok", 2)
+    tie = _flag(raw, ("tie_word_embeddings", False))
+    m = data.get("mamba2")
+    per_layer = 2 * h + 3 * h * shared
+    router_experts = experts * h + 3 * experts * h * inter if experts else 0
+    mamba = attention = 0
+    if m is not None:
+        heads, d_state, groups, d_conv = m["num_heads"], m["d_state"], m["n_groups"], m["d_conv"]
+        d_inner = heads * m["head_dim"]
+        if _int(raw, "mamba_expand", 2, minimum=1) * h != d_inner:
+            raise _Unknown("mamba_expand")
+        conv_dim = d_inner + 2 * groups * d_state
+        proj_bias = _flag(raw, ("mamba_proj_bias", False))
+        in_out = h * (2 * d_inner + 2 * groups * d_state + heads) + d_inner * h
+        if proj_bias:
+            in_out += 2 * d_inner + 2 * groups * d_state + heads + h
+        conv = conv_dim * d_conv + (conv_dim if _flag(raw, ("mamba_conv_bias", True)) else 0)
+        mamba = in_out + conv + 3 * heads + d_inner
+    hq, hkv, d = data["num_q_heads"], data["num_kv_heads"], data["head_dim"]
+    attention = 2 * h * hq * d + 2 * h * hkv * d
+    if _flag(raw, ("attention_bias", False)):
+        attention += 2 * hq * d + 2 * hkv * d
+    kinds = data["layers"]
+    n_mamba = sum(k == "mamba2" for k in kinds)
+    total = vocab * h * (1 if tie else 2) + h + len(kinds) * (per_layer + router_experts)
+    total += n_mamba * mamba + (len(kinds) - n_mamba) * attention
+    moe = None
+    if experts and 0 < top_k <= experts:
+        moe = {"num_experts": experts, "experts_per_token": top_k, "expert_param_count": 3 * h * inter,
+               "num_moe_layers": len(kinds), "num_shared_experts": 1,
+               "shared_expert_param_count": 3 * h * shared}  # fmt: skip
+    return ParamCount(total, vocab * h * (1 if tie else 2), moe)
 
 
 def _count(raw: dict, model_type: str, r: dict, data: dict) -> ParamCount:
@@ -450,6 +522,42 @@ def _moe(raw: dict, model_type: str, kind: str, hidden: int, inter: int, n_layer
         if shared_param != expert:
             block["shared_expert_param_count"] = shared_param
     return n_moe, total, block
+
+
+def count_wrapper_params(config: dict, wrapper: str, raw: dict, model_type: str, data: dict) -> ParamCount | None:
+    """A multimodal wrapper's parameters: its text model (this module's recipe for ``model_type``), the lm_head by
+    the wrapper's tie rule, the vision tower and the projector (:mod:`kvplan.readers.params_vision`); None when
+    any part is not counted exactly.
+
+    Source: transformers 5.23 ``modeling_<wrapper>.py`` and the vision models' modules, checked on the meta
+    device by tests/test_params.py.
+    """
+    from kvplan.readers import params_vision as pv
+
+    w = pv.WRAPPERS.get(wrapper)
+    r = _FAMILIES.get(model_type)
+    if w is None or r is None or model_type not in w["text"] or r.get("moe") or data.get("geometry"):
+        return None
+    try:
+        tie = pv.lm_head_tied(config, wrapper, raw, r.get("tie", False))
+        text = _count({**raw, "tie_word_embeddings": tie}, model_type, r, data)
+        hidden = data.get("hidden_size") or _int(raw, "hidden_size", r.get("hidden"), minimum=1)
+        vision = pv.vision_params(config, wrapper, hidden)
+    except (_Unknown, pv.Unknown, KeyError, TypeError):
+        return None
+    return ParamCount(text.total + vision, text.embedding)
+
+
+def with_wrapper_param_count(data: dict, config: dict, wrapper: str, raw: dict, model_type: str) -> dict:
+    """``data`` with ``param_count`` and ``param_count_unquantized`` (the embedding and an untied lm_head) of a
+    multimodal wrapper (:func:`count_wrapper_params`); unchanged when it is not counted."""
+    counted = count_wrapper_params(config, wrapper, raw, model_type, data)
+    if counted is None:
+        return data
+    note = (f"param_count {counted.total:,} counted from config.json: the {model_type} text model, the lm_head, "
+            f"the vision tower and the projector of {wrapper} (kvplan.readers.params_vision).")  # fmt: skip
+    return {**data, "param_count": counted.total, "param_count_unquantized": counted.embedding,
+            "notes": f"{data.get('notes', '')} {note}".strip()}  # fmt: skip
 
 
 def with_param_count(data: dict, raw: dict, model_type: str) -> dict:

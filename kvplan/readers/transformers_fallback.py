@@ -63,8 +63,6 @@ STATE_DTYPES = {"DeltaAttention": "fp32"}  # vLLM mamba_utils.py MambaStateDtype
 # Why a buildable model_type is still refused: model_type -> the reason (what transformers keeps, which engine
 # serves it). Said after the generic refusal, so a future transformers that caches them differently is read.
 NO_RULE_REASONS = {
-    "openai-gpt": "transformers' OpenAIGPTModel keeps no KV cache (its forward takes no past_key_values: every step "
-    "recomputes all tokens) and no engine kvplan models serves GPT-1 (vLLM 0.33, SGLang 0.5.23, llama.cpp)",
     "rwkv": "transformers' RWKV-4 keeps its state outside the Cache (RwkvModel.forward: 5 tensors of (batch, hidden, "
     "layers), three in float32) and no engine kvplan models serves RWKV-4 (vLLM 0.33 none; llama.cpp only RWKV-6/7)",
     "xlstm": "transformers' xLSTM keeps its own xLSTMCache (rnn_state: per layer (heads, qk_head_dim, v_head_dim), "
@@ -75,23 +73,18 @@ NO_RULE_REASONS = {
     "K/V (transformers: 4 conv states per layer in float32; vLLM 0.33 vllm/models/inkling/configs.py "
     "mamba2_cache_params: 6 per layer, sized for both attention geometries, bf16): kvplan has no kind for it yet",
     "inkling2_text": "as inkling_text (Inkling 2: short-conv states beside the K/V of every attention layer)",
-    "jetmoe": "its MoE router reads expert sizes as Python numbers (modeling_jetmoe.py: expert_size.tolist()), which "
-    "a meta-device forward cannot give",
-    "longcat_flash": "its MoE routing calls torch.nonzero, whose output size a meta-device forward cannot know",
-    "mpt": "its ALiBi bias reads a tensor as a Python number (modeling_mpt.py build_mpt_alibi_tensor / position "
-    "bias slicing), which a meta-device forward cannot give",
-    "xlm": "XLMModel.forward asserts on lengths.max().item(), which a meta-device forward cannot give",
     "xmod": "X-MOD routes each token to its language adapter with torch.nonzero, whose output size a meta-device "
     "forward cannot know",
-    "xlnet": "XLNet keeps its own memory (mems), not a Cache, and its meta forward mixes a float32 tensor into a "
-    "16-bit matmul (and, built in float32, a CPU tensor into the meta ones)",
-    "cpmant": "CPM-Ant prepends its prompt tokens (prompt_length 32) to the input, so its 2-token forward does not "
-    "fit the shapes of a StaticCache",
-    "prophetnet": "ProphetNet's decoder runs ngram streams beside the main stream, which do not fit a StaticCache",
+    "xlnet": "XLNet keeps no K/V: its memory (mems, modeling_xlnet.py cache_mem) holds each layer's input hidden "
+    "states (d_model per token, the last mem_len, 512 by default), from which K and V are recomputed every step; "
+    "kvplan's layer kinds hold K and V, and no engine kvplan models serves XLNet",
+    "cpmant": "CPM-Ant prepends prompt_length (32) learned prompt tokens to every request's input and caches them "
+    "with it (modeling_cpmant.py CpmAntModel.forward), and no engine kvplan models serves CPM-Ant",
 }
 _MIXER_NAMES = ("self_attn", "attn", "attention", "self_attention", "linear_attn", "mamba", "mixer", "conv",
                 "short_conv", "token_mixer", "temporal_block")  # fmt: skip
 _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp16"}  # vLLM serves fp32 checkpoints in 16 bit
+_TOKENS = 2  # tokens of the forward that fills the cache
 
 
 def cache_dir() -> Path:
@@ -166,13 +159,13 @@ def read_layout(config: dict, where: str, known: tuple[str, ...] = ()) -> dict:
     model_type = raw.pop("model_type", None)
     v = transformers.__version__
     if model_type not in CONFIG_MAPPING_NAMES:
-        import difflib
+        from kvplan.readers.base import SPEC_FORMAT_DOC, close_model_type
 
-        close = difflib.get_close_matches(str(model_type), list(known), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        close = close_model_type(str(model_type), known)
+        hint = f" (did you mean {close!r}?)" if close else ""
         raise SpecError(
             f"{where}: model_type {model_type!r}{hint}: neither kvplan nor transformers {v} has a reader for it "
-            "(remote code only?); kvplan will not guess its layout: write a spec YAML (see README, 'Spec format')"
+            f"(remote code only?); kvplan will not guess its layout: write a spec YAML (see {SPEC_FORMAT_DOC})"
         )
     raw.pop("quantization_config", None)
     why = NO_RULE_REASONS.get(str(model_type))
@@ -205,12 +198,28 @@ def read_layout(config: dict, where: str, known: tuple[str, ...] = ()) -> dict:
             error = e
             if "expected scalar type" not in str(e):
                 break
+    if error is not None:  # a forward that does not fit a StaticCache's shapes (ProphetNet's ngram streams)
+        try:
+            model = _build(transformers, text, torch.bfloat16)
+            dynamic = transformers.DynamicCache(config=text)
+            seen = {}
+            _run(model, dynamic, seen)
+            cache, error = dynamic, None
+        except Exception:  # noqa: BLE001 - the StaticCache's error is the one reported
+            pass
     if error is not None:
         e = error
         raise SpecError(
             f"{where}: transformers {v} cannot run {model_type!r} into a StaticCache on meta "
             f"({type(e).__name__}: {str(e)[:160]}){because}; kvplan will not guess its layout"
         ) from None
+    extra = sorted({k[2] for k, _ in seen.values() if len(k) == 4 and k[2] != _TOKENS})
+    if extra:  # CPM-Ant prepends learned prompt tokens to every request
+        raise SpecError(
+            f"{where}: {model_type!r} caches {extra[0]} tokens per layer after a {_TOKENS}-token forward (transformers "
+            f"{v}): tokens of its own beside the request's, which kvplan's layer kinds do not count{because}; kvplan "
+            "will not guess its layout"
+        )
     n = text.num_hidden_layers
     blocks = next((m for _, m in model.named_modules() if isinstance(m, torch.nn.ModuleList) and len(m) == n), None)
     sharing = getattr(text, "kv_sharing_modes", None) or [None] * n
@@ -302,14 +311,17 @@ def _run(model, cache, seen: dict) -> None:
         return update(key_states, value_states, layer_idx, *args, **kwargs)
 
     cache.update = recording_update
-    params = inspect.signature(model.forward).parameters  # Mamba takes its cache as cache_params
-    arg = "cache_params" if "cache_params" in params and "past_key_values" not in params else "past_key_values"
+    params = inspect.signature(model.forward).parameters  # Mamba takes its cache as cache_params, XLM as cache
+    arg = next((a for a in ("past_key_values", "cache_params", "cache") if a in params), "past_key_values")
     rows = getattr(model.config, "num_codebooks", None) or 1  # MusicGen's decoder reads one row per codebook
+    extra = {}
+    if "lengths" in params:  # XLM asserts on lengths.max().item(): the tokens fed, given on the CPU
+        extra["lengths"] = torch.full((rows,), _TOKENS, dtype=torch.long, device="cpu")
     warn = PreTrainedModel.warn_if_padding_and_no_attention_mask
     PreTrainedModel.warn_if_padding_and_no_attention_mask = lambda *a, **k: None
     try:  # on meta as the default device too: tensors a forward creates land beside the weights (XLNet)
         with torch.no_grad(), torch.device("meta"):
-            model(input_ids=torch.zeros((rows, 2), dtype=torch.long), **{arg: cache}, use_cache=True)
+            model(input_ids=torch.zeros((rows, _TOKENS), dtype=torch.long), **{arg: cache}, use_cache=True, **extra)
     finally:
         PreTrainedModel.warn_if_padding_and_no_attention_mask = warn
 
@@ -451,12 +463,15 @@ def _build_from_layout(layout: dict, config: dict, where: str, name: str | None,
     q = layout.get("num_attention_heads") or 1
     kv0 = heads[attn[0]] if attn else 1
     d0 = dims[attn[0]] if attn else 1
+    engine = []  # where kvplan's sizes are an engine's, not transformers': said on the "read by" line too
     if states:
-        notes.append("recurrent states sized by vLLM's MambaStateShapeCalculator (d_conv - 1 conv columns where "
-                     "transformers keeps d_conv; the recurrent state in the model dtype where transformers keeps "
-                     "float32)")  # fmt: skip
+        fp32 = any(b.get("ssm_dtype") == "fp32" for b in states.values())
+        engine.append("recurrent states sized as vLLM keeps them (MambaStateShapeCalculator: d_conv - 1 conv columns "
+                      "where transformers keeps d_conv" + ("" if fp32 else "; the recurrent state in the model dtype "
+                      "where transformers keeps float32") + ")")  # fmt: skip
     if mla and mla["index_head_dim"]:
         notes.append("DSA indexer key priced in the KV dtype, as transformers caches it (vLLM: fp8 + scales)")
+    notes += engine
     data: dict[str, Any] = {
         "name": name or _name(where, config),
         "source": where,
@@ -467,7 +482,7 @@ def _build_from_layout(layout: dict, config: dict, where: str, name: str | None,
         "dtype": _DTYPES.get(layout["dtype"].lower(), "fp16"),
         "max_model_len": layout.get("max_position_embeddings") or 2048,
         "layers": kinds,
-        "reader": f"transformers {version} (no kvplan reader)",
+        "reader": "; ".join([f"transformers {version} (no kvplan reader)", *engine]),
         "notes": "; ".join(
             [f"{layout['config_class']} / {layout['model_class']} read by transformers {version}", *notes]
         ),  # fmt: skip
