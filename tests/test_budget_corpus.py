@@ -50,8 +50,8 @@ def test_median_error_per_engine_does_not_regress(rows):
     # docs/budget-validation.md, measured on the corpus: vLLM V1 from 8.1 % (the model before issue 15) to 1.9 %
     # (the issue's target: 2 %), 10 of its 11 logs within 5 %
     worst = {"vllm-v1": 0.02, "vllm-v0": 0.09, "sglang": 0.10, "trtllm": 0.05}
-    for key, limit in worst.items():
-        errs = [abs(r["err"]) for r in rows if r["key"] == key and r["err"] is not None]
+    for key, limit in worst.items():  # text models; the two multimodal V0 logs are in their own row of the doc
+        errs = [abs(r["err"]) for r in rows if r["key"] == key and r["err"] is not None and not r["multimodal"]]
         assert errs and statistics.median(errs) <= limit, key
 
 

@@ -78,17 +78,23 @@ RESIDUALS: dict[str, dict[str, dict]] = {
             "median": 1.028,
             "n": 4
         },
+        "activation-multimodal": {
+            "high": 3.349,
+            "low": 1.559,
+            "median": 2.454,
+            "n": 2
+        },
         "non_torch": {
             "high": 9.19,
             "low": 0.486,
             "median": 1.792,
-            "n": 4
+            "n": 5
         },
         "weights-16bit": {
-            "high": 1.002,
+            "high": 1.007,
             "low": 1.0,
-            "median": 1.001,
-            "n": 4
+            "median": 1.002,
+            "n": 5
         }
     },
     "vllm-v1": {
