@@ -139,6 +139,86 @@ def test_two_pool_packing_is_first_fit_decreasing_request_by_request(caps, class
             assert pack_limited(caps, fixed, cap)[:3] == want, block
 
 
+def first_fit_two_pools_timed(caps, classes, max_requests, costs):
+    """:func:`first_fit_two_pools` with a decode-time budget per replica (each class's request costs its share)."""
+    cap = max_requests or 1 << 62
+    replicas = []  # [left per pool, classes held, requests, time left]
+    for cid, (count, size, prefix) in sorted(enumerate(classes), key=lambda x: -(sum(x[1][1]) + sum(x[1][2]))):
+        for _ in range(count):
+            for r in replicas:
+                pay = (0, 0) if cid in r[1] else prefix
+                if all(r[0][i] >= pay[i] + size[i] for i in range(2)) and r[2] < cap and r[3] >= costs[cid]:
+                    break
+            else:
+                r = [list(caps), set(), 0, TIME_SCALE]
+                replicas.append(r)
+                pay = prefix
+            for i in range(2):
+                r[0][i] -= pay[i] + size[i]
+            r[1].add(cid)
+            r[2] += 1
+            r[3] -= costs[cid]
+    return len(replicas), max((r[2] for r in replicas), default=0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    caps=st.tuples(st.integers(1, 90), st.integers(1, 30)),
+    classes=st.lists(
+        st.tuples(st.integers(1, 40), st.tuples(st.integers(1, 40), st.integers(0, 12)), st.integers(0, 8)),
+        min_size=1,
+        max_size=8,
+    ),
+    cap=st.one_of(st.none(), st.integers(1, 12)),
+    seed=st.integers(0, 2**16),
+)
+def test_two_pool_packing_with_a_time_check_is_first_fit_request_by_request(caps, classes, cap, seed):
+    import random
+
+    from kvplan.fleet import pack_limited
+
+    fixed = []
+    for n, (full, swa), prefix in classes:
+        size = (min(full, caps[0]), min(swa, caps[1]))
+        fixed.append((n, size, (min(prefix, caps[0] - size[0]), 0)))
+    rng = random.Random(seed)
+    costs = [rng.choice([0, TIME_SCALE // rng.randint(1, 9)]) for _ in fixed]
+    ok = lambda comp: sum(k * costs[c] for c, k in comp.items()) <= TIME_SCALE  # noqa: E731
+    got = pack_limited(caps, fixed, cap, ok)
+    assert (got[0], got[2]) == first_fit_two_pools_timed(caps, fixed, cap, costs)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    classes=st.lists(st.tuples(st.integers(1, 300), st.integers(1, 8)), min_size=1, max_size=6),
+    cap=st.one_of(st.none(), st.integers(1, 40)),
+    exact=st.booleans(),
+)
+def test_fleet_replicas_and_their_range_are_first_fit_of_whole_requests(classes, cap, exact):
+    # plan_layout packs each class's requests (the cache model's blocks per request) into the pool fit sizes at
+    # the budget and at both ends of its range; each figure must be first-fit decreasing done request by request
+    from dataclasses import replace
+
+    from kvplan.fit import fit_plan
+
+    spec, gpu = load_bundled("llama3.1-8b"), get_gpu("h100")
+    data = [{"name": f"c{i}", "concurrency": n, "tokens": f"{k}k"} for i, (n, k) in enumerate(classes)]
+    wl = workload_from_data({"classes": data}, "w.yaml")
+    opts = FitOptions(max_num_seqs=cap, kv_cache_memory_bytes=20 * GIB if exact else None)
+    row = plan_layout(spec, gpu, wl, opts)
+    fit, cache = fit_plan(spec, gpu, replace(opts, max_model_len=wl.max_tokens, shared_prefix_tokens=0))
+    sizes = [(c.concurrency, cache.demand(c.tokens)[0], 0) for c in wl.classes]
+    for end, replicas in (
+        (fit.kv_budget_bytes, row.replicas),
+        (fit.kv_budget_high_bytes, row.replicas_low),
+        (fit.kv_budget_low_bytes, row.replicas_high),
+    ):
+        want = first_fit_one_request_at_a_time(cache.pools(end)[0], sizes, fit.max_num_seqs)
+        assert replicas == want[0], end
+    if exact:
+        assert row.replicas_low == row.replicas == row.replicas_high
+
+
 def _traced_events(fn) -> int:
     import sys
 
