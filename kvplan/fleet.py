@@ -1067,16 +1067,24 @@ def plan_fleet(
         layouts = eng.layouts(spec, tp_list, pp_list)
     prices = prices or {}
     rows = []
+    skipped: list[tuple[GPU, dict, str]] = []  # default layouts that could not be planned, and why
     for g in gpus:
         price = prices.get(g.id, g.price_usd_per_hour)
         for layout in layouts:
             try:
                 rows.append(plan_layout(spec, g, workload, replace(opts, **layout), price, slo, ttft=not decode_pool))
-            except UsageError:
+            except UsageError as e:
                 plain = set(layout) <= {"tensor_parallel_size", "pipeline_parallel_size"}
                 if plain and (tps or pps or asked):
                     raise  # the layout the flags asked for
-                continue  # a default layout the heads, experts or layers do not allow
+                skipped.append((g, layout, str(e)))  # a default layout the heads, experts or layers do not allow
+    if skipped and not any(r.fits for r in rows):
+        # nothing can serve the workload: say why for the layouts that could not be planned too
+        if not rows:
+            raise UsageError(_unplanned_reason(spec, opts, skipped))
+        for g, layout, reason in skipped:
+            price = prices.get(g.id, g.price_usd_per_hour)
+            rows.append(_unplanned_row(spec, g, replace(opts, **layout), reason, price))
     key = _key(sort)
     best: dict[str, FleetRow] = {}
     for r in rows:
@@ -1088,6 +1096,46 @@ def plan_fleet(
     rows = [replace(r, best_for_gpu=True, why=why_best(r, by_gpu[r.gpu], sort)) if best.get(r.gpu) is r else r
             for r in rows]  # fmt: skip
     return sorted(rows, key=lambda r: (not r.fits, key(r) if r.fits else (0,) * 6, r.gpu))
+
+
+def _layout_name(spec: ModelSpec, opts: FitOptions) -> tuple[str, str, int, int, int]:
+    """(name, engine flags, GPUs per replica, attention DP, EP) of ``opts``' layout, or its TP × PP when the
+    engine refuses the layout itself."""
+    from kvplan import engines
+
+    try:
+        par = engines.get(opts.engine).parallel(spec, opts)
+        return par.name, par.flags, par.gpus, par.attn_dp, par.ep
+    except UsageError:
+        tp, pp = opts.tensor_parallel_size, opts.pipeline_parallel_size
+        return f"TP {tp}" + (f" × PP {pp}" if pp > 1 else ""), "", tp * pp, 1, 1
+
+
+def _unplanned_reason(spec: ModelSpec, opts: FitOptions, skipped: list[tuple[GPU, dict, str]]) -> str:
+    """One line for default layouts none of which could be planned: the reason itself when every layout has
+    the same one (a problem of the model or the flags, not of a layout), else each distinct reason once, with
+    the layouts it applies to."""
+    by_reason: dict[str, list[str]] = {}
+    for _, layout, reason in skipped:
+        name = _layout_name(spec, replace(opts, **layout))[0]
+        names = by_reason.setdefault(reason, [])
+        if name not in names:
+            names.append(name)
+    if len(by_reason) == 1:
+        return next(iter(by_reason))
+    parts = "; ".join(f"{', '.join(names)}: {reason}" for reason, names in by_reason.items())
+    return f"no layout tried can be planned ({parts})"
+
+
+def _unplanned_row(spec: ModelSpec, gpu: GPU, opts: FitOptions, reason: str, price) -> FleetRow:
+    """A row for a default layout that could not be planned (shown only when no layout can serve)."""
+    name, flags, replica_gpus, dp, ep = _layout_name(spec, opts)
+    return FleetRow(gpu=gpu.id, gpu_name=gpu.name, tensor_parallel_size=opts.tensor_parallel_size,
+                    pipeline_parallel_size=opts.pipeline_parallel_size, fits=False, reason=reason, replicas=0,
+                    gpus=0, kv_budget_bytes=0, kv_bytes_needed=0, kv_utilization=0.0, requests_per_replica=0,
+                    price_usd_per_hour=None if price is None else float(price), cost_usd_per_hour=None,
+                    data_parallel_size=dp, expert_parallel_size=ep, replica_gpus=replica_gpus, layout=name,
+                    parallel_flags=flags)  # fmt: skip
 
 
 # --- disaggregated prefill / decode ------------------------------------------------------------------------
@@ -1336,10 +1384,13 @@ def plan_disaggregated(
     for g in gpus:
         price = prices.get(g.id, g.price_usd_per_hour)
         for layout in eng.layouts(spec, tp_list, pp_list):
+            o = replace(opts, **layout)
             try:
-                prefill.append(plan_prefill(spec, g, workload, replace(opts, **layout), slo, rates, xfer_ms, price))
-            except UsageError:
-                continue
+                prefill.append(plan_prefill(spec, g, workload, o, slo, rates, xfer_ms, price))
+            except UsageError as e:  # a layout that cannot be planned: a row with the reason (the pool's reason
+                name, flags, replica_gpus, _, _ = _layout_name(spec, o)  # when no layout can prefill)
+                prefill.append(PrefillRow(g.id, name, flags, o.tensor_parallel_size, o.pipeline_parallel_size,
+                                          replica_gpus, False, str(e)))  # fmt: skip
 
     def pkey(r: PrefillRow):
         cost = r.cost_usd_per_hour if r.cost_usd_per_hour is not None else float("inf")

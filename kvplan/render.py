@@ -1103,12 +1103,13 @@ def fleet_table(
         by_gpu.setdefault(r.gpu, []).append(r)
     never = [g for g, rs in by_gpu.items() if not any(r.fits for r in rs)]
     weights_only = [g for g in never if all("no KV memory" in r.reason for r in by_gpu[g])]
-    for g in never:
-        if g in weights_only:
-            continue
-        tried = ", ".join(dict.fromkeys(r.layout or f"TP {r.tensor_parallel_size}" for r in by_gpu[g]))
-        real = [r for r in by_gpu[g] if "no KV memory" not in r.reason] or by_gpu[g]
-        con.print(f"{g}: cannot serve this workload at any layout tried ({tried}): {real[-1].reason}")
+    why = {g: _never_reason(by_gpu[g]) for g in never if g not in weights_only}
+    if len(why) > 1 and len(set(why.values())) == 1:  # one problem, every GPU: said once
+        con.print(f"No GPU tried can serve this workload at any layout ({', '.join(why)}): {next(iter(why.values()))}")
+    else:
+        for g, reason in why.items():
+            tried = ", ".join(dict.fromkeys(r.layout or f"TP {r.tensor_parallel_size}" for r in by_gpu[g]))
+            con.print(f"{g}: cannot serve this workload at any layout tried ({tried}): {reason}")
     if weights_only:
         con.print(f"Weights and activations leave no KV memory at any layout tried: {', '.join(weights_only)}")
     if not any(r.price_usd_per_hour is not None for r in rows):
@@ -1119,6 +1120,23 @@ def fleet_table(
             "published measurements; docs/throughput-validation.md); tok/s/GPU from the estimate; limit: what sets "
             "the replicas (memory, SLO, max_num_seqs)."
         )
+
+
+def _never_reason(rows) -> str:
+    """Why none of one GPU's layouts can serve a workload: the last planned layout's reason (its KV budget
+    known: the one closest to fitting), then each reason a layout was refused or could not be planned for
+    once, with the layouts it applies to (the reason alone when it is the only one)."""
+    real = [r for r in rows if "no KV memory" not in r.reason] or rows
+    planned = [r for r in real if r.kv_budget_bytes > 0]
+    refused: dict[str, list[str]] = {}
+    for r in real:
+        if r.kv_budget_bytes <= 0:
+            refused.setdefault(r.reason, []).append(r.layout or f"TP {r.tensor_parallel_size}")
+    if not planned and len(refused) == 1:
+        return next(iter(refused))
+    parts = [planned[-1].reason] if planned else []
+    parts += [f"{', '.join(dict.fromkeys(names))}: {reason}" for reason, names in refused.items()]
+    return "; ".join(parts)
 
 
 def disaggregated_json(model: str, workload, plan) -> dict[str, Any]:

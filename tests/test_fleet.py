@@ -664,3 +664,80 @@ def test_a_ttft_target_in_milliseconds_is_compared_in_milliseconds(cli):
     code, out, err = cli("fleet", "llama3-8b", "--concurrency", "1", "--seq", "1000", "--gpu", "h100", "--tp", "1",
                          "--pp", "1", "--ttft-ms", "16")  # fmt: skip
     assert code == 1 and "exceeds its target 16 ms" in out
+
+
+def test_a_problem_of_every_layout_is_one_line_exit_2(cli, tmp_path):
+    # a GGUF without tensor infos: weights unknown at every layout; the table said "reasons above" with none
+    # above (and --json gave layouts: []), exit 1; --tp 1 --pp 1 gave the real reason, as every layout now does
+    from .test_gguf import raw_gguf
+
+    p = tmp_path / "meta-only.gguf"
+    p.write_bytes(raw_gguf())
+    want = (
+        f"kvplan: error: meta-only: {p} has no tensor infos (metadata only), so weights are unknown; "
+        "give --weights-gib (weights per GPU)\n"
+    )
+    base = ("--concurrency", "4", "--seq", "4k", "--gpu", "h100")
+    for extra in ((), ("--json",), ("--csv",), ("--tp", "1", "--pp", "1")):
+        assert cli("fleet", p, "--engine", "llamacpp", *base, *extra) == (2, "", want), extra
+    code, out, err = cli("fleet", *base, "--", "llama-server", "-m", p, "-c", "16384", "-np", "4")
+    assert (code, out) == (2, "") and err.endswith(want)
+
+
+def _layouts_with(monkeypatch, extra: list[dict]):
+    """vLLM's default layouts as TP only (PP 1), and ``extra`` after them."""
+    from kvplan import engines
+
+    eng = engines.get("vllm")
+    plain = [dict(tensor_parallel_size=t, pipeline_parallel_size=1) for t in (1, 2, 4, 8)]
+    monkeypatch.setattr(type(eng), "layouts", lambda self, spec, tps, pps: plain + extra)
+
+
+def test_layouts_that_cannot_be_planned_are_shown_when_none_can_serve(cli, monkeypatch):
+    # a default layout that raises (here TP 3: llama3.1-8b's 8 KV heads) was skipped in silence; when no layout
+    # serves the workload its reason is shown with the others', once
+    _layouts_with(monkeypatch, [dict(tensor_parallel_size=3, pipeline_parallel_size=1)])
+    spec = load_bundled("llama3.1-8b")
+    wl = workload_from_data({"classes": [{"name": "book", "concurrency": 1, "tokens": "2m"}]}, "w.yaml")
+    rows = plan_fleet(spec, wl, [get_gpu("l4")], FitOptions())
+    assert [r.layout for r in rows] == ["TP 1", "TP 2", "TP 4", "TP 8", "TP 3"] and not any(r.fits for r in rows)
+    assert rows[-1].reason.startswith("--tp: 3 does not divide llama3.1-8b's heads")
+    code, out, _ = cli("fleet", "llama3.1-8b", "--concurrency", "1", "--seq", "2m", "--gpu", "l4")
+    assert code == 1
+    line = next(x for x in out.splitlines() if x.startswith("l4-24gb: cannot serve"))
+    assert "(TP 1, TP 2, TP 4, TP 8, TP 3): one request of class requests (2,097,152 tokens) needs 32 GiB" in line
+    assert line.count("does not divide") == 1 and "; TP 3: --tp: 3 does not divide" in line
+    # when a layout serves, the layouts that could not be planned stay out of the plan, as before
+    ok = workload_from_data({"classes": [{"name": "chat", "concurrency": 8, "tokens": "8k"}]}, "w.yaml")
+    assert [r.layout for r in plan_fleet(spec, ok, [get_gpu("h100")], FitOptions())] == [
+        "TP 1", "TP 2", "TP 4", "TP 8"
+    ]  # fmt: skip
+
+
+def test_different_problems_of_every_layout_are_each_said_once(monkeypatch):
+    # every layout raises: one UsageError (exit 2) with each distinct reason once and the layouts it applies to
+    from kvplan import engines
+
+    eng = engines.get("vllm")
+    monkeypatch.setattr(
+        type(eng), "layouts", lambda self, spec, tps, pps: [dict(tensor_parallel_size=t, pipeline_parallel_size=1)
+                                                            for t in (3, 5, 6)]  # fmt: skip
+    )
+    spec = load_bundled("llama3.1-8b")
+    wl = workload_from_data({"classes": [{"name": "chat", "concurrency": 8, "tokens": "8k"}]}, "w.yaml")
+    with pytest.raises(UsageError) as e:
+        plan_fleet(spec, wl, [get_gpu("h100"), get_gpu("l4")], FitOptions())
+    msg = str(e.value)
+    assert msg.startswith("no layout tried can be planned (TP 3: --tp: 3 does not divide")
+    assert msg.count("TP 3: ") == 1 and msg.count("; TP 5: ") == 1 and msg.count("; TP 6: ") == 1
+    assert "\n" not in msg
+
+
+def test_one_reason_for_every_gpu_is_said_once(cli):
+    # an exact budget (--kv-cache-memory) that no layout's request fits: the same reason on each GPU, one line
+    code, out, _ = cli("fleet", "llama3.1-8b", "--concurrency", "1", "--seq", "2m", "--gpu", "h100", "--gpu", "h200",
+                       "--kv-cache-memory", "1GiB", "--pp", "1")  # fmt: skip
+    assert code == 1
+    # 2,097,152 tokens × 32 layers × 8 KV heads × 128 × 2 (K, V) × 2 B / TP 8 = 32 GiB per GPU
+    assert out.count("one request of class requests (2,097,152 tokens) needs 32 GiB of KV per GPU") == 1
+    assert "No GPU tried can serve this workload at any layout (h100-sxm-80gb, h200-sxm-141gb): one request" in out
