@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 from kvplan.calc import check_tp, valid_tp_sizes
 from kvplan.errors import LoadRefused, UsageError
-from kvplan.fit import FitOptions, FitResult, fit_plan
+from kvplan.fit import FitOptions, FitResult, does_not_fit_detail, fit_plan
 from kvplan.gpus import GPU
 from kvplan.specs import ModelSpec
 from kvplan.units import fmt_gib, fmt_tokens, parse_tokens, printable
@@ -802,6 +802,25 @@ def _time_check(speed: _Speed) -> TimeCheck | None:
     return ok
 
 
+def serving_len(workload: Workload, opts: FitOptions) -> int:
+    """The replicas' max_model_len: the engine's setting when given (``opts.max_model_len``: vLLM
+    ``--max-model-len``, SGLang ``--context-length``, TensorRT-LLM ``--max_seq_len``), else the longest class.
+
+    Raises:
+        UsageError: a class longer than the given max_model_len (the engine refuses such requests).
+    """
+    given = opts.max_model_len
+    if given is None:
+        return workload.max_tokens
+    for c in workload.classes:
+        if c.tokens > given:
+            raise UsageError(
+                f"--max-model-len {given:,}: requests of class {c.name} ({c.tokens:,} tokens) are longer, and the "
+                f"engine refuses them; give a max_model_len of at least {workload.max_tokens:,}"
+            )
+    return given
+
+
 def plan_layout(
     spec: ModelSpec,
     gpu: GPU,
@@ -824,7 +843,8 @@ def plan_layout(
     Raises:
         UsageError: as :func:`kvplan.fit.plan_fit`; MBU/MFU outside [0.01, 1].
     """
-    opts = replace(opts, max_model_len=workload.max_tokens, shared_prefix_tokens=0)
+    given = opts.max_model_len is not None
+    opts = replace(opts, max_model_len=serving_len(workload, opts), shared_prefix_tokens=0)
     tp, pp = opts.tensor_parallel_size, opts.pipeline_parallel_size
     base = dict(gpu=gpu.id, gpu_name=gpu.name, tensor_parallel_size=tp, pipeline_parallel_size=pp,
                 price_usd_per_hour=None if price is None else float(price))  # fmt: skip
@@ -860,6 +880,8 @@ def plan_layout(
         return no(fit.engine_refusal)
     if fit.kv_budget_bytes <= 0:
         return no("weights and activations leave no KV memory")
+    if given and not fit.fits:  # a max_model_len the engine cannot hold one request of: it does not start
+        return no(f"--max-model-len {opts.max_model_len:,}: {does_not_fit_detail(fit)}")
     # fit's engine rules and pools (vLLM 0.33: KV cache groups, in-flight tokens, the null block; SGLang's
     # hybrid-SWA pools; TensorRT-LLM: windows as full, whole blocks; --pp-layer-partition's worst stage)
     pool_caps = tuple(cap for _, cap, _ in fit.pools)
@@ -1054,6 +1076,7 @@ def plan_fleet(
 
     if sort not in ("gpus", "cost"):
         raise UsageError(f"--sort: {sort!r}; allowed: gpus, cost")
+    serving_len(workload, opts)  # a class longer than a given max_model_len: one line, before any layout
     allowed = valid_tp_sizes(spec)
     for tp in tps or []:
         check_tp(spec, tp)
@@ -1249,7 +1272,7 @@ def _transfer(spec: ModelSpec, gpu: GPU, opts: FitOptions, decode: FleetRow, wor
         pipeline_parallel_size=decode.pipeline_parallel_size,
         data_parallel_size=decode.data_parallel_size,
     )
-    o = replace(opts, **layout, max_model_len=workload.max_tokens, shared_prefix_tokens=0)
+    o = replace(opts, **layout, max_model_len=serving_len(workload, opts), shared_prefix_tokens=0)
     fit, cache = fit_plan(spec, gpu, o)
     whole, whole_cache = fit_plan(spec, gpu, replace(o, pipeline_parallel_size=1, pp_layer_partition=None))
     attn_tp = fit.parallel.attn_tp
@@ -1279,7 +1302,8 @@ def plan_prefill(spec: ModelSpec, gpu: GPU, workload: Workload, opts: FitOptions
     from kvplan import perf
 
     longest = max(slo.prompt(c) for c in workload.classes)
-    o = replace(opts, max_model_len=longest, shared_prefix_tokens=0)
+    given = opts.max_model_len is not None
+    o = replace(opts, max_model_len=opts.max_model_len if given else longest, shared_prefix_tokens=0)
     tp, pp = o.tensor_parallel_size, o.pipeline_parallel_size
     try:
         fit, _ = fit_plan(spec, gpu, o)
@@ -1293,8 +1317,9 @@ def plan_prefill(spec: ModelSpec, gpu: GPU, workload: Workload, opts: FitOptions
                pipeline_parallel_size=pp, replica_gpus=par.gpus)  # fmt: skip
     price_f = None if price is None else float(price)
     if not fit.fits:
-        return PrefillRow(**row, fits=False, reason=f"a {longest:,}-token prompt does not fit the KV pool",
-                          price_usd_per_hour=price_f)  # fmt: skip
+        reason = (f"--max-model-len {o.max_model_len:,}: {does_not_fit_detail(fit)}" if given else
+                  f"a {longest:,}-token prompt does not fit the KV pool")  # fmt: skip
+        return PrefillRow(**row, fits=False, reason=reason, price_usd_per_hour=price_f)
     try:
         hw = perf.hardware(gpu, fit.weights_dtype, eff=perf.estimate_efficiency(fit.engine, gpu, slo.mbu, slo.mfu))
     except UsageError as e:

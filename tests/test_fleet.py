@@ -741,3 +741,18 @@ def test_one_reason_for_every_gpu_is_said_once(cli):
     # 2,097,152 tokens × 32 layers × 8 KV heads × 128 × 2 (K, V) × 2 B / TP 8 = 32 GiB per GPU
     assert out.count("one request of class requests (2,097,152 tokens) needs 32 GiB of KV per GPU") == 1
     assert "No GPU tried can serve this workload at any layout (h100-sxm-80gb, h200-sxm-141gb): one request" in out
+
+
+def test_a_given_max_model_len_is_planned_as_fit_plans_it():
+    # the engine's max_model_len (vLLM --max-model-len): a replica that cannot hold one request of it does not
+    # start (vLLM refuses), as fit says, even when the workload's requests are shorter
+    spec, gpu = load_bundled("llama3.1-8b"), get_gpu("l4")
+    wl = workload_from_data({"classes": [{"name": "chat", "concurrency": 10, "tokens": "8k"}]}, "w.yaml")
+    assert plan_layout(spec, gpu, wl, FitOptions()).fits
+    fit = plan_fit(spec, gpu, FitOptions(max_model_len=1 << 20))
+    row = plan_layout(spec, gpu, wl, FitOptions(max_model_len=1 << 20))
+    assert not fit.fits and not row.fits
+    # 1,048,576 tokens × 32 layers × 8 KV heads × 128 × 2 (K, V) × 2 B = 128 GiB
+    assert row.reason.startswith("--max-model-len 1,048,576: one request of max_model_len 1,048,576 needs 128 GiB")
+    with pytest.raises(UsageError, match=r"requests of class chat \(8,192 tokens\) are longer"):
+        plan_fleet(spec, wl, [gpu], FitOptions(max_model_len=4096))
