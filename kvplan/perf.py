@@ -204,7 +204,9 @@ class Efficiency:
         collective_us: per tensor-parallel all-reduce (two per layer): its latency.
         step_us: per step and PP stage (scheduling, sampling).
         median_abs_error: the estimate's median |relative error| on the published measurements it was
-            calibrated on (None for the limit).
+            calibrated on (in-sample; None for the limit).
+        loo_median_abs_error: the same, each measurement predicted by a calibration without it (leave-one-out:
+            what a configuration outside the set can expect; None for the limit or when not computed).
         measurements: how many measurements calibrated it (0 for the limit).
     """
 
@@ -219,6 +221,7 @@ class Efficiency:
     step_us: float = 0.0
     median_abs_error: float | None = None
     measurements: int = 0
+    loo_median_abs_error: float | None = None
 
 
 LIMIT = Efficiency()
@@ -241,6 +244,29 @@ def gpu_class(gpu) -> str:
     if gid.startswith(("l4", "l40", "rtx4090", "rtx6000-ada")):
         return "nvidia-ada"
     return "nvidia-other"
+
+
+def estimate_error_text(eff: Efficiency | None = None) -> str:
+    """The speed estimate's measured error as ``kvplan fit`` and ``kvplan fleet`` state it (the one place it is
+    worded): the median |error| with each published measurement predicted by a calibration without it
+    (leave-one-out: the honest figure for a configuration the calibration has not seen), named so, then the
+    in-sample figure; ``median |error| 17.7% leave-one-out on 66 published measurements (13.6% in-sample)``.
+    ``eff``: an estimate's :class:`Efficiency` (None: the calibration's); "" for the limit.
+
+    Source: ``scripts/calibrate_speed.py --loo`` (:data:`kvplan.data.speed_estimate.CALIBRATION`),
+    docs/throughput-validation.md."""
+    if eff is None:
+        from kvplan.data.speed_estimate import CALIBRATION
+
+        eff = Efficiency(name="estimate", median_abs_error=CALIBRATION["median_abs_error"],
+                         measurements=CALIBRATION["measurements"],
+                         loo_median_abs_error=CALIBRATION.get("loo_median_abs_error"))  # fmt: skip
+    if eff.median_abs_error is None:
+        return ""
+    n = f"on {eff.measurements} published measurements"
+    if eff.loo_median_abs_error is None:
+        return f"median |error| {eff.median_abs_error:.1%} in-sample {n}"
+    return f"median |error| {eff.loo_median_abs_error:.1%} leave-one-out {n} ({eff.median_abs_error:.1%} in-sample)"
 
 
 def estimate_efficiency(engine: str, gpu, mbu: float | None = None, mfu: float | None = None) -> Efficiency:
@@ -277,6 +303,7 @@ def estimate_efficiency(engine: str, gpu, mbu: float | None = None, mfu: float |
         step_us=e["step_us"] * g,
         median_abs_error=CALIBRATION["median_abs_error"],
         measurements=CALIBRATION["measurements"],
+        loo_median_abs_error=CALIBRATION.get("loo_median_abs_error"),
     )
     if mbu is not None or mfu is not None:
         eff = replace(

@@ -470,7 +470,7 @@ def fit_json(
     est = None if speed is None else speed.estimate
     for key, (src, attr) in FIT_SPEED_KEYS.items():
         p = lim if src == "limit" else est
-        d[key] = None if p is None else (p.efficiency.median_abs_error if attr == "error" else getattr(p, attr))
+        d[key] = None if p is None else getattr(p.efficiency, attr[4:]) if attr.startswith("eff.") else getattr(p, attr)
     d["throughput"] = None if speed is None else {"limit": to_jsonable(lim), "estimate": to_jsonable(est)}
     return d
 
@@ -486,7 +486,8 @@ FIT_SPEED_KEYS = {
     "ttft_ms_estimate": ("estimate", "ttft_ms"),
     "mbu": ("estimate", "mbu"),
     "mfu": ("estimate", "mfu"),
-    "estimate_median_abs_error": ("estimate", "error"),
+    "estimate_median_abs_error": ("estimate", "eff.median_abs_error"),
+    "estimate_median_abs_error_loo": ("estimate", "eff.loo_median_abs_error"),
 }
 
 
@@ -496,9 +497,10 @@ def fit_speed_lines(speed) -> list[str]:
     p, e = speed.limit, speed.estimate
     gpus = p.decode_tokens_per_s / p.decode_tokens_per_s_per_gpu if p.decode_tokens_per_s_per_gpu else 1
     peak = "no FLOP/s peak" if p.peak_tflops is None else f"{p.peak_tflops:,g} TFLOP/s {p.compute_dtype}"
-    err = e.efficiency.median_abs_error
-    n = e.efficiency.measurements
-    err_text = "" if err is None else f", median |error| {err:.0%} on {n} published measurements"
+    from kvplan.perf import estimate_error_text
+
+    err = estimate_error_text(e.efficiency)
+    err_text = f", {err}" if err else ""
     lines = [
         f"Speed ({p.bandwidth_tbs:g} TB/s, {peak}), {plural(p.concurrency, 'request')} at "
         f"{fmt_tokens(p.context_tokens)} cached:",
@@ -1115,10 +1117,12 @@ def fleet_table(
     if not any(r.price_usd_per_hour is not None for r in rows):
         con.print("No prices: give --price GPU=USD_PER_HOUR for costs.")
     if speed:
+        from kvplan.perf import estimate_error_text
+
         con.print(
-            "TPOT and TTFT: the physical limit (MBU = MFU = 1: no system is faster) / the estimate (calibrated on "
-            "published measurements; docs/throughput-validation.md); tok/s/GPU from the estimate; limit: what sets "
-            "the replicas (memory, SLO, max_num_seqs)."
+            "TPOT and TTFT: the physical limit (MBU = MFU = 1: no system is faster) / the estimate (calibrated, "
+            f"{estimate_error_text()}; docs/throughput-validation.md); tok/s/GPU from the estimate; limit: what "
+            "sets the replicas (memory, SLO, max_num_seqs)."
         )
 
 
@@ -1203,9 +1207,11 @@ def disaggregated_table(model: str, workload, plan, con) -> None:
         )
     else:
         con.print("aggregated (same workload and targets): no layout tried can serve it")
+    from kvplan.perf import estimate_error_text
+
     con.print(
-        "Sizing uses the speed estimate (kvplan.perf); prompt rates from Little's law on the decode plan; no queueing "
-        "headroom: a pool at utilization 1 is full."
+        f"Sizing uses the speed estimate (kvplan.perf; {estimate_error_text()}); prompt rates from Little's law on "
+        "the decode plan; no queueing headroom: a pool at utilization 1 is full."
     )
 
 

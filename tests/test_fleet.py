@@ -756,3 +756,23 @@ def test_a_given_max_model_len_is_planned_as_fit_plans_it():
     assert row.reason.startswith("--max-model-len 1,048,576: one request of max_model_len 1,048,576 needs 128 GiB")
     with pytest.raises(UsageError, match=r"requests of class chat \(8,192 tokens\) are longer"):
         plan_fleet(spec, wl, [gpu], FitOptions(max_model_len=4096))
+
+
+def test_fit_and_fleet_state_the_estimates_leave_one_out_error(cli):
+    # the error docs/throughput-validation.md states (scripts/calibrate_speed.py --loo, each published
+    # measurement predicted by a calibration without it), named as such, in fit and in fleet's closing notes
+    import re
+
+    doc = (ROOT / "docs" / "throughput-validation.md").read_text()
+    loo = re.search(r"leave-one-out, each row predicted by a calibration without it: (\d+\.\d)%", doc).group(1)
+    n = re.search(r"The limit holds on all (\d+) measurements", doc).group(1)
+    said = f"median |error| {loo}% leave-one-out on {n} published measurements"
+    code, out, _ = cli("fit", "llama3.1-8b", "--gpu", "h100", "--concurrency", "8")
+    assert code == 0 and said in out
+    code, out, _ = cli("fleet", "llama3.1-8b", "--concurrency", "200", "--seq", "8k", "--gpu", "h100", "--tpot-ms", "50")
+    assert code == 0 and said in out.splitlines()[-1]
+    code, out, _ = cli("fleet", "llama3.1-8b", "--concurrency", "200", "--seq", "1536", "--prompt-len", "1024",
+                       "--gpu", "h100", "--tp", "1", "--pp", "1", "--disaggregated")  # fmt: skip
+    assert code == 0 and said in out.splitlines()[-1]
+    code, out, _ = cli("fit", "llama3.1-8b", "--gpu", "h100", "--json")
+    assert f"{json.loads(out)['estimate_median_abs_error_loo']:.1%}" == f"{loo}%"
