@@ -995,24 +995,46 @@ DEFAULT_PPS = (1, 2, 4)
 """PP degrees ``kvplan fleet`` tries when --pp is not given."""
 
 
-def _key(sort: str):
+def low_end_gpus(r: FleetRow) -> float:
+    """GPUs at the low end of the budget range (``replicas_high`` × the replica's GPUs; inf where a request does
+    not fit there): how far the layout's GPU count holds when the modelled budget comes out low."""
+    return math.inf if r.replicas_high is None else r.replicas_high * r.gpus_per_replica
+
+
+def _key(sort: str, budget_range: bool = True):
+    """The ranking: GPUs (``cost``: cost, then GPUs); among equal GPUs at the modelled budget, the fewest GPUs at
+    the low end of its range (the count that holds over the range; ``budget_range`` False leaves it out), then
+    cost, then the smaller replica, fewer stages, the simpler layout."""
+
     def key(r: FleetRow):
         cost = r.cost_usd_per_hour if r.cost_usd_per_hour is not None else float("inf")
         simple = (r.gpus_per_replica, r.pipeline_parallel_size, r.data_parallel_size, r.expert_parallel_size)
-        return (cost, r.gpus, *simple) if sort == "cost" else (r.gpus, cost, *simple)
+        low = (low_end_gpus(r),) if budget_range else ()
+        return (cost, r.gpus, *low, *simple) if sort == "cost" else (r.gpus, *low, cost, *simple)
 
     return key
 
 
+def _gpus_range(r: FleetRow) -> str:
+    low = low_end_gpus(r)
+    return f"{r.gpus:,}" if low == r.gpus else f"{r.gpus:,}–{low:,}" if low < math.inf else f"{r.gpus:,}+"
+
+
 def why_best(best: FleetRow, rows: list[FleetRow], sort: str = "gpus") -> str:
     """One line on what made ``best`` the best of ``rows`` (one GPU's layouts): the runner-up it beats, and the
-    figure that differs (KV budget per GPU, requests per replica, what limits the replicas)."""
+    figure that differs (KV budget per GPU, requests per replica, what limits the replicas); when its GPU count
+    holding over the budget range broke a tie, the layout it beat that way."""
     others = [r for r in rows if r.fits and r is not best]
     if not others:
         return "the only layout that fits"
     runner = min(others, key=_key(sort))
     plain = [r for r in others if r.pipeline_parallel_size == 1 and r.layout == f"TP {r.tensor_parallel_size}"]
     ref = min(plain, key=_key(sort)) if plain and best.layout != f"TP {best.tensor_parallel_size}" else runner
+    # the layout that would win without the budget range, when the range decided against it
+    old = min([best, *others], key=_key(sort, budget_range=False))
+    by_range = old is not best and old.gpus == best.gpus and low_end_gpus(old) > low_end_gpus(best)
+    if by_range and ref.gpus == best.gpus:
+        ref = old
     costs = (best.cost_usd_per_hour, ref.cost_usd_per_hour)
     priced = None not in costs
     cost_tie = f" and ${costs[0]:,.2f}/h" if priced and costs[0] == costs[1] else ""
@@ -1020,6 +1042,9 @@ def why_best(best: FleetRow, rows: list[FleetRow], sort: str = "gpus") -> str:
         head = f"${costs[0]:,.2f}/h vs ${costs[1]:,.2f}/h for {ref.layout}"
     elif best.gpus < ref.gpus:
         head = f"{best.gpus:,} GPUs vs {ref.gpus:,} for {ref.layout}"
+    elif low_end_gpus(best) < low_end_gpus(ref):
+        head = (f"ties {ref.layout} at {best.gpus:,} GPUs{cost_tie} and holds them over the budget range "
+                f"({_gpus_range(best)} vs {_gpus_range(ref)} GPUs)")  # fmt: skip
     elif best.gpus_per_replica < ref.gpus_per_replica:
         head = (f"ties {ref.layout} at {best.gpus:,} GPUs{cost_tie} with smaller replicas ({best.gpus_per_replica} vs "
                 f"{ref.gpus_per_replica} GPUs)")  # fmt: skip
@@ -1037,7 +1062,11 @@ def why_best(best: FleetRow, rows: list[FleetRow], sort: str = "gpus") -> str:
         parts.append(f"{per_gpu_b:,.1f} vs {per_gpu_r:,.1f} requests per GPU")
     if best.limit != ref.limit:
         parts.append(f"limited by {best.limit} vs {ref.limit}")
-    return head + (": " + ", ".join(parts) if parts else "")
+    line = head + (": " + ", ".join(parts) if parts else "")
+    if by_range and ref is not old:
+        line += (f"; it holds its {best.gpus:,} GPUs over the budget range, where {old.layout} (also {old.gpus:,}) "
+                 f"needs {_gpus_range(old)}")  # fmt: skip
+    return line
 
 
 def plan_fleet(

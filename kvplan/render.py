@@ -1086,7 +1086,8 @@ def fleet_table(
         if speed:
             con.print(st)
         if not show_all:
-            order = "lowest cost, then fewest GPUs" if sort == "cost" else "fewest GPUs, then cost"
+            low = "" if all(_fleet_exact(r) for r in fits) else ", also at the budget range's low end"
+            order = f"lowest cost, then fewest GPUs{low}" if sort == "cost" else f"fewest GPUs{low}, then cost"
             con.print(f"★ the best layout of each GPU ({order}); --all lists every layout.")
         for i, r in enumerate(fits, 1):
             if r.best_for_gpu:
