@@ -56,7 +56,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from kvplan.calc import cdiv, layer_state_bytes, layer_token_bytes, resolve_kv_dtype
+from kvplan.calc import cdiv, layer_state_bytes, layer_token_bytes, resolve_kv_dtypes
 from kvplan.errors import UsageError
 from kvplan.specs import STATE_KINDS, LayerSpec, ModelSpec
 from kvplan.units import MAX_BATCH, MAX_TOKENS
@@ -478,10 +478,11 @@ def _allreduce_bytes(spec: ModelSpec, layers: int, tp: int, tokens: int) -> int:
 _LAYER_TABLES: dict[tuple, tuple] = {}
 
 
-def _layer_table(spec: ModelSpec, kv_dtype, tp: int, layers: range, prefill: bool) -> tuple[tuple, ...]:
+def _layer_table(spec: ModelSpec, kv_dtype: tuple, tp: int, layers: range, prefill: bool) -> tuple[tuple, ...]:
     """The distinct layers of ``layers`` with what a step needs of each: (layer, geometry it attends with,
-    KV bytes per token, state bytes, attention width d_k + d_v, how many layers are alike). Kept per
-    (spec, dtype, TP, layers, prefill): a fleet asks for thousands of steps of one layout."""
+    KV bytes per token, state bytes, attention width d_k + d_v, how many layers are alike). ``kv_dtype``: the
+    (K, V) dtypes. Kept per (spec, dtypes, TP, layers, prefill): a fleet asks for thousands of steps of one
+    layout."""
     key = (id(spec), kv_dtype, tp, layers.start, layers.stop, layers.step, prefill)
     hit = _LAYER_TABLES.get(key)
     if hit is not None and hit[0] is spec:
@@ -503,7 +504,7 @@ def _layer_table(spec: ModelSpec, kv_dtype, tp: int, layers: range, prefill: boo
             )
         else:
             geo = layer
-        per_token = layer_token_bytes(geo, kv_dtype, tp)
+        per_token = layer_token_bytes(geo, kv_dtype[0], tp, kv_dtype[1])
         state_one = layer_state_bytes(layer, spec.dtype, tp)
         dims = 0 if geo.kind in STATE_KINDS or geo.kind == "none" else _attention_dims(geo, spec, decode=not prefill)
         table.append((layer, geo, per_token, state_one, dims, n))
@@ -532,7 +533,7 @@ def request_terms_many(spec: ModelSpec, fit, layers: range, tokens: Sequence[int
                        prefill: bool = False) -> list[tuple[int, int, int, int]]:  # fmt: skip
     """:func:`request_terms` of each of ``tokens`` (the layout's lookups done once)."""
     tp = fit.parallel.attn_tp
-    kv_dtype = resolve_kv_dtype(spec, fit.kv_dtype)
+    kv_dtype = resolve_kv_dtypes(spec, fit.kv_dtype)  # (K, V): llama.cpp's -ctk and -ctv may differ
     heads = spec.num_q_heads // tp  # query heads per GPU (check_tp: H_q % TP == 0)
     table = _layer_table(spec, kv_dtype, tp, layers, prefill)
     out = []
