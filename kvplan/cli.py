@@ -604,7 +604,8 @@ def fleet(
     ),
     max_model_len: Optional[str] = typer.Option(
         None, "--max-model-len", help="The engine's max_model_len (vLLM --max-model-len, SGLang --context-length, "
-        "TRT-LLM --max_seq_len): planned as fit plans it; a longer class is refused. Default: the longest class."
+        "TRT-LLM --max_seq_len): planned as fit plans it; a longer class is refused. Default: the longest class. "
+        "With --concurrency and no --seq: the requests' length too."
     ),
     swa_full: bool = _LO()["swa_full"],
     ctx_size: Optional[str] = _LO()["ctx_size"],
@@ -667,6 +668,8 @@ def fleet(
     if json_out and csv_out:
         raise UsageError("--json and --csv: give one of them")
     spec = _load_model(model)
+    if max_model_len is not None and seq is None and workload is None and concurrency is not None:
+        seq, max_model_len = max_model_len, None  # requests of the engine's max_model_len: its context flag as --seq
     if workload is not None and (concurrency is not None or seq is not None):
         raise UsageError("--workload: give either --workload FILE or --concurrency N --seq S, not both")
     if workload is not None:
