@@ -224,8 +224,10 @@ class FleetRow:
         reason: why not, when it does not (None when it fits).
         replicas: replicas needed (0 when it does not fit).
         gpus: replicas × replica_gpus.
-        kv_budget_bytes: KV budget per GPU.
-        kv_bytes_needed: KV bytes per GPU summed over all requests (prefixes once per group).
+        kv_budget_bytes_per_gpu: KV budget of one GPU (B).
+        kv_bytes_needed_per_gpu: KV bytes one GPU of each attention group holds, summed over the groups: all
+            requests' per-GPU bytes (prefixes once per group), to set against ``kv_budget_bytes_per_gpu`` ×
+            the groups (B).
         kv_utilization: the fullest pool's share used: units needed / (groups × the pool's capacity), over
             the engine's pools (:attr:`kvplan.fit.FitResult.pools`; one pool of bytes or blocks for most).
         requests_per_replica: the most requests any replica holds.
@@ -240,7 +242,7 @@ class FleetRow:
         output_tokens_per_s_per_gpu: the estimate's output tokens/s over all GPUs of the fleet.
         usd_per_million_output_tokens: cost_usd_per_hour / estimated tokens per hour × 10⁶, with a price.
         requests_per_replica_mean: requests of the workload / replicas (None when it does not fit).
-        kv_budget_low_bytes, kv_budget_high_bytes: the range of the KV budget per GPU (its modelled terms at the
+        kv_budget_low_bytes_per_gpu, kv_budget_high_bytes_per_gpu: the range of the KV budget per GPU (its modelled terms at the
             extremes measured on engine logs, :attr:`kvplan.fit.FitResult.kv_budget_low_bytes`).
         replicas_low, replicas_high: the replicas at the high and at the low end of that budget (equal to
             ``replicas`` for an exact budget); None where a request does not fit at that end.
@@ -256,8 +258,8 @@ class FleetRow:
     reason: str | None
     replicas: int
     gpus: int
-    kv_budget_bytes: int
-    kv_bytes_needed: int
+    kv_budget_bytes_per_gpu: int
+    kv_bytes_needed_per_gpu: int
     kv_utilization: float
     requests_per_replica: int
     price_usd_per_hour: float | None
@@ -272,8 +274,8 @@ class FleetRow:
     output_tokens_per_s_per_gpu: float | None = None
     usd_per_million_output_tokens: float | None = None
     requests_per_replica_mean: float | None = None
-    kv_budget_low_bytes: int = 0
-    kv_budget_high_bytes: int = 0
+    kv_budget_low_bytes_per_gpu: int = 0
+    kv_budget_high_bytes_per_gpu: int = 0
     replicas_low: int | None = None
     replicas_high: int | None = None
     data_parallel_size: int = 1
@@ -854,15 +856,15 @@ def plan_layout(
         from kvplan import engines
 
         par = engines.get(opts.engine).parallel(spec, opts)
-        return FleetRow(fits=False, reason=str(e), replicas=0, gpus=0, kv_budget_bytes=0, kv_bytes_needed=0,
+        return FleetRow(fits=False, reason=str(e), replicas=0, gpus=0, kv_budget_bytes_per_gpu=0, kv_bytes_needed_per_gpu=0,
                         kv_utilization=0.0, requests_per_replica=0, cost_usd_per_hour=None,
                         data_parallel_size=par.attn_dp, expert_parallel_size=par.ep, replica_gpus=par.gpus,
                         layout=par.name, parallel_flags=par.flags, **base)  # fmt: skip
     par = fit.parallel
     base.update(
-        kv_budget_bytes=fit.kv_budget_bytes,
-        kv_budget_low_bytes=fit.kv_budget_low_bytes,
-        kv_budget_high_bytes=fit.kv_budget_high_bytes,
+        kv_budget_bytes_per_gpu=fit.kv_budget_bytes,
+        kv_budget_low_bytes_per_gpu=fit.kv_budget_low_bytes,
+        kv_budget_high_bytes_per_gpu=fit.kv_budget_high_bytes,
         price_usd_per_hour=None if price is None else float(price),
         data_parallel_size=par.attn_dp,
         expert_parallel_size=par.ep,
@@ -873,7 +875,7 @@ def plan_layout(
     )
 
     def no(reason: str) -> FleetRow:
-        return FleetRow(fits=False, reason=reason, replicas=0, gpus=0, kv_bytes_needed=0, kv_utilization=0.0,
+        return FleetRow(fits=False, reason=reason, replicas=0, gpus=0, kv_bytes_needed_per_gpu=0, kv_utilization=0.0,
                         requests_per_replica=0, cost_usd_per_hour=None, **base)  # fmt: skip
 
     if fit.engine_refusal:
@@ -960,7 +962,7 @@ def plan_layout(
         reason=None,
         replicas=replicas,
         gpus=gpus,
-        kv_bytes_needed=used,
+        kv_bytes_needed_per_gpu=used,
         kv_utilization=max(n / (groups_n * cap) for n, cap in zip(used_units, pool_caps, strict=True) if cap > 0),
         requests_per_replica=_replica_most(groups, dp) if dp > 1 else most,
         cost_usd_per_hour=cost,
@@ -1054,8 +1056,9 @@ def why_best(best: FleetRow, rows: list[FleetRow], sort: str = "gpus") -> str:
         head = f"ties {ref.layout} at {best.gpus:,} GPUs{cost_tie} with a simpler layout"
     parts = []
     gib = 1 << 30
-    if abs(best.kv_budget_bytes - ref.kv_budget_bytes) > 0.05 * max(ref.kv_budget_bytes, 1):
-        parts.append(f"KV budget {best.kv_budget_bytes / gib:,.1f} vs {ref.kv_budget_bytes / gib:,.1f} GiB per GPU")
+    b_kv, r_kv = best.kv_budget_bytes_per_gpu, ref.kv_budget_bytes_per_gpu
+    if abs(b_kv - r_kv) > 0.05 * max(r_kv, 1):
+        parts.append(f"KV budget {b_kv / gib:,.1f} vs {r_kv / gib:,.1f} GiB per GPU")
     per_gpu_b = best.requests_per_replica / best.gpus_per_replica
     per_gpu_r = ref.requests_per_replica / ref.gpus_per_replica
     if abs(per_gpu_b - per_gpu_r) > 0.05 * max(per_gpu_r, 1e-9):
@@ -1184,7 +1187,7 @@ def _unplanned_row(spec: ModelSpec, gpu: GPU, opts: FitOptions, reason: str, pri
     name, flags, replica_gpus, dp, ep = _layout_name(spec, opts)
     return FleetRow(gpu=gpu.id, gpu_name=gpu.name, tensor_parallel_size=opts.tensor_parallel_size,
                     pipeline_parallel_size=opts.pipeline_parallel_size, fits=False, reason=reason, replicas=0,
-                    gpus=0, kv_budget_bytes=0, kv_bytes_needed=0, kv_utilization=0.0, requests_per_replica=0,
+                    gpus=0, kv_budget_bytes_per_gpu=0, kv_bytes_needed_per_gpu=0, kv_utilization=0.0, requests_per_replica=0,
                     price_usd_per_hour=None if price is None else float(price), cost_usd_per_hour=None,
                     data_parallel_size=dp, expert_parallel_size=ep, replica_gpus=replica_gpus, layout=name,
                     parallel_flags=flags)  # fmt: skip

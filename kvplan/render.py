@@ -979,8 +979,8 @@ def fleet_json(model: str, workload, rows, gpu_notes: tuple[str, ...] = ()) -> d
 
 
 def _fleet_exact(r) -> bool:
-    low, high = getattr(r, "kv_budget_low_bytes", 0), getattr(r, "kv_budget_high_bytes", 0)
-    return low == r.kv_budget_bytes == high or (low == 0 and high == 0)
+    low, high = r.kv_budget_low_bytes_per_gpu, r.kv_budget_high_bytes_per_gpu
+    return low == r.kv_budget_bytes_per_gpu == high or (low == 0 and high == 0)
 
 
 def _replica_range(r) -> str:
@@ -1057,7 +1057,7 @@ def fleet_table(
             r.layout or f"TP {r.tensor_parallel_size}",
             f"{r.replicas:,} × {r.gpus_per_replica}",
             f"{r.gpus:,}",
-            ("" if _fleet_exact(r) else "≈ ") + f"{r.kv_budget_bytes / GIB:,.2f}",
+            ("" if _fleet_exact(r) else "≈ ") + f"{r.kv_budget_bytes_per_gpu / GIB:,.2f}",
             _replica_range(r),
             f"{r.requests_per_replica:,} / {_num_cell(r.requests_per_replica_mean, '{:,.1f}')}",
             f"{r.kv_utilization:.0%}",
@@ -1132,10 +1132,10 @@ def _never_reason(rows) -> str:
     known: the one closest to fitting), then each reason a layout was refused or could not be planned for
     once, with the layouts it applies to (the reason alone when it is the only one)."""
     real = [r for r in rows if "no KV memory" not in r.reason] or rows
-    planned = [r for r in real if r.kv_budget_bytes > 0]
+    planned = [r for r in real if r.kv_budget_bytes_per_gpu > 0]
     refused: dict[str, list[str]] = {}
     for r in real:
-        if r.kv_budget_bytes <= 0:
+        if r.kv_budget_bytes_per_gpu <= 0:
             refused.setdefault(r.reason, []).append(r.layout or f"TP {r.tensor_parallel_size}")
     if not planned and len(refused) == 1:
         return next(iter(refused))

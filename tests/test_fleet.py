@@ -641,7 +641,7 @@ def test_fleet_packs_into_the_pool_less_the_null_block():
     r = plan_layout(load_bundled("llama3-8b"), get_gpu("h100"), wl, FitOptions(kv_cache_memory_bytes=4 * GIB,
                                                                                **VLLM_033_LLAMA3_8B))  # fmt: skip
     assert (r.replicas, r.requests_per_replica) == (2, 31)
-    assert r.kv_bytes_needed == 32 * 64 * 2_097_152
+    assert r.kv_bytes_needed_per_gpu == 32 * 64 * 2_097_152
 
 
 def test_a_ttft_target_in_milliseconds_is_compared_in_milliseconds(cli):
@@ -776,3 +776,22 @@ def test_fit_and_fleet_state_the_estimates_leave_one_out_error(cli):
     assert code == 0 and said in out.splitlines()[-1]
     code, out, _ = cli("fit", "llama3.1-8b", "--gpu", "h100", "--json")
     assert f"{json.loads(out)['estimate_median_abs_error_loo']:.1%}" == f"{loo}%"
+
+
+def test_fleet_json_and_csv_name_the_per_gpu_bytes(cli):
+    # the budget and the bytes needed are one GPU's: named so in JSON and CSV (they were kv_budget_bytes and
+    # kv_bytes_needed); fit --kv-cache-memory 20GiB: one H100's budget is the 20 GiB given
+    args = ("fleet", "llama3.1-8b", "--concurrency", "64", "--seq", "8k", "--gpu", "h100", "--tp", "2", "--pp", "1",
+            "--kv-cache-memory", "20GiB")  # fmt: skip
+    code, out, err = cli(*args, "--json")
+    assert code == 0, err
+    row = json.loads(out)["layouts"][0]
+    assert "kv_budget_bytes" not in row and "kv_bytes_needed" not in row
+    assert row["kv_budget_bytes_per_gpu"] == row["kv_budget_low_bytes_per_gpu"] == 20 * GIB
+    # 64 requests of 8,192 tokens, 131,072 B per token over TP 2: 64 × 8,192 × 65,536 B on each GPU's groups
+    assert row["kv_bytes_needed_per_gpu"] == 64 * 8192 * 65_536
+    code, out, err = cli(*args, "--csv")
+    assert code == 0, err
+    head = out.splitlines()[0].split(",")
+    assert {"kv_budget_bytes_per_gpu", "kv_bytes_needed_per_gpu", "kv_budget_high_bytes_per_gpu"} <= set(head)
+    assert "kv_budget_bytes" not in head and "kv_bytes_needed" not in head

@@ -111,10 +111,10 @@ def test_a_target_above_the_plans_own_tpot_never_changes_the_plan(classes, model
         (SLO(), workload_from_data({"classes": [dict(c, tpot_ms=target) for c in data]}, "w")),  # per class
     ):
         row = plan_layout(spec, g, w, opts, slo=slo)
-        assert (row.replicas, row.requests_per_replica, row.kv_bytes_needed) == (
+        assert (row.replicas, row.requests_per_replica, row.kv_bytes_needed_per_gpu) == (
             plain.replicas,
             plain.requests_per_replica,
-            plain.kv_bytes_needed,
+            plain.kv_bytes_needed_per_gpu,
         )
         assert row.limit == plain.limit and row.tpot_ms_estimate == pytest.approx(plain.tpot_ms_estimate)
 
@@ -199,7 +199,7 @@ def test_deepseek_v3_on_h20_finds_pipeline_parallelism_by_default():
     assert best.best_for_gpu and best.pipeline_parallel_size > 1 and best.gpus * 10 < tp8.gpus
     # PP alone (the weights halve per GPU: of ~88 GiB usable on an H20, TP 8 leaves ~6.1 GiB of KV budget,
     # TP 8 × PP 2 ~45 GiB, over 7×) already needs far fewer GPUs than TP 8
-    assert tp8pp2.gpus * 5 < tp8.gpus and tp8pp2.kv_budget_bytes > 7 * tp8.kv_budget_bytes
+    assert tp8pp2.gpus * 5 < tp8.gpus and tp8pp2.kv_budget_bytes_per_gpu > 7 * tp8.kv_budget_bytes_per_gpu
     assert best.why.startswith(f"{best.gpus:,} GPUs vs {tp8.gpus:,} for TP 8: KV budget")
 
 

@@ -150,7 +150,7 @@ def test_fleet_packs_requests_into_the_slots(cli):
     # the same pools as fit: -c 4 × 8,192 shared by 4 slots; a request holds its 8,192 cells (1 GiB)
     fit = plan_fit(spec, gpu, api.fit_options(engine="llamacpp", max_model_len=8192))
     assert fit.pools == (("slots", 4, 0), ("cells", 32768, 131_072))
-    assert row.kv_bytes_needed == 10 * fit.kv_bytes_per_request == 10 * GIB
+    assert row.kv_bytes_needed_per_gpu == 10 * fit.kv_bytes_per_request == 10 * GIB
     row = plan_layout(spec, gpu, wl, api.fit_options(engine="llamacpp", n_parallel=8))
     assert (row.replicas, row.requests_per_replica) == (2, 8)
     code, out, err = cli("fleet", "llama3.1-8b", "--concurrency", "10", "--seq", "8k", "--gpu", "h100", "--tp", "1",
@@ -226,7 +226,7 @@ def test_k_and_v_cache_types_that_differ(cli, tmp_path, row_id):
                          "--tp", "1", "--pp", "1", "--json")  # fmt: skip
     assert code == 0, err
     best = json.loads(out)["layouts"][0]
-    assert (best["fits"], best["replicas"], best["kv_bytes_needed"]) == (True, 3, 3 * row["memory_bytes"])
+    assert (best["fits"], best["replicas"], best["kv_bytes_needed_per_gpu"]) == (True, 3, 3 * row["memory_bytes"])
     code, out, err = cli("sweep", g, *flags[:2], *flags[4:], "--seq", str(a["n_ctx"]), "--gpu", "h100", "--csv")
     assert code == 0, err
     head, first = out.splitlines()[:2]
