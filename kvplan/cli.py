@@ -603,9 +603,11 @@ def fleet(
         None, "--max-num-batched-tokens", help="Tokens per forward step (engine default; llama.cpp n_ubatch 512)."
     ),
     max_model_len: Optional[str] = typer.Option(
-        None, "--max-model-len", help="The engine's max_model_len (vLLM --max-model-len, SGLang --context-length, "
-        "TRT-LLM --max_seq_len): planned as fit plans it; a longer class is refused. Default: the longest class. "
-        "With --concurrency and no --seq: the requests' length too."
+        None,
+        "--max-model-len",
+        help="The engine's max_model_len (vLLM --max-model-len, SGLang --context-length, TRT-LLM --max_seq_len): "
+        "planned as fit plans it; a longer class is refused. Default: the longest class. With --concurrency and no "
+        "--seq: the requests' length too.",
     ),
     swa_full: bool = _LO()["swa_full"],
     ctx_size: Optional[str] = _LO()["ctx_size"],

@@ -14,8 +14,10 @@ held to the engine's ``max_num_seqs`` and to the latency targets of the classes 
 request only while its decode step, estimated (:func:`kvplan.perf.estimate`) for exactly the requests it
 holds, meets the tightest TPOT target among them. Replicas = ceil(groups / D); GPUs = replicas × the
 replica's GPUs. The layouts an engine offers by default (:meth:`~kvplan.engines.base.EngineRules.layouts`:
-TP × PP, and for MoE models expert parallelism and attention DP) are all tried and ranked by GPUs, then
-cost; ``why`` says what made the best one win.
+TP × PP, and for MoE models expert parallelism and attention DP) are all tried and ranked by GPUs, then (among
+equal GPUs) the fewest GPUs at the low end of the modelled budget's range, then cost (:func:`_key`); ``why``
+says what made the best one win. The replicas' max_model_len is the longest class, or the engine's setting
+when given (:func:`serving_len`).
 
 :func:`plan_disaggregated` plans prefill and decode on separate pools (``kvplan fleet --disaggregated``).
 """
@@ -242,8 +244,8 @@ class FleetRow:
         output_tokens_per_s_per_gpu: the estimate's output tokens/s over all GPUs of the fleet.
         usd_per_million_output_tokens: cost_usd_per_hour / estimated tokens per hour × 10⁶, with a price.
         requests_per_replica_mean: requests of the workload / replicas (None when it does not fit).
-        kv_budget_low_bytes_per_gpu, kv_budget_high_bytes_per_gpu: the range of the KV budget per GPU (its modelled terms at the
-            extremes measured on engine logs, :attr:`kvplan.fit.FitResult.kv_budget_low_bytes`).
+        kv_budget_low_bytes_per_gpu, kv_budget_high_bytes_per_gpu: the range of the KV budget per GPU (its
+            modelled terms at the extremes measured on engine logs, :attr:`kvplan.fit.FitResult.kv_budget_low_bytes`).
         replicas_low, replicas_high: the replicas at the high and at the low end of that budget (equal to
             ``replicas`` for an exact budget); None where a request does not fit at that end.
         load_notes: what the engine changes to load the checkpoint at this layout.
@@ -856,8 +858,8 @@ def plan_layout(
         from kvplan import engines
 
         par = engines.get(opts.engine).parallel(spec, opts)
-        return FleetRow(fits=False, reason=str(e), replicas=0, gpus=0, kv_budget_bytes_per_gpu=0, kv_bytes_needed_per_gpu=0,
-                        kv_utilization=0.0, requests_per_replica=0, cost_usd_per_hour=None,
+        return FleetRow(fits=False, reason=str(e), replicas=0, gpus=0, kv_budget_bytes_per_gpu=0,
+                        kv_bytes_needed_per_gpu=0, kv_utilization=0.0, requests_per_replica=0, cost_usd_per_hour=None,
                         data_parallel_size=par.attn_dp, expert_parallel_size=par.ep, replica_gpus=par.gpus,
                         layout=par.name, parallel_flags=par.flags, **base)  # fmt: skip
     par = fit.parallel
@@ -1085,7 +1087,8 @@ def plan_fleet(
     pps: list[int] | None = None,
     decode_pool: bool = False,
 ) -> list[FleetRow]:
-    """Every (GPU, layout), sorted by GPUs (or cost), feasible first; the best per GPU is marked and says why.
+    """Every (GPU, layout), sorted by GPUs (or cost), feasible first (ties: :func:`_key`); the best per GPU is
+    marked and says why.
 
     The layouts: ``tps`` × ``pps`` (defaults: every TP ≤ 8 the heads allow, PP in :data:`DEFAULT_PPS`) as
     the engine offers them (:meth:`~kvplan.engines.base.EngineRules.layouts`: with expert and attention data
@@ -1101,8 +1104,13 @@ def plan_fleet(
         slo: latency targets and speed settings (:class:`SLO`); None: memory and max_num_seqs only.
         decode_pool: plan a disaggregated decode pool (no TTFT targets, no prefill in its steps).
 
+    A default layout that cannot be planned (UsageError) is left out, unless no layout can serve the workload:
+    then it is a row with its reason, and when no layout at all could be planned the reason is raised (one
+    line: the reason itself when every layout has it).
+
     Raises:
-        UsageError: a TP the heads do not allow, ``sort`` unknown, as :func:`plan_layout`.
+        UsageError: a TP the heads do not allow, ``sort`` unknown, a class longer than a given max_model_len,
+            no layout that can be planned, as :func:`plan_layout`.
     """
     from kvplan import engines
 
@@ -1187,10 +1195,10 @@ def _unplanned_row(spec: ModelSpec, gpu: GPU, opts: FitOptions, reason: str, pri
     name, flags, replica_gpus, dp, ep = _layout_name(spec, opts)
     return FleetRow(gpu=gpu.id, gpu_name=gpu.name, tensor_parallel_size=opts.tensor_parallel_size,
                     pipeline_parallel_size=opts.pipeline_parallel_size, fits=False, reason=reason, replicas=0,
-                    gpus=0, kv_budget_bytes_per_gpu=0, kv_bytes_needed_per_gpu=0, kv_utilization=0.0, requests_per_replica=0,
-                    price_usd_per_hour=None if price is None else float(price), cost_usd_per_hour=None,
-                    data_parallel_size=dp, expert_parallel_size=ep, replica_gpus=replica_gpus, layout=name,
-                    parallel_flags=flags)  # fmt: skip
+                    gpus=0, kv_budget_bytes_per_gpu=0, kv_bytes_needed_per_gpu=0, kv_utilization=0.0,
+                    requests_per_replica=0, price_usd_per_hour=None if price is None else float(price),
+                    cost_usd_per_hour=None, data_parallel_size=dp, expert_parallel_size=ep,
+                    replica_gpus=replica_gpus, layout=name, parallel_flags=flags)  # fmt: skip
 
 
 # --- disaggregated prefill / decode ------------------------------------------------------------------------

@@ -470,7 +470,6 @@ def test_fleet_takes_a_command_too(cli):
     assert json.loads(out) == json.loads(out2)
 
 
-
 def test_fleet_takes_the_engines_max_model_len(cli):
     # real launch commands carry --max-model-len (vLLM), --context-length (SGLang): fleet's --max-model-len
     base = ("fleet", "--concurrency", "5000", "--seq", "8k", "--gpu", "h200", "--tp", "1", "--pp", "1", "--json")

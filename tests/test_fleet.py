@@ -719,10 +719,8 @@ def test_different_problems_of_every_layout_are_each_said_once(monkeypatch):
     from kvplan import engines
 
     eng = engines.get("vllm")
-    monkeypatch.setattr(
-        type(eng), "layouts", lambda self, spec, tps, pps: [dict(tensor_parallel_size=t, pipeline_parallel_size=1)
-                                                            for t in (3, 5, 6)]  # fmt: skip
-    )
+    layouts = [dict(tensor_parallel_size=t, pipeline_parallel_size=1) for t in (3, 5, 6)]
+    monkeypatch.setattr(type(eng), "layouts", lambda self, spec, tps, pps: layouts)
     spec = load_bundled("llama3.1-8b")
     wl = workload_from_data({"classes": [{"name": "chat", "concurrency": 8, "tokens": "8k"}]}, "w.yaml")
     with pytest.raises(UsageError) as e:
@@ -769,7 +767,8 @@ def test_fit_and_fleet_state_the_estimates_leave_one_out_error(cli):
     said = f"median |error| {loo}% leave-one-out on {n} published measurements"
     code, out, _ = cli("fit", "llama3.1-8b", "--gpu", "h100", "--concurrency", "8")
     assert code == 0 and said in out
-    code, out, _ = cli("fleet", "llama3.1-8b", "--concurrency", "200", "--seq", "8k", "--gpu", "h100", "--tpot-ms", "50")
+    code, out, _ = cli("fleet", "llama3.1-8b", "--concurrency", "200", "--seq", "8k", "--gpu", "h100",
+                       "--tpot-ms", "50")  # fmt: skip
     assert code == 0 and said in out.splitlines()[-1]
     code, out, _ = cli("fleet", "llama3.1-8b", "--concurrency", "200", "--seq", "1536", "--prompt-len", "1024",
                        "--gpu", "h100", "--tp", "1", "--pp", "1", "--disaggregated")  # fmt: skip
