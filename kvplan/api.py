@@ -320,7 +320,7 @@ def fleet(
 
     Returns:
         A list of :class:`kvplan.fleet.FleetRow`, feasible first, the best layout per GPU with
-        ``best_for_gpu`` set; GPU counts are ints, ``kv_budget_bytes`` in B.
+        ``best_for_gpu`` set; GPU counts are ints, ``kv_budget_bytes_per_gpu`` in B.
 
     Raises:
         UsageError: no or two workload sources, a malformed workload, unknown GPU, bad TP or sort.

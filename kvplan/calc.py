@@ -135,11 +135,34 @@ def resolve_kv_dtype(spec: ModelSpec, kv_dtype: str | KVDtype | None) -> KVDtype
     return get_kv_dtype(kv_dtype)
 
 
-def layer_token_bytes(layer: LayerSpec, kv_dtype: KVDtype, tensor_parallel_size: int = 1) -> int:
+def resolve_kv_dtypes(spec: ModelSpec, kv_dtype: str | KVDtype | None) -> tuple[KVDtype, KVDtype]:
+    """(K dtype, V dtype): ``kv_dtype`` for both, or each of a ``K/V`` label (``q8_0/fp16``: llama.cpp's
+    ``-ctk`` and ``-ctv`` when they differ, as :attr:`kvplan.fit.FitResult.kv_dtype` names them).
+
+    Raises:
+        UsageError: an unknown dtype name.
+    """
+    if isinstance(kv_dtype, str) and "/" in kv_dtype:
+        k, _, v = kv_dtype.partition("/")
+        return resolve_kv_dtype(spec, k), resolve_kv_dtype(spec, v)
+    d = resolve_kv_dtype(spec, kv_dtype)
+    return d, d
+
+
+def kv_dtype_label(k: KVDtype, v: KVDtype) -> str:
+    """The name of a cache of K in ``k`` and V in ``v``: the one name when they are alike, else ``K/V``."""
+    return k.name if k.name == v.name else f"{k.name}/{v.name}"
+
+
+def layer_token_bytes(
+    layer: LayerSpec, kv_dtype: KVDtype, tensor_parallel_size: int = 1, v_dtype: KVDtype | None = None
+) -> int:
     """Bytes one token costs in one layer on one TP rank (0 for state, shared and none layers).
 
     full/sliding/chunked: ``row(h × head_dim, h) + row(h × v_head_dim, h)`` with
-    ``h = max(1, H_kv // TP)`` (the layer's own H_kv and head dims).
+    ``h = max(1, H_kv // TP)`` (the layer's own H_kv and head dims), the V row in ``v_dtype`` when given
+    (llama.cpp's ``-ctv`` other than ``-ctk``: ``llama-kv-cache.cpp`` keeps K rows in ``type_k`` and V rows in
+    ``type_v``); one-vector caches (MLA's latent, the compressed kind) are in ``kv_dtype``.
     mla: ``row(kv_lora_rank + qk_rope_head_dim)`` (one latent, every rank), plus ``row(index_head_dim)``
     for a DeepSeek-V3.2 indexer key (transformers caches it beside the latent, in the KV dtype).
     compressed: ``row(head_dim)``, the one K=V vector of a token in the sliding branch (every rank); the
@@ -147,7 +170,7 @@ def layer_token_bytes(layer: LayerSpec, kv_dtype: KVDtype, tensor_parallel_size:
     """
     if layer.kind in KV_HEAD_KINDS:
         h = kv_heads_per_rank(layer.num_kv_heads, tensor_parallel_size)
-        return kv_dtype.row_bytes(h * layer.head_dim, h) + kv_dtype.row_bytes(h * layer.v_head_dim, h)
+        return kv_dtype.row_bytes(h * layer.head_dim, h) + (v_dtype or kv_dtype).row_bytes(h * layer.v_head_dim, h)
     if layer.kind == "mla":
         assert layer.mla is not None  # guaranteed by build_spec
         index = kv_dtype.row_bytes(layer.mla.index_head_dim, 1) if layer.mla.index_head_dim else 0
@@ -195,7 +218,11 @@ def layer_state_bytes(layer: LayerSpec, model_dtype: str, tensor_parallel_size: 
 
 
 def layer_cross_bytes(
-    layer: LayerSpec, kv_dtype: KVDtype, tensor_parallel_size: int = 1, block_size: int | None = None
+    layer: LayerSpec,
+    kv_dtype: KVDtype,
+    tensor_parallel_size: int = 1,
+    block_size: int | None = None,
+    v_dtype: KVDtype | None = None,
 ) -> int:
     """Fixed bytes one request keeps in one ``cross`` layer (0 for other kinds): the K and V of its
     ``encoder_tokens`` (rounded up to whole blocks when ``block_size`` is set), in the KV dtype, with
@@ -209,7 +236,7 @@ def layer_cross_bytes(
     if layer.kind != CROSS_KIND:
         return 0
     h = kv_heads_per_rank(layer.num_kv_heads, tensor_parallel_size)
-    per_token = kv_dtype.row_bytes(h * layer.head_dim, h) + kv_dtype.row_bytes(h * layer.v_head_dim, h)
+    per_token = kv_dtype.row_bytes(h * layer.head_dim, h) + (v_dtype or kv_dtype).row_bytes(h * layer.v_head_dim, h)
     return per_token * tokens_cached(layer.encoder_tokens, None, block_size)
 
 
@@ -358,8 +385,10 @@ def layer_groups(
     block_size: int | None = None,
     tensor_parallel_size: int = 1,
     layers: range | None = None,
+    v_dtype: KVDtype | None = None,
 ) -> tuple[LayerGroup, ...]:
-    """Group the layers (all, or the index range ``layers`` for a pipeline stage) by kind and window."""
+    """Group the layers (all, or the index range ``layers`` for a pipeline stage) by kind and window
+    (``v_dtype``: V rows in another dtype than K, :func:`layer_token_bytes`)."""
     idx = range(spec.num_layers) if layers is None else layers
     alike: dict[int, list] = {}  # id(layer) -> [layer, count]: build_spec shares one LayerSpec among layers alike
     for i in idx:
@@ -373,9 +402,9 @@ def layer_groups(
     for layer, n in alike.values():
         acc = sums.setdefault(layer.kind, [0, 0, 0, 0])
         acc[0] += n
-        acc[1] += n * layer_token_bytes(layer, kv_dtype, tensor_parallel_size)
+        acc[1] += n * layer_token_bytes(layer, kv_dtype, tensor_parallel_size, v_dtype)
         acc[2] += n * layer_state_bytes(layer, spec.dtype, tensor_parallel_size)
-        acc[2] += n * layer_cross_bytes(layer, kv_dtype, tensor_parallel_size, block_size)
+        acc[2] += n * layer_cross_bytes(layer, kv_dtype, tensor_parallel_size, block_size, v_dtype)
         acc[3] += n * layer_compressed_bytes(layer, kv_dtype, seq_len, block_size)
     groups = []
     for kind in LAYER_KINDS:
@@ -403,7 +432,8 @@ def estimate(
         spec: the model.
         seq_len: tokens per request (>= 1).
         batch_size: requests (>= 1).
-        kv_dtype: KV dtype name or object; None/``auto`` = the model's dtype.
+        kv_dtype: KV dtype name or object; None/``auto`` = the model's dtype; ``K/V`` (``q8_0/fp16``): K rows
+            in one, V rows in the other (:func:`resolve_kv_dtypes`).
         block_size: round each layer group's tokens up to whole blocks of this many tokens.
         tensor_parallel_size: give bytes per TP rank (KV heads split, replicated when TP > H_kv).
 
@@ -423,14 +453,14 @@ def estimate(
     if seq_len > MAX_TOKENS:
         raise UsageError(f"--seq: {seq_len:,} is beyond kvplan's bound of {MAX_TOKENS:,} tokens (2^40)")
     check_tp(spec, tensor_parallel_size)
-    dtype = resolve_kv_dtype(spec, kv_dtype)
-    groups = layer_groups(spec, seq_len, dtype, block_size, tensor_parallel_size)
+    dtype, v_dtype = resolve_kv_dtypes(spec, kv_dtype)
+    groups = layer_groups(spec, seq_len, dtype, block_size, tensor_parallel_size, v_dtype=v_dtype)
     per_request = sum(g.bytes for g in groups)
     return Estimate(
         model=spec.name,
         seq_len=seq_len,
         batch_size=batch_size,
-        kv_dtype=dtype.name,
+        kv_dtype=kv_dtype_label(dtype, v_dtype),
         block_size=block_size,
         tensor_parallel_size=tensor_parallel_size,
         groups=groups,

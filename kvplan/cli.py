@@ -608,6 +608,13 @@ def fleet(
     max_num_batched_tokens: Optional[int] = typer.Option(
         None, "--max-num-batched-tokens", help="Tokens per forward step (engine default; llama.cpp n_ubatch 512)."
     ),
+    max_model_len: Optional[str] = typer.Option(
+        None,
+        "--max-model-len",
+        help="The engine's max_model_len (vLLM --max-model-len, SGLang --context-length, TRT-LLM --max_seq_len): "
+        "planned as fit plans it; a longer class is refused. Default: the longest class. With --concurrency and no "
+        "--seq: the requests' length too.",
+    ),
     swa_full: bool = _LO()["swa_full"],
     ctx_size: Optional[str] = _LO()["ctx_size"],
     n_parallel: Optional[int] = _LO()["n_parallel"],
@@ -669,6 +676,8 @@ def fleet(
     if json_out and csv_out:
         raise UsageError("--json and --csv: give one of them")
     spec = _load_model(model)
+    if max_model_len is not None and seq is None and workload is None and concurrency is not None:
+        seq, max_model_len = max_model_len, None  # requests of the engine's max_model_len: its context flag as --seq
     if workload is not None and (concurrency is not None or seq is not None):
         raise UsageError("--workload: give either --workload FILE or --concurrency N --seq S, not both")
     if workload is not None:
@@ -696,7 +705,7 @@ def fleet(
         max_num_seqs=max_num_seqs, pp_layer_partition=pp_layer_partition, dp=data_parallel_size,
         enable_expert_parallel=enable_expert_parallel, ep_size=ep_size,
         kv_cache_memory_bytes=None if kv_cache_memory is None else parse_bytes(kv_cache_memory, "--kv-cache-memory"),
-        max_num_batched_tokens=max_num_batched_tokens, swa_full=swa_full,
+        max_num_batched_tokens=max_num_batched_tokens, swa_full=swa_full, max_model_len=max_model_len,
         **_llama_settings(
             ctx_size, n_parallel, kv_unified, cache_type_k, cache_type_v, flash_attn, n_batch, llama_tool
         ),
@@ -736,7 +745,12 @@ def fleet(
             raise DoesNotFit(f"no prefill and decode pools tried can serve this workload on {spec.name}")
         return
     rows = fleetmod.plan_fleet(spec, wl, gpus, opts, tps=tp or None, prices=prices, sort=sort, slo=slo, pps=pp or None)
-    if wl.max_tokens > spec.max_model_len:
+    if opts.max_model_len is not None and opts.max_model_len > spec.max_model_len:
+        render.warn(
+            f"--max-model-len {opts.max_model_len:,} is beyond {spec.name}'s max context of "
+            f"{spec.max_model_len:,} tokens (computed anyway)"
+        )
+    elif wl.max_tokens > spec.max_model_len:
         render.warn(
             f"requests of {wl.max_tokens:,} tokens are beyond {spec.name}'s max context of "
             f"{spec.max_model_len:,} tokens (computed anyway)"

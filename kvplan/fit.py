@@ -501,6 +501,11 @@ def suggest(spec: ModelSpec, gpu: GPU, opts: FitOptions) -> list[str]:
 def does_not_fit_reason(spec: ModelSpec, r: FitResult) -> str:
     """Why a plan does not fit, one line: what needs how much against what is available."""
     where = f"{spec.name} on {r.gpu} (TP={r.tensor_parallel_size}, PP={r.pipeline_parallel_size}, {r.engine})"
+    return f"{where}: {does_not_fit_detail(r)}"
+
+
+def does_not_fit_detail(r: FitResult) -> str:
+    """:func:`does_not_fit_reason` without the model, GPU and layout it names first."""
     modelled = not r.budget_exact
     about = "≈ " if modelled else ""
     span = f" (modelled: {fmt_gib(r.kv_budget_low_bytes)} to {fmt_gib(r.kv_budget_high_bytes)})" if modelled else ""
@@ -522,8 +527,7 @@ def does_not_fit_reason(spec: ModelSpec, r: FitResult) -> str:
             f"one request of max_model_len {r.max_model_len:,} needs {fmt_gib(r.kv_bytes_per_request)} of KV per "
             f"GPU{null} but the KV budget is {about}{fmt_gib(r.kv_budget_bytes)}{span}"
         )
-    what += engines.get(r.engine).does_not_fit_note(r)
-    return f"{where}: {what}"
+    return what + engines.get(r.engine).does_not_fit_note(r)
 
 
 def does_not_fit_message(spec: ModelSpec, r: FitResult, suggestions: list[str]) -> str:

@@ -14,8 +14,10 @@ held to the engine's ``max_num_seqs`` and to the latency targets of the classes 
 request only while its decode step, estimated (:func:`kvplan.perf.estimate`) for exactly the requests it
 holds, meets the tightest TPOT target among them. Replicas = ceil(groups / D); GPUs = replicas × the
 replica's GPUs. The layouts an engine offers by default (:meth:`~kvplan.engines.base.EngineRules.layouts`:
-TP × PP, and for MoE models expert parallelism and attention DP) are all tried and ranked by GPUs, then
-cost; ``why`` says what made the best one win.
+TP × PP, and for MoE models expert parallelism and attention DP) are all tried and ranked by GPUs, then (among
+equal GPUs) the fewest GPUs at the low end of the modelled budget's range, then cost (:func:`_key`); ``why``
+says what made the best one win. The replicas' max_model_len is the longest class, or the engine's setting
+when given (:func:`serving_len`).
 
 :func:`plan_disaggregated` plans prefill and decode on separate pools (``kvplan fleet --disaggregated``).
 """
@@ -26,12 +28,14 @@ import difflib
 import math
 from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
+from itertools import compress, count, islice, repeat
+from operator import le
 from pathlib import Path
 from typing import Any, Callable
 
 from kvplan.calc import check_tp, valid_tp_sizes
 from kvplan.errors import LoadRefused, UsageError
-from kvplan.fit import FitOptions, FitResult, fit_plan
+from kvplan.fit import FitOptions, FitResult, does_not_fit_detail, fit_plan
 from kvplan.gpus import GPU
 from kvplan.specs import ModelSpec
 from kvplan.units import fmt_gib, fmt_tokens, parse_tokens, printable
@@ -222,8 +226,10 @@ class FleetRow:
         reason: why not, when it does not (None when it fits).
         replicas: replicas needed (0 when it does not fit).
         gpus: replicas × replica_gpus.
-        kv_budget_bytes: KV budget per GPU.
-        kv_bytes_needed: KV bytes per GPU summed over all requests (prefixes once per group).
+        kv_budget_bytes_per_gpu: KV budget of one GPU (B).
+        kv_bytes_needed_per_gpu: KV bytes one GPU of each attention group holds, summed over the groups: all
+            requests' per-GPU bytes (prefixes once per group), to set against ``kv_budget_bytes_per_gpu`` ×
+            the groups (B).
         kv_utilization: the fullest pool's share used: units needed / (groups × the pool's capacity), over
             the engine's pools (:attr:`kvplan.fit.FitResult.pools`; one pool of bytes or blocks for most).
         requests_per_replica: the most requests any replica holds.
@@ -238,8 +244,8 @@ class FleetRow:
         output_tokens_per_s_per_gpu: the estimate's output tokens/s over all GPUs of the fleet.
         usd_per_million_output_tokens: cost_usd_per_hour / estimated tokens per hour × 10⁶, with a price.
         requests_per_replica_mean: requests of the workload / replicas (None when it does not fit).
-        kv_budget_low_bytes, kv_budget_high_bytes: the range of the KV budget per GPU (its modelled terms at the
-            extremes measured on engine logs, :attr:`kvplan.fit.FitResult.kv_budget_low_bytes`).
+        kv_budget_low_bytes_per_gpu, kv_budget_high_bytes_per_gpu: the range of the KV budget per GPU (its
+            modelled terms at the extremes measured on engine logs, :attr:`kvplan.fit.FitResult.kv_budget_low_bytes`).
         replicas_low, replicas_high: the replicas at the high and at the low end of that budget (equal to
             ``replicas`` for an exact budget); None where a request does not fit at that end.
         load_notes: what the engine changes to load the checkpoint at this layout.
@@ -254,8 +260,8 @@ class FleetRow:
     reason: str | None
     replicas: int
     gpus: int
-    kv_budget_bytes: int
-    kv_bytes_needed: int
+    kv_budget_bytes_per_gpu: int
+    kv_bytes_needed_per_gpu: int
     kv_utilization: float
     requests_per_replica: int
     price_usd_per_hour: float | None
@@ -270,8 +276,8 @@ class FleetRow:
     output_tokens_per_s_per_gpu: float | None = None
     usd_per_million_output_tokens: float | None = None
     requests_per_replica_mean: float | None = None
-    kv_budget_low_bytes: int = 0
-    kv_budget_high_bytes: int = 0
+    kv_budget_low_bytes_per_gpu: int = 0
+    kv_budget_high_bytes_per_gpu: int = 0
     replicas_low: int | None = None
     replicas_high: int | None = None
     data_parallel_size: int = 1
@@ -354,7 +360,7 @@ def pack_replicas(budget, classes: list[tuple]) -> tuple[int, int, int]:
     Groups of identical replicas are tracked as counts, so the cost is per class, not per request; a class
     passes over blocks of replica groups none of which can take one of its requests, and replicas no later
     class can use are closed, so a class costs about the groups it lands in, not every replica so far (a
-    1,000-class workload: ~0.1 s per layout, not ~0.1 s per class).
+    1,000-class workload: a few ms per packing; ``scripts/bench_inputs.py`` times the fleet over the catalog).
     A request larger than ``budget`` must be excluded by the caller.
     """
     replicas, used, most, _ = pack_limited(budget, classes)
@@ -373,6 +379,149 @@ TimeCheck = Callable[[dict], bool]
 be monotone (adding requests never turns False into True)."""
 
 
+def _first(values: list, need, start: int) -> int:
+    """The first index ``i >= start`` with ``values[i] >= need``, or -1 (the scan runs in C: map, compress)."""
+    return next(compress(count(start), map(le, repeat(need), islice(values, start, None))), -1)
+
+
+def _pack_one_pool(
+    budget: int, classes: list[tuple], cap: int, time_ok: TimeCheck | None
+) -> tuple[int, tuple, int, list[tuple[int, dict[int, int]]]]:
+    """:func:`pack_limited` for one pool: the same steps on plain ints (most engines have one pool; a
+    1,000-class workload packs in a few milliseconds)."""
+    block_max = _BLOCK
+    order = sorted(enumerate(classes), key=lambda x: -(x[1][1] + x[1][2]))
+    big = 1 << 126
+    least = [big] * (len(order) + 1)  # the smallest request of the classes from each position on
+    for j in range(len(order) - 1, -1, -1):
+        size = order[j][1][1]
+        least[j] = size if size < least[j + 1] else least[j + 1]
+    # a group: [replicas alike, units left, requests each, {class: requests each}]; a block: [its groups, the
+    # units each has left (-1: at the cap)]; room[b]: the most of block b
+    blocks: list[list[list]] = []
+    room: list[int] = []
+    closed: list[list] = []
+    used = 0
+
+    def timed(per: int, comp: dict, cid: int, remaining: int) -> int:
+        hi = min(per, remaining)
+        if time_ok({**comp, cid: hi}):
+            return per
+        lo, hi = 0, hi - 1  # the largest k < hi with time_ok
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if time_ok({**comp, cid: mid}):
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    for j, (cid, (remaining, size, prefix)) in enumerate(order):
+        need = prefix + size
+        b = 0
+        while remaining:
+            # the first block, then the first group in it, with room for one request (scans in C)
+            b = next(compress(count(b), map(le, repeat(need), islice(room, b, None))), -1)
+            if b < 0:
+                break
+            groups, lefts = blocks[b]
+            most = room[b]
+            i = next(compress(count(), map(le, repeat(need), lefts)), -1)
+            changed = False
+            while i >= 0:
+                reps, left, reqs, comp = groups[i]
+                per = cap - reqs
+                if size > 0:  # 0-byte requests: count-bound
+                    k = (left - prefix) // size
+                    if k < per:
+                        per = k
+                if time_ok is not None and per > 0:
+                    per = timed(per, comp, cid, remaining)
+                if per <= 0:
+                    i = next(compress(count(i + 1), map(le, repeat(need), islice(lefts, i + 1, None))), -1)
+                    continue
+                changed = changed or lefts[i] == most  # the block's most may fall
+                if reps == 1:  # the common case, in fewer steps: one replica takes min(per, remaining)
+                    k = per if per < remaining else remaining
+                    left -= prefix + k * size
+                    reqs += k
+                    groups[i] = [1, left, reqs, {**comp, cid: k}]
+                    lefts[i] = left if reqs < cap else -1
+                    used += prefix + k * size
+                    remaining -= k
+                    i += 1
+                else:
+                    pieces = []
+                    full = min(reps, remaining // per)
+                    if full:
+                        pieces.append([full, left - prefix - per * size, reqs + per, {**comp, cid: per}])
+                        used += full * (prefix + per * size)
+                        remaining -= full * per
+                    rest = reps - full
+                    if rest and remaining:  # remaining < per
+                        pieces.append([1, left - prefix - remaining * size, reqs + remaining, {**comp, cid: remaining}])
+                        used += prefix + remaining * size
+                        remaining = 0
+                        rest -= 1
+                    if rest:
+                        pieces.append([rest, left, reqs, comp])
+                    groups[i : i + 1] = pieces
+                    lefts[i : i + 1] = [g[1] if g[2] < cap else -1 for g in pieces]
+                    i += len(pieces)
+                    changed = True
+                if not remaining:
+                    break
+                i = next(compress(count(i), map(le, repeat(need), islice(lefts, i, None))), -1)
+            if not changed:
+                b += 1
+            elif len(groups) > 2 * block_max:
+                parts = []
+                for k in range(0, len(groups), block_max):
+                    part = groups[k : k + block_max]
+                    parts.append([part, [g[1] if g[2] < cap else -1 for g in part]])
+                blocks[b : b + 1] = parts
+                room[b : b + 1] = [max(part[1]) for part in parts]
+                b += len(parts)
+            else:
+                room[b] = max(lefts)
+                b += 1
+        if remaining:
+            per = 0 if budget < need else cap if size <= 0 else min(cap, (budget - prefix) // size)
+            if time_ok is not None and per > 0:
+                per = timed(per, {}, cid, remaining)
+            if per <= 0:
+                raise UsageError(f"class {cid}: not one request fits an empty replica (the caller must exclude it)")
+            full, part = divmod(remaining, per)
+            fresh = []
+            if full:
+                fresh.append([full, budget - prefix - per * size, per, {cid: per}])
+                used += full * (prefix + per * size)
+            if part:
+                fresh.append([1, budget - prefix - part * size, part, {cid: part}])
+                used += prefix + part * size
+            lefts = [g[1] if g[2] < cap else -1 for g in fresh]
+            if blocks and len(blocks[-1][0]) + len(fresh) <= block_max:
+                last = blocks[-1]
+                last[0].extend(fresh)
+                last[1].extend(lefts)
+                room[-1] = max(last[1])
+            else:
+                blocks.append([fresh, lefts])
+                room.append(max(lefts))
+        # close the blocks no later class can use (too few units left); the rest keep their first-fit order
+        smallest = least[j + 1]
+        if room and min(room) < smallest:
+            keep = [b for b, most in enumerate(room) if most >= smallest]
+            kept = set(keep)
+            closed.extend(g for b, blk in enumerate(blocks) if b not in kept for g in blk[0])
+            blocks = [blocks[b] for b in keep]
+            room = [room[b] for b in keep]
+    groups = closed + [g for blk in blocks for g in blk[0]]
+    replicas = sum(g[0] for g in groups)
+    most = max((g[2] for g in groups), default=0)
+    return replicas, (used,), most, [(g[0], g[3]) for g in groups]
+
+
 def pack_limited(
     budget,
     classes: list[tuple],
@@ -388,37 +537,62 @@ def pack_limited(
     the memory and ``max_requests`` allow, and is asked at most of the count placed).
 
     First fit, classes largest first, over groups of replicas alike. The open groups sit in blocks of about
-    :data:`_BLOCK`, each with the most units per pool any of its groups (below the request cap) has left: a
-    class passes over a block that cannot hold one of its requests without looking inside, and a block no
-    later class can use is closed (never visited again). The result is that of visiting every group
-    (tests/test_fleet.py checks it against a one-request-at-a-time first fit, one and two pools).
+    :data:`_BLOCK`; each block keeps, per pool, the units each of its groups has left (-1 for a group at the
+    request cap) and the most of them, so a class finds the first block, and in it the first group, with room
+    for one of its requests by a scan that runs in C (:func:`_first`), and a block no later class can use is
+    closed (never visited again). A class visits each group at most once (the groups it fills cannot take
+    another of its requests), so it pays its prefix in every group it lands in. The result is that of visiting
+    every group (tests/test_fleet.py checks it against a one-request-at-a-time first fit, one and two pools,
+    with a request cap and a latency check).
 
     Returns:
         (replicas, units used per pool, the most requests in one replica, [(replicas alike, {class index:
         requests each})]).
     """
+    caps, cls = _packable(budget, classes)
+    return _pack(caps, cls, max_requests, time_ok)
+
+
+def _packable(budget, classes: list[tuple]) -> tuple[tuple, list[tuple]]:
+    """(pool capacities, classes) as :func:`_pack` takes them: sizes as ints for one pool, tuples for several."""
     caps = _vec(budget, 1)
     n = len(caps)
-    cls = [(count, _vec(size, n), _vec(prefix, n)) for count, size, prefix in classes]
-    cap = max_requests or 1 << 62
+    if n == 1:
+        seq = (tuple, list)
+        return caps, [(k, s[0] if isinstance(s, seq) else s, p[0] if isinstance(p, seq) else p) for k, s, p in classes]
+    return caps, [(k, _vec(s, n), _vec(p, n)) for k, s, p in classes]
+
+
+def _pack(caps: tuple, cls: list[tuple], max_requests: int | None, time_ok: TimeCheck | None) -> tuple:
+    """:func:`pack_limited` of classes already in :func:`_packable`'s form (a layout packs them several times)."""
+    if len(caps) == 1:
+        return _pack_one_pool(caps[0], cls, max_requests or 1 << 62, time_ok)
+    return _pack_pools(caps, cls, max_requests or 1 << 62, time_ok)
+
+
+def _pack_pools(caps: tuple, cls: list[tuple], cap: int, time_ok: TimeCheck | None) -> tuple:
+    """:func:`pack_limited` for several pools (sizes and prefixes as tuples, one entry per pool)."""
+    block_max = _BLOCK
+    n = len(caps)
+    pools = range(n)
     order = sorted(enumerate(cls), key=lambda x: -(sum(x[1][1]) + sum(x[1][2])))
     # what the classes still to come need at least, per pool, from each position on
     big = 1 << 126
     min_size = [(big,) * n] * (len(order) + 1)
     for j in range(len(order) - 1, -1, -1):
         min_size[j] = tuple(min(a, b) for a, b in zip(min_size[j + 1], order[j][1][1], strict=True))
-    # a group: [replicas alike, leftover per pool, classes held, requests each, {class: requests}]
+    # a group: [replicas alike, units left per pool, requests each, {class: requests each}]; a block: [its groups,
+    # then per pool the units each group has left (-1: at the cap)]; room[p][b]: the most of block b in pool p
     blocks: list[list[list]] = []
-    room: list[tuple] = []  # per block: the most left per pool among its groups below the request cap
+    room: list[list[int]] = [[] for _ in pools]
     closed: list[list] = []
     used = [0] * n
-    none_left = (-1,) * n
 
     def fits(left: tuple, pay: tuple, size: tuple, reqs: int, comp: dict, cid: int, remaining: int) -> int:
-        if any(lft < p + z for lft, p, z in zip(left, pay, size, strict=True)):
-            return 0
         per = cap - reqs
         for lft, p, z in zip(left, pay, size, strict=True):
+            if lft < p + z:
+                return 0
             if z > 0:  # a pool a request draws nothing from does not limit (0-byte requests: count-bound)
                 per = min(per, (lft - p) // z)
         if time_ok is None or per <= 0:
@@ -435,52 +609,75 @@ def pack_limited(
                 hi = mid - 1
         return lo
 
-    def took(g: list, times: int, cid: int, k: int, pay: tuple, size: tuple) -> list:
-        for i in range(n):
+    def group(times: int, left: tuple, reqs: int, comp: dict, cid: int, k: int, pay: tuple, size: tuple) -> list:
+        for i in pools:
             used[i] += times * (pay[i] + k * size[i])
-        left = tuple(lft - p - k * z for lft, p, z in zip(g[1], pay, size, strict=True))
-        return [times, left, g[2] | {cid}, g[3] + k, {**g[4], cid: k}]
+        new = tuple(lft - p - k * z for lft, p, z in zip(left, pay, size, strict=True))
+        return [times, new, reqs + k, {**comp, cid: k}]
 
-    def block_room(block: list[list]) -> tuple:
-        open_ = [g for g in block if g[3] < cap]
-        return tuple(max(g[1][i] for g in open_) for i in range(n)) if open_ else none_left
+    def lefts(groups: list[list], p: int) -> list[int]:
+        return [g[1][p] if g[2] < cap else -1 for g in groups]
 
-    zero = (0,) * n
-    empty = [0, caps, frozenset(), 0, {}]
-    for j, (cid, (count, size, prefix)) in enumerate(order):
-        remaining = count
+    def fresh_block(groups: list[list]) -> list:
+        return [groups, *(lefts(groups, p) for p in pools)]
+
+    for j, (cid, (count_, size, prefix)) in enumerate(order):
+        remaining = count_
+        need = tuple(p + z for p, z in zip(prefix, size, strict=True))
+        need0 = need[0]
+        room0 = room[0]
         b = 0
-        while remaining and b < len(blocks):
-            if any(m < z for m, z in zip(room[b], size, strict=True)):
+        while remaining:
+            b = _first(room0, need0, b)
+            if b < 0:
+                break
+            if n > 1 and any(room[p][b] < need[p] for p in pools):
                 b += 1
                 continue
             block = blocks[b]
-            out: list[list] = []
-            for k, g in enumerate(block):
-                if not remaining:
-                    out.extend(block[k:])
+            groups, left0 = block[0], block[1]
+            i = 0
+            changed = False
+            while remaining:
+                i = _first(left0, need0, i)
+                if i < 0:
                     break
-                reps, left, held, reqs, comp = g
-                pay = zero if cid in held else prefix
-                per = fits(left, pay, size, reqs, comp, cid, remaining)
-                if per <= 0:
-                    out.append(g)
+                if n > 1 and any(block[1 + p][i] < need[p] for p in pools):
+                    i += 1
                     continue
+                reps, left, reqs, comp = groups[i]
+                per = fits(left, prefix, size, reqs, comp, cid, remaining)
+                if per <= 0:
+                    i += 1
+                    continue
+                pieces = []
                 full = min(reps, remaining // per)
                 if full:
-                    out.append(took(g, full, cid, per, pay, size))
+                    pieces.append(group(full, left, reqs, comp, cid, per, prefix, size))
                     remaining -= full * per
                 rest = reps - full
                 if rest and remaining:
-                    out.append(took(g, 1, cid, remaining, pay, size))  # remaining < per
+                    pieces.append(group(1, left, reqs, comp, cid, remaining, prefix, size))  # remaining < per
                     remaining = 0
                     rest -= 1
                 if rest:
-                    out.append([rest, left, held, reqs, comp])
-            pieces = [out[i : i + _BLOCK] for i in range(0, len(out), _BLOCK)] if len(out) > 2 * _BLOCK else [out]
-            blocks[b : b + 1] = pieces
-            room[b : b + 1] = [block_room(piece) for piece in pieces]
-            b += len(pieces)
+                    pieces.append([rest, left, reqs, comp])
+                groups[i : i + 1] = pieces
+                for p in pools:
+                    block[1 + p][i : i + 1] = lefts(pieces, p)
+                i += len(pieces)
+                changed = True
+            if not changed:
+                b += 1
+                continue
+            if len(groups) > 2 * block_max:
+                parts = [fresh_block(groups[k : k + block_max]) for k in range(0, len(groups), block_max)]
+            else:
+                parts = [block]
+            blocks[b : b + 1] = parts
+            for p in pools:
+                room[p][b : b + 1] = [max(part[1 + p]) for part in parts]
+            b += len(parts)
         if remaining:
             per = fits(caps, prefix, size, 0, {}, cid, remaining)
             if per <= 0:
@@ -488,27 +685,32 @@ def pack_limited(
             full, part = divmod(remaining, per)
             fresh = []
             if full:
-                fresh.append(took(empty, full, cid, per, prefix, size))
+                fresh.append(group(full, caps, 0, {}, cid, per, prefix, size))
             if part:
-                fresh.append(took(empty, 1, cid, part, prefix, size))
-            if blocks and len(blocks[-1]) + len(fresh) <= _BLOCK:
-                blocks[-1].extend(fresh)
-                room[-1] = block_room(blocks[-1])
+                fresh.append(group(1, caps, 0, {}, cid, part, prefix, size))
+            if blocks and len(blocks[-1][0]) + len(fresh) <= block_max:
+                last = blocks[-1]
+                last[0].extend(fresh)
+                for p in pools:
+                    last[1 + p].extend(lefts(fresh, p))
+                    room[p][-1] = max(last[1 + p])
             else:
-                blocks.append(fresh)
-                room.append(block_room(fresh))
+                blocks.append(fresh_block(fresh))
+                for p in pools:
+                    room[p].append(max(blocks[-1][1 + p]))
         # close the blocks no later class can use (too few units left in some pool); the rest keep their
         # first-fit order
-        keep = [i for i, most in enumerate(room) if all(m >= z for m, z in zip(most, min_size[j + 1], strict=True))]
-        if len(keep) < len(blocks):
+        least = min_size[j + 1]
+        if blocks and any(min(room[p]) < least[p] for p in pools):
+            keep = [b for b in range(len(blocks)) if all(room[p][b] >= least[p] for p in pools)]
             kept = set(keep)
-            closed.extend(g for i, blk in enumerate(blocks) if i not in kept for g in blk)
-            blocks = [blocks[i] for i in keep]
-            room = [room[i] for i in keep]
-    groups = closed + [g for blk in blocks for g in blk]
+            closed.extend(g for b, blk in enumerate(blocks) if b not in kept for g in blk[0])
+            blocks = [blocks[b] for b in keep]
+            room = [[room[p][b] for b in keep] for p in pools]
+    groups = closed + [g for blk in blocks for g in blk[0]]
     replicas = sum(g[0] for g in groups)
-    most = max((g[3] for g in groups), default=0)
-    return replicas, tuple(used), most, [(g[0], g[4]) for g in groups]
+    most = max((g[2] for g in groups), default=0)
+    return replicas, tuple(used), most, [(g[0], g[3]) for g in groups]
 
 
 def _replica_most(groups: list[tuple[int, dict]], dp: int) -> int:
@@ -559,7 +761,7 @@ def _speed(spec: ModelSpec, gpu: GPU, fit: FitResult, workload: Workload, slo: S
         interference = [0.0 if slo.output(c) is None else
                         perf.prefill_interference_s(spec, fit, est_hw, slo.prompt(c), slo.output(c))
                         for c in workload.classes]  # fmt: skip
-    est = perf.StepModel(spec, fit, est_hw, contexts, interference)
+    est = perf.StepModel(spec, fit, est_hw, contexts, interference, terms=limit.terms)
     longest = max(slo.prompt(c) for c in workload.classes)
     ttft_lim = perf.step_bound(spec, fit, lim_hw, [(1, longest)], prefill=True).seconds
     ttft_est = perf.step_bound(spec, fit, est_hw, [(1, longest)], prefill=True).seconds
@@ -604,6 +806,25 @@ def _time_check(speed: _Speed) -> TimeCheck | None:
     return ok
 
 
+def serving_len(workload: Workload, opts: FitOptions) -> int:
+    """The replicas' max_model_len: the engine's setting when given (``opts.max_model_len``: vLLM
+    ``--max-model-len``, SGLang ``--context-length``, TensorRT-LLM ``--max_seq_len``), else the longest class.
+
+    Raises:
+        UsageError: a class longer than the given max_model_len (the engine refuses such requests).
+    """
+    given = opts.max_model_len
+    if given is None:
+        return workload.max_tokens
+    for c in workload.classes:
+        if c.tokens > given:
+            raise UsageError(
+                f"--max-model-len {given:,}: requests of class {c.name} ({c.tokens:,} tokens) are longer, and the "
+                f"engine refuses them; give a max_model_len of at least {workload.max_tokens:,}"
+            )
+    return given
+
+
 def plan_layout(
     spec: ModelSpec,
     gpu: GPU,
@@ -626,7 +847,8 @@ def plan_layout(
     Raises:
         UsageError: as :func:`kvplan.fit.plan_fit`; MBU/MFU outside [0.01, 1].
     """
-    opts = replace(opts, max_model_len=workload.max_tokens, shared_prefix_tokens=0)
+    given = opts.max_model_len is not None
+    opts = replace(opts, max_model_len=serving_len(workload, opts), shared_prefix_tokens=0)
     tp, pp = opts.tensor_parallel_size, opts.pipeline_parallel_size
     base = dict(gpu=gpu.id, gpu_name=gpu.name, tensor_parallel_size=tp, pipeline_parallel_size=pp,
                 price_usd_per_hour=None if price is None else float(price))  # fmt: skip
@@ -636,15 +858,15 @@ def plan_layout(
         from kvplan import engines
 
         par = engines.get(opts.engine).parallel(spec, opts)
-        return FleetRow(fits=False, reason=str(e), replicas=0, gpus=0, kv_budget_bytes=0, kv_bytes_needed=0,
-                        kv_utilization=0.0, requests_per_replica=0, cost_usd_per_hour=None,
+        return FleetRow(fits=False, reason=str(e), replicas=0, gpus=0, kv_budget_bytes_per_gpu=0,
+                        kv_bytes_needed_per_gpu=0, kv_utilization=0.0, requests_per_replica=0, cost_usd_per_hour=None,
                         data_parallel_size=par.attn_dp, expert_parallel_size=par.ep, replica_gpus=par.gpus,
                         layout=par.name, parallel_flags=par.flags, **base)  # fmt: skip
     par = fit.parallel
     base.update(
-        kv_budget_bytes=fit.kv_budget_bytes,
-        kv_budget_low_bytes=fit.kv_budget_low_bytes,
-        kv_budget_high_bytes=fit.kv_budget_high_bytes,
+        kv_budget_bytes_per_gpu=fit.kv_budget_bytes,
+        kv_budget_low_bytes_per_gpu=fit.kv_budget_low_bytes,
+        kv_budget_high_bytes_per_gpu=fit.kv_budget_high_bytes,
         price_usd_per_hour=None if price is None else float(price),
         data_parallel_size=par.attn_dp,
         expert_parallel_size=par.ep,
@@ -655,13 +877,15 @@ def plan_layout(
     )
 
     def no(reason: str) -> FleetRow:
-        return FleetRow(fits=False, reason=reason, replicas=0, gpus=0, kv_bytes_needed=0, kv_utilization=0.0,
+        return FleetRow(fits=False, reason=reason, replicas=0, gpus=0, kv_bytes_needed_per_gpu=0, kv_utilization=0.0,
                         requests_per_replica=0, cost_usd_per_hour=None, **base)  # fmt: skip
 
     if fit.engine_refusal:
         return no(fit.engine_refusal)
     if fit.kv_budget_bytes <= 0:
         return no("weights and activations leave no KV memory")
+    if given and not fit.fits:  # a max_model_len the engine cannot hold one request of: it does not start
+        return no(f"--max-model-len {opts.max_model_len:,}: {does_not_fit_detail(fit)}")
     # fit's engine rules and pools (vLLM 0.33: KV cache groups, in-flight tokens, the null block; SGLang's
     # hybrid-SWA pools; TensorRT-LLM: windows as full, whole blocks; --pp-layer-partition's worst stage)
     pool_caps = tuple(cap for _, cap, _ in fit.pools)
@@ -694,10 +918,11 @@ def plan_layout(
 
     seqs = engines.get(opts.engine).max_seqs_per_group(fit.max_num_seqs, par) if slo.max_num_seqs else None
     ok = _time_check(speed)
-    memory = pack_limited(pool_caps, classes)
+    caps_in, packable = _packable(pool_caps, classes)  # converted once, packed up to five times
+    memory = _pack(caps_in, packable, None, None)
     # the cap changes nothing when no replica packed without it holds more (fits() never hits cap − reqs)
-    by_seqs = pack_limited(pool_caps, classes, seqs) if seqs and memory[2] > seqs else memory
-    groups_n, used_units, most, groups = pack_limited(pool_caps, classes, seqs, ok) if ok else by_seqs
+    by_seqs = _pack(caps_in, packable, seqs, None) if seqs and memory[2] > seqs else memory
+    groups_n, used_units, most, groups = _pack(caps_in, packable, seqs, ok) if ok else by_seqs
     dp = par.attn_dp
     replicas = -(-groups_n // dp)
     used = sum(n * u for n, u in zip(used_units, units, strict=True))
@@ -710,30 +935,37 @@ def plan_layout(
     gpus = replicas * par.gpus
     # the budget is a range (its modelled terms): the replicas at its two ends, packed the same way
     ends = []
+    widest = [max(size[i] + prefix[i] for _, size, prefix in classes) for i in range(len(pool_caps))]
+    packed = {(pool_caps, seqs): groups_n}  # the same pools and cap pack the same (an exact budget's ends)
     for end in (fit.kv_budget_high_bytes, fit.kv_budget_low_bytes):
-        end_caps = cache.pools(end)
-        whole = [tuple(u + p for u, p in zip(size, prefix, strict=True)) for _, size, prefix in classes]
+        end_caps = tuple(cache.pools(end))
         end_seqs = seqs
         cap = cache.request_cap(end, fit.max_model_len) if slo.max_num_seqs else None
         if cap is not None:  # a cap that depends on the pools (SGLang's max_running_requests), per attention group
             end_seqs = engines.get(opts.engine).max_seqs_per_group(cap, par)
-        if end <= 0 or (end_seqs is not None and end_seqs <= 0) or any(
-            d > cap for w in whole for d, cap in zip(w, end_caps, strict=True)
+        if (
+            end <= 0
+            or (end_seqs is not None and end_seqs <= 0)
+            or any(d > cap for d, cap in zip(widest, end_caps, strict=True))
         ):
             ends.append(None)  # a request does not fit at that end of the range
         else:
-            ends.append(-(-pack_limited(end_caps, classes, end_seqs, ok)[0] // dp))
+            if (end_caps, end_seqs) not in packed:
+                packed[end_caps, end_seqs] = _pack(end_caps, packable, end_seqs, ok)[0]
+            ends.append(-(-packed[end_caps, end_seqs] // dp))
     cost = None if price is None else float(exact_usd(price) * gpus)  # exact: 2.49 × 112 = 278.88
     tpot_lim = tpot_est = per_gpu = usd = None
     if speed.estimate is not None:
         tpot_lim = tpot_est = 0.0
         tokens_per_s = 0.0
+        est, lim = speed.estimate, speed.limit
         for n, comp in groups:  # each kind of group: its own requests, each one token per step
-            step = speed.estimate.step(comp)
-            extra = speed.estimate.seconds(comp) - step.seconds  # prefill mixed into the steps
-            tpot_est = max(tpot_est, step.seconds + extra)
-            tpot_lim = max(tpot_lim, speed.limit.seconds(comp))
-            tokens_per_s += n * sum(comp.values()) / (step.slowest_s + extra)
+            sums = est.sums(comp)  # the same for both models (shared request terms)
+            seconds, slowest_s = est.times(comp, sums)
+            extra = (seconds + est.extra_s(comp)) - seconds  # prefill mixed into the steps
+            tpot_est = max(tpot_est, seconds + extra)
+            tpot_lim = max(tpot_lim, lim.seconds(comp, sums))
+            tokens_per_s += n * sum(comp.values()) / (slowest_s + extra)
         per_gpu = tokens_per_s / gpus
         usd = None if cost is None or not tokens_per_s > 0 else cost / (tokens_per_s * 3600) * 1e6
     return FleetRow(
@@ -741,7 +973,7 @@ def plan_layout(
         reason=None,
         replicas=replicas,
         gpus=gpus,
-        kv_bytes_needed=used,
+        kv_bytes_needed_per_gpu=used,
         kv_utilization=max(n / (groups_n * cap) for n, cap in zip(used_units, pool_caps, strict=True) if cap > 0),
         requests_per_replica=_replica_most(groups, dp) if dp > 1 else most,
         cost_usd_per_hour=cost,
@@ -776,24 +1008,46 @@ DEFAULT_PPS = (1, 2, 4)
 """PP degrees ``kvplan fleet`` tries when --pp is not given."""
 
 
-def _key(sort: str):
+def low_end_gpus(r: FleetRow) -> float:
+    """GPUs at the low end of the budget range (``replicas_high`` × the replica's GPUs; inf where a request does
+    not fit there): how far the layout's GPU count holds when the modelled budget comes out low."""
+    return math.inf if r.replicas_high is None else r.replicas_high * r.gpus_per_replica
+
+
+def _key(sort: str, budget_range: bool = True):
+    """The ranking: GPUs (``cost``: cost, then GPUs); among equal GPUs at the modelled budget, the fewest GPUs at
+    the low end of its range (the count that holds over the range; ``budget_range`` False leaves it out), then
+    cost, then the smaller replica, fewer stages, the simpler layout."""
+
     def key(r: FleetRow):
         cost = r.cost_usd_per_hour if r.cost_usd_per_hour is not None else float("inf")
         simple = (r.gpus_per_replica, r.pipeline_parallel_size, r.data_parallel_size, r.expert_parallel_size)
-        return (cost, r.gpus, *simple) if sort == "cost" else (r.gpus, cost, *simple)
+        low = (low_end_gpus(r),) if budget_range else ()
+        return (cost, r.gpus, *low, *simple) if sort == "cost" else (r.gpus, *low, cost, *simple)
 
     return key
 
 
+def _gpus_range(r: FleetRow) -> str:
+    low = low_end_gpus(r)
+    return f"{r.gpus:,}" if low == r.gpus else f"{r.gpus:,}–{low:,}" if low < math.inf else f"{r.gpus:,}+"
+
+
 def why_best(best: FleetRow, rows: list[FleetRow], sort: str = "gpus") -> str:
     """One line on what made ``best`` the best of ``rows`` (one GPU's layouts): the runner-up it beats, and the
-    figure that differs (KV budget per GPU, requests per replica, what limits the replicas)."""
+    figure that differs (KV budget per GPU, requests per replica, what limits the replicas); when its GPU count
+    holding over the budget range broke a tie, the layout it beat that way."""
     others = [r for r in rows if r.fits and r is not best]
     if not others:
         return "the only layout that fits"
     runner = min(others, key=_key(sort))
     plain = [r for r in others if r.pipeline_parallel_size == 1 and r.layout == f"TP {r.tensor_parallel_size}"]
     ref = min(plain, key=_key(sort)) if plain and best.layout != f"TP {best.tensor_parallel_size}" else runner
+    # the layout that would win without the budget range, when the range decided against it
+    old = min([best, *others], key=_key(sort, budget_range=False))
+    by_range = old is not best and old.gpus == best.gpus and low_end_gpus(old) > low_end_gpus(best)
+    if by_range and ref.gpus == best.gpus:
+        ref = old
     costs = (best.cost_usd_per_hour, ref.cost_usd_per_hour)
     priced = None not in costs
     cost_tie = f" and ${costs[0]:,.2f}/h" if priced and costs[0] == costs[1] else ""
@@ -801,6 +1055,9 @@ def why_best(best: FleetRow, rows: list[FleetRow], sort: str = "gpus") -> str:
         head = f"${costs[0]:,.2f}/h vs ${costs[1]:,.2f}/h for {ref.layout}"
     elif best.gpus < ref.gpus:
         head = f"{best.gpus:,} GPUs vs {ref.gpus:,} for {ref.layout}"
+    elif low_end_gpus(best) < low_end_gpus(ref):
+        head = (f"ties {ref.layout} at {best.gpus:,} GPUs{cost_tie} and holds them over the budget range "
+                f"({_gpus_range(best)} vs {_gpus_range(ref)} GPUs)")  # fmt: skip
     elif best.gpus_per_replica < ref.gpus_per_replica:
         head = (f"ties {ref.layout} at {best.gpus:,} GPUs{cost_tie} with smaller replicas ({best.gpus_per_replica} vs "
                 f"{ref.gpus_per_replica} GPUs)")  # fmt: skip
@@ -810,15 +1067,20 @@ def why_best(best: FleetRow, rows: list[FleetRow], sort: str = "gpus") -> str:
         head = f"ties {ref.layout} at {best.gpus:,} GPUs{cost_tie} with a simpler layout"
     parts = []
     gib = 1 << 30
-    if abs(best.kv_budget_bytes - ref.kv_budget_bytes) > 0.05 * max(ref.kv_budget_bytes, 1):
-        parts.append(f"KV budget {best.kv_budget_bytes / gib:,.1f} vs {ref.kv_budget_bytes / gib:,.1f} GiB per GPU")
+    b_kv, r_kv = best.kv_budget_bytes_per_gpu, ref.kv_budget_bytes_per_gpu
+    if abs(b_kv - r_kv) > 0.05 * max(r_kv, 1):
+        parts.append(f"KV budget {b_kv / gib:,.1f} vs {r_kv / gib:,.1f} GiB per GPU")
     per_gpu_b = best.requests_per_replica / best.gpus_per_replica
     per_gpu_r = ref.requests_per_replica / ref.gpus_per_replica
     if abs(per_gpu_b - per_gpu_r) > 0.05 * max(per_gpu_r, 1e-9):
         parts.append(f"{per_gpu_b:,.1f} vs {per_gpu_r:,.1f} requests per GPU")
     if best.limit != ref.limit:
         parts.append(f"limited by {best.limit} vs {ref.limit}")
-    return head + (": " + ", ".join(parts) if parts else "")
+    line = head + (": " + ", ".join(parts) if parts else "")
+    if by_range and ref is not old:
+        line += (f"; it holds its {best.gpus:,} GPUs over the budget range, where {old.layout} (also {old.gpus:,}) "
+                 f"needs {_gpus_range(old)}")  # fmt: skip
+    return line
 
 
 def plan_fleet(
@@ -834,7 +1096,8 @@ def plan_fleet(
     pps: list[int] | None = None,
     decode_pool: bool = False,
 ) -> list[FleetRow]:
-    """Every (GPU, layout), sorted by GPUs (or cost), feasible first; the best per GPU is marked and says why.
+    """Every (GPU, layout), sorted by GPUs (or cost), feasible first (ties: :func:`_key`); the best per GPU is
+    marked and says why.
 
     The layouts: ``tps`` × ``pps`` (defaults: every TP ≤ 8 the heads allow, PP in :data:`DEFAULT_PPS`) as
     the engine offers them (:meth:`~kvplan.engines.base.EngineRules.layouts`: with expert and attention data
@@ -850,13 +1113,19 @@ def plan_fleet(
         slo: latency targets and speed settings (:class:`SLO`); None: memory and max_num_seqs only.
         decode_pool: plan a disaggregated decode pool (no TTFT targets, no prefill in its steps).
 
+    A default layout that cannot be planned (UsageError) is left out, unless no layout can serve the workload:
+    then it is a row with its reason, and when no layout at all could be planned the reason is raised (one
+    line: the reason itself when every layout has it).
+
     Raises:
-        UsageError: a TP the heads do not allow, ``sort`` unknown, as :func:`plan_layout`.
+        UsageError: a TP the heads do not allow, ``sort`` unknown, a class longer than a given max_model_len,
+            no layout that can be planned, as :func:`plan_layout`.
     """
     from kvplan import engines
 
     if sort not in ("gpus", "cost"):
         raise UsageError(f"--sort: {sort!r}; allowed: gpus, cost")
+    serving_len(workload, opts)  # a class longer than a given max_model_len: one line, before any layout
     allowed = valid_tp_sizes(spec)
     for tp in tps or []:
         check_tp(spec, tp)
@@ -870,16 +1139,24 @@ def plan_fleet(
         layouts = eng.layouts(spec, tp_list, pp_list)
     prices = prices or {}
     rows = []
+    skipped: list[tuple[GPU, dict, str]] = []  # default layouts that could not be planned, and why
     for g in gpus:
         price = prices.get(g.id, g.price_usd_per_hour)
         for layout in layouts:
             try:
                 rows.append(plan_layout(spec, g, workload, replace(opts, **layout), price, slo, ttft=not decode_pool))
-            except UsageError:
+            except UsageError as e:
                 plain = set(layout) <= {"tensor_parallel_size", "pipeline_parallel_size"}
                 if plain and (tps or pps or asked):
                     raise  # the layout the flags asked for
-                continue  # a default layout the heads, experts or layers do not allow
+                skipped.append((g, layout, str(e)))  # a default layout the heads, experts or layers do not allow
+    if skipped and not any(r.fits for r in rows):
+        # nothing can serve the workload: say why for the layouts that could not be planned too
+        if not rows:
+            raise UsageError(_unplanned_reason(spec, opts, skipped))
+        for g, layout, reason in skipped:
+            price = prices.get(g.id, g.price_usd_per_hour)
+            rows.append(_unplanned_row(spec, g, replace(opts, **layout), reason, price))
     key = _key(sort)
     best: dict[str, FleetRow] = {}
     for r in rows:
@@ -891,6 +1168,46 @@ def plan_fleet(
     rows = [replace(r, best_for_gpu=True, why=why_best(r, by_gpu[r.gpu], sort)) if best.get(r.gpu) is r else r
             for r in rows]  # fmt: skip
     return sorted(rows, key=lambda r: (not r.fits, key(r) if r.fits else (0,) * 6, r.gpu))
+
+
+def _layout_name(spec: ModelSpec, opts: FitOptions) -> tuple[str, str, int, int, int]:
+    """(name, engine flags, GPUs per replica, attention DP, EP) of ``opts``' layout, or its TP × PP when the
+    engine refuses the layout itself."""
+    from kvplan import engines
+
+    try:
+        par = engines.get(opts.engine).parallel(spec, opts)
+        return par.name, par.flags, par.gpus, par.attn_dp, par.ep
+    except UsageError:
+        tp, pp = opts.tensor_parallel_size, opts.pipeline_parallel_size
+        return f"TP {tp}" + (f" × PP {pp}" if pp > 1 else ""), "", tp * pp, 1, 1
+
+
+def _unplanned_reason(spec: ModelSpec, opts: FitOptions, skipped: list[tuple[GPU, dict, str]]) -> str:
+    """One line for default layouts none of which could be planned: the reason itself when every layout has
+    the same one (a problem of the model or the flags, not of a layout), else each distinct reason once, with
+    the layouts it applies to."""
+    by_reason: dict[str, list[str]] = {}
+    for _, layout, reason in skipped:
+        name = _layout_name(spec, replace(opts, **layout))[0]
+        names = by_reason.setdefault(reason, [])
+        if name not in names:
+            names.append(name)
+    if len(by_reason) == 1:
+        return next(iter(by_reason))
+    parts = "; ".join(f"{', '.join(names)}: {reason}" for reason, names in by_reason.items())
+    return f"no layout tried can be planned ({parts})"
+
+
+def _unplanned_row(spec: ModelSpec, gpu: GPU, opts: FitOptions, reason: str, price) -> FleetRow:
+    """A row for a default layout that could not be planned (shown only when no layout can serve)."""
+    name, flags, replica_gpus, dp, ep = _layout_name(spec, opts)
+    return FleetRow(gpu=gpu.id, gpu_name=gpu.name, tensor_parallel_size=opts.tensor_parallel_size,
+                    pipeline_parallel_size=opts.pipeline_parallel_size, fits=False, reason=reason, replicas=0,
+                    gpus=0, kv_budget_bytes_per_gpu=0, kv_bytes_needed_per_gpu=0, kv_utilization=0.0,
+                    requests_per_replica=0, price_usd_per_hour=None if price is None else float(price),
+                    cost_usd_per_hour=None, data_parallel_size=dp, expert_parallel_size=ep,
+                    replica_gpus=replica_gpus, layout=name, parallel_flags=flags)  # fmt: skip
 
 
 # --- disaggregated prefill / decode ------------------------------------------------------------------------
@@ -1004,7 +1321,7 @@ def _transfer(spec: ModelSpec, gpu: GPU, opts: FitOptions, decode: FleetRow, wor
         pipeline_parallel_size=decode.pipeline_parallel_size,
         data_parallel_size=decode.data_parallel_size,
     )
-    o = replace(opts, **layout, max_model_len=workload.max_tokens, shared_prefix_tokens=0)
+    o = replace(opts, **layout, max_model_len=serving_len(workload, opts), shared_prefix_tokens=0)
     fit, cache = fit_plan(spec, gpu, o)
     whole, whole_cache = fit_plan(spec, gpu, replace(o, pipeline_parallel_size=1, pp_layer_partition=None))
     attn_tp = fit.parallel.attn_tp
@@ -1034,7 +1351,8 @@ def plan_prefill(spec: ModelSpec, gpu: GPU, workload: Workload, opts: FitOptions
     from kvplan import perf
 
     longest = max(slo.prompt(c) for c in workload.classes)
-    o = replace(opts, max_model_len=longest, shared_prefix_tokens=0)
+    given = opts.max_model_len is not None
+    o = replace(opts, max_model_len=opts.max_model_len if given else longest, shared_prefix_tokens=0)
     tp, pp = o.tensor_parallel_size, o.pipeline_parallel_size
     try:
         fit, _ = fit_plan(spec, gpu, o)
@@ -1048,8 +1366,9 @@ def plan_prefill(spec: ModelSpec, gpu: GPU, workload: Workload, opts: FitOptions
                pipeline_parallel_size=pp, replica_gpus=par.gpus)  # fmt: skip
     price_f = None if price is None else float(price)
     if not fit.fits:
-        return PrefillRow(**row, fits=False, reason=f"a {longest:,}-token prompt does not fit the KV pool",
-                          price_usd_per_hour=price_f)  # fmt: skip
+        reason = (f"--max-model-len {o.max_model_len:,}: {does_not_fit_detail(fit)}" if given else
+                  f"a {longest:,}-token prompt does not fit the KV pool")  # fmt: skip
+        return PrefillRow(**row, fits=False, reason=reason, price_usd_per_hour=price_f)
     try:
         hw = perf.hardware(gpu, fit.weights_dtype, eff=perf.estimate_efficiency(fit.engine, gpu, slo.mbu, slo.mfu))
     except UsageError as e:
@@ -1139,10 +1458,13 @@ def plan_disaggregated(
     for g in gpus:
         price = prices.get(g.id, g.price_usd_per_hour)
         for layout in eng.layouts(spec, tp_list, pp_list):
+            o = replace(opts, **layout)
             try:
-                prefill.append(plan_prefill(spec, g, workload, replace(opts, **layout), slo, rates, xfer_ms, price))
-            except UsageError:
-                continue
+                prefill.append(plan_prefill(spec, g, workload, o, slo, rates, xfer_ms, price))
+            except UsageError as e:  # a layout that cannot be planned: a row with the reason (the pool's reason
+                name, flags, replica_gpus, _, _ = _layout_name(spec, o)  # when no layout can prefill)
+                prefill.append(PrefillRow(g.id, name, flags, o.tensor_parallel_size, o.pipeline_parallel_size,
+                                          replica_gpus, False, str(e)))  # fmt: skip
 
     def pkey(r: PrefillRow):
         cost = r.cost_usd_per_hour if r.cost_usd_per_hour is not None else float("inf")

@@ -56,7 +56,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from kvplan.calc import cdiv, layer_state_bytes, layer_token_bytes, resolve_kv_dtype
+from kvplan.calc import cdiv, layer_state_bytes, layer_token_bytes, resolve_kv_dtypes
 from kvplan.errors import UsageError
 from kvplan.specs import STATE_KINDS, LayerSpec, ModelSpec
 from kvplan.units import MAX_BATCH, MAX_TOKENS
@@ -204,7 +204,9 @@ class Efficiency:
         collective_us: per tensor-parallel all-reduce (two per layer): its latency.
         step_us: per step and PP stage (scheduling, sampling).
         median_abs_error: the estimate's median |relative error| on the published measurements it was
-            calibrated on (None for the limit).
+            calibrated on (in-sample; None for the limit).
+        loo_median_abs_error: the same, each measurement predicted by a calibration without it (leave-one-out:
+            what a configuration outside the set can expect; None for the limit or when not computed).
         measurements: how many measurements calibrated it (0 for the limit).
     """
 
@@ -219,6 +221,7 @@ class Efficiency:
     step_us: float = 0.0
     median_abs_error: float | None = None
     measurements: int = 0
+    loo_median_abs_error: float | None = None
 
 
 LIMIT = Efficiency()
@@ -241,6 +244,29 @@ def gpu_class(gpu) -> str:
     if gid.startswith(("l4", "l40", "rtx4090", "rtx6000-ada")):
         return "nvidia-ada"
     return "nvidia-other"
+
+
+def estimate_error_text(eff: Efficiency | None = None) -> str:
+    """The speed estimate's measured error as ``kvplan fit`` and ``kvplan fleet`` state it (the one place it is
+    worded): the median |error| with each published measurement predicted by a calibration without it
+    (leave-one-out: the honest figure for a configuration the calibration has not seen), named so, then the
+    in-sample figure; ``median |error| 17.7% leave-one-out on 66 published measurements (13.6% in-sample)``.
+    ``eff``: an estimate's :class:`Efficiency` (None: the calibration's); "" for the limit.
+
+    Source: ``scripts/calibrate_speed.py --loo`` (:data:`kvplan.data.speed_estimate.CALIBRATION`),
+    docs/throughput-validation.md."""
+    if eff is None:
+        from kvplan.data.speed_estimate import CALIBRATION
+
+        eff = Efficiency(name="estimate", median_abs_error=CALIBRATION["median_abs_error"],
+                         measurements=CALIBRATION["measurements"],
+                         loo_median_abs_error=CALIBRATION.get("loo_median_abs_error"))  # fmt: skip
+    if eff.median_abs_error is None:
+        return ""
+    n = f"on {eff.measurements} published measurements"
+    if eff.loo_median_abs_error is None:
+        return f"median |error| {eff.median_abs_error:.1%} in-sample {n}"
+    return f"median |error| {eff.loo_median_abs_error:.1%} leave-one-out {n} ({eff.median_abs_error:.1%} in-sample)"
 
 
 def estimate_efficiency(engine: str, gpu, mbu: float | None = None, mfu: float | None = None) -> Efficiency:
@@ -277,6 +303,7 @@ def estimate_efficiency(engine: str, gpu, mbu: float | None = None, mfu: float |
         step_us=e["step_us"] * g,
         median_abs_error=CALIBRATION["median_abs_error"],
         measurements=CALIBRATION["measurements"],
+        loo_median_abs_error=CALIBRATION.get("loo_median_abs_error"),
     )
     if mbu is not None or mfu is not None:
         eff = replace(
@@ -451,10 +478,11 @@ def _allreduce_bytes(spec: ModelSpec, layers: int, tp: int, tokens: int) -> int:
 _LAYER_TABLES: dict[tuple, tuple] = {}
 
 
-def _layer_table(spec: ModelSpec, kv_dtype, tp: int, layers: range, prefill: bool) -> tuple[tuple, ...]:
+def _layer_table(spec: ModelSpec, kv_dtype: tuple, tp: int, layers: range, prefill: bool) -> tuple[tuple, ...]:
     """The distinct layers of ``layers`` with what a step needs of each: (layer, geometry it attends with,
-    KV bytes per token, state bytes, attention width d_k + d_v, how many layers are alike). Kept per
-    (spec, dtype, TP, layers, prefill): a fleet asks for thousands of steps of one layout."""
+    KV bytes per token, state bytes, attention width d_k + d_v, how many layers are alike). ``kv_dtype``: the
+    (K, V) dtypes. Kept per (spec, dtypes, TP, layers, prefill): a fleet asks for thousands of steps of one
+    layout."""
     key = (id(spec), kv_dtype, tp, layers.start, layers.stop, layers.step, prefill)
     hit = _LAYER_TABLES.get(key)
     if hit is not None and hit[0] is spec:
@@ -476,7 +504,7 @@ def _layer_table(spec: ModelSpec, kv_dtype, tp: int, layers: range, prefill: boo
             )
         else:
             geo = layer
-        per_token = layer_token_bytes(geo, kv_dtype, tp)
+        per_token = layer_token_bytes(geo, kv_dtype[0], tp, kv_dtype[1])
         state_one = layer_state_bytes(layer, spec.dtype, tp)
         dims = 0 if geo.kind in STATE_KINDS or geo.kind == "none" else _attention_dims(geo, spec, decode=not prefill)
         table.append((layer, geo, per_token, state_one, dims, n))
@@ -498,24 +526,34 @@ def request_terms(spec: ModelSpec, fit, layers: range, tokens: int, prefill: boo
     """(KV read, state read + written, KV written, attention FLOPs) of one request with ``tokens`` cached
     (decode) or of a ``tokens``-token prompt (``prefill``), on one GPU of the attention group holding
     ``layers`` (the cache at the attention TP, as fit sized it)."""
+    return request_terms_many(spec, fit, layers, [tokens], prefill)[0]
+
+
+def request_terms_many(spec: ModelSpec, fit, layers: range, tokens: Sequence[int],
+                       prefill: bool = False) -> list[tuple[int, int, int, int]]:  # fmt: skip
+    """:func:`request_terms` of each of ``tokens`` (the layout's lookups done once)."""
     tp = fit.parallel.attn_tp
-    kv_dtype = resolve_kv_dtype(spec, fit.kv_dtype)
+    kv_dtype = resolve_kv_dtypes(spec, fit.kv_dtype)  # (K, V): llama.cpp's -ctk and -ctv may differ
     heads = spec.num_q_heads // tp  # query heads per GPU (check_tp: H_q % TP == 0)
-    kv = state = kv_write = attn = 0
-    # identical layers cost alike: each distinct layer once, times how many there are (exact ints)
-    for layer, geo, per_token, state_one, dims, alike in _layer_table(spec, kv_dtype, tp, layers, prefill):
-        state += alike * 2 * state_one
-        if prefill:
-            kind = geo.kind
-            pairs = causal_pairs(tokens, spec.window_of(kind), chunked=kind == "chunked")
-            attn += alike * 2 * heads * dims * pairs
-            if layer.kind != "shared":
-                kv_write += alike * tokens * per_token
-        else:
-            read = tokens_read(layer, spec, tokens)
-            kv += alike * read * per_token
-            attn += alike * 2 * heads * dims * read
-    return kv, state, kv_write, attn
+    table = _layer_table(spec, kv_dtype, tp, layers, prefill)
+    out = []
+    for t in tokens:
+        kv = state = kv_write = attn = 0
+        # identical layers cost alike: each distinct layer once, times how many there are (exact ints)
+        for layer, geo, per_token, state_one, dims, alike in table:
+            state += alike * 2 * state_one
+            if prefill:
+                kind = geo.kind
+                pairs = causal_pairs(t, spec.window_of(kind), chunked=kind == "chunked")
+                attn += alike * 2 * heads * dims * pairs
+                if layer.kind != "shared":
+                    kv_write += alike * t * per_token
+            else:
+                read = tokens_read(layer, spec, t)
+                kv += alike * read * per_token
+                attn += alike * 2 * heads * dims * read
+        out.append((kv, state, kv_write, attn))
+    return out
 
 
 class _Stage:
@@ -537,10 +575,9 @@ class _Stage:
             fixed_us += 2 * len(layers) * eff.collective_us
         self.fixed_s = fixed_us * 1e-6
 
-    def cost(self, tokens: int, kv: int, state: int, kv_write: int, attn: int, prefill: bool = False) -> StageCost:
-        """The stage's cost when this GPU's attention group puts ``tokens`` through the matmuls (decode: its
-        requests; prefill: the prompt), with their summed request terms."""
-        spec, hw, par, layers = self.spec, self.hw, self.par, self.layers
+    def _parts(self, tokens: int, kv: int, state: int, kv_write: int, attn: int, prefill: bool) -> tuple:
+        """(weights read, linear FLOPs, all-reduce bytes, all-to-all bytes, memory s, compute s, link s)."""
+        spec, hw, par = self.spec, self.hw, self.par
         pp = par.pp
         total = tokens if prefill else tokens * par.attn_dp  # tokens through the experts: every group's (decode)
         moe = spec.moe
@@ -552,7 +589,7 @@ class _Stage:
             weights_read -= round(untouched * self.moe_layers * self.w.expert_bytes_per_gpu)
         linear = cdiv(2 * self.dense_active * tokens, par.attn_tp * pp)
         linear += cdiv(2 * self.routed_active * total, par.gpus_per_stage * pp)
-        ar = _allreduce_bytes(spec, len(layers), par.attn_tp, tokens)
+        ar = _allreduce_bytes(spec, len(self.layers), par.attn_tp, tokens)
         a2a = 0
         if moe is not None and par.ep > 1:
             k = moe.experts_per_token
@@ -562,8 +599,20 @@ class _Stage:
         memory_s = (weights_read + kv + state + kv_write) / (hw.bandwidth * eff.mbu)
         compute_s = 0.0 if hw.peak_flops is None else (linear + attn) / (hw.peak_flops * eff.mfu)
         link_s = 0.0 if hw.link is None or not (ar + a2a) else (ar + a2a) / (hw.link * eff.link)
-        return StageCost(len(layers), weights_read, kv, state, kv_write, linear, attn, ar, memory_s, compute_s,
+        return weights_read, linear, ar, a2a, memory_s, compute_s, link_s
+
+    def cost(self, tokens: int, kv: int, state: int, kv_write: int, attn: int, prefill: bool = False) -> StageCost:
+        """The stage's cost when this GPU's attention group puts ``tokens`` through the matmuls (decode: its
+        requests; prefill: the prompt), with their summed request terms."""
+        weights_read, linear, ar, a2a, memory_s, compute_s, link_s = self._parts(tokens, kv, state, kv_write, attn,
+                                                                                  prefill)  # fmt: skip
+        return StageCost(len(self.layers), weights_read, kv, state, kv_write, linear, attn, ar, memory_s, compute_s,
                          link_s, a2a, self.fixed_s)  # fmt: skip
+
+    def seconds(self, tokens: int, kv: int, state: int, attn: int) -> float:
+        """:attr:`StageCost.seconds` of :meth:`cost` for a decode step (the figure alone)."""
+        *_, memory_s, compute_s, link_s = self._parts(tokens, kv, state, 0, attn, False)
+        return max(memory_s, compute_s) + link_s + self.fixed_s
 
 
 def stage_cost(
@@ -643,28 +692,57 @@ class StepModel:
     """
 
     def __init__(self, spec: ModelSpec, fit, hw: Hardware, contexts: Sequence[int],
-                 interference: Sequence[float] | None = None):  # fmt: skip
+                 interference: Sequence[float] | None = None, terms: list | None = None):  # fmt: skip
         self.stages = [_Stage(spec, fit, hw, r) for r in _stages(spec, fit.pipeline_parallel_size)]
-        self.terms = [[request_terms(spec, fit, st.layers, t) for t in contexts] for st in self.stages]
+        # the request terms do not depend on the hardware: another model of the same layout and contexts may
+        # share them (``terms``: its :attr:`terms`)
+        self.terms = terms if terms is not None else [request_terms_many(spec, fit, st.layers, contexts)
+                                                      for st in self.stages]  # fmt: skip
         self.interference = list(interference) if interference is not None else [0.0] * len(contexts)
 
-    def step(self, counts: dict[int, int]) -> StepBound:
-        """The decode step alone of a group holding ``counts[i]`` requests of class i."""
+    def sums(self, counts: dict[int, int]) -> tuple[int, list[tuple[int, int, int]]]:
+        """(requests, per stage (KV read, state read + written, attention FLOPs)) of a group holding ``counts``:
+        exact ints, the same for every model sharing :attr:`terms`."""
         out = []
-        n = sum(counts.values())
-        for st, terms in zip(self.stages, self.terms, strict=True):
+        for terms in self.terms:
             kv = state = attn = 0
             for i, c in counts.items():
                 k, s, _, a = terms[i]
                 kv, state, attn = kv + c * k, state + c * s, attn + c * a
-            out.append(st.cost(n, kv, state, 0, attn))
+            out.append((kv, state, attn))
+        return sum(counts.values()), out
+
+    def step(self, counts: dict[int, int], sums: tuple | None = None) -> StepBound:
+        """The decode step alone of a group holding ``counts[i]`` requests of class i (``sums``: its
+        :meth:`sums`, when already known)."""
+        n, per_stage = self.sums(counts) if sums is None else sums
+        if len(self.stages) == 1:  # one stage (no PP): the same figures, without the max and the sum
+            kv, state, attn = per_stage[0]
+            only = self.stages[0].cost(n, kv, state, 0, attn)
+            seconds = only.seconds
+            return StepBound((only,), only, seconds, seconds)
+        out = [st.cost(n, kv, state, 0, attn) for st, (kv, state, attn) in zip(self.stages, per_stage, strict=True)]
         worst = max(out, key=lambda s: s.seconds)
         return StepBound(tuple(out), worst, sum(s.seconds for s in out), worst.seconds)
 
-    def seconds(self, counts: dict[int, int]) -> float:
+    def times(self, counts: dict[int, int], sums: tuple | None = None) -> tuple[float, float]:
+        """(:attr:`StepBound.seconds`, :attr:`StepBound.slowest_s`) of :meth:`step`, without its breakdown."""
+        n, per_stage = self.sums(counts) if sums is None else sums
+        if len(self.stages) == 1:
+            kv, state, attn = per_stage[0]
+            seconds = self.stages[0].seconds(n, kv, state, attn)
+            return seconds, seconds
+        out = [st.seconds(n, kv, state, attn) for st, (kv, state, attn) in zip(self.stages, per_stage, strict=True)]
+        return sum(out), max(out)
+
+    def extra_s(self, counts: dict[int, int]) -> float:
+        """The prefill interference (s) a group holding ``counts`` adds to each step."""
+        return sum(c * self.interference[i] for i, c in counts.items())
+
+    def seconds(self, counts: dict[int, int], sums: tuple | None = None) -> float:
         """TPOT (s) of a group holding ``counts``: the step (all stages) plus the prefill interference."""
-        extra = sum(c * self.interference[i] for i, c in counts.items())
-        return self.step(counts).seconds + extra
+        extra = self.extra_s(counts)
+        return self.times(counts, sums)[0] + extra
 
 
 def prefill_interference_s(spec: ModelSpec, fit, hw: Hardware, prompt: int, output: int) -> float:

@@ -470,7 +470,7 @@ def fit_json(
     est = None if speed is None else speed.estimate
     for key, (src, attr) in FIT_SPEED_KEYS.items():
         p = lim if src == "limit" else est
-        d[key] = None if p is None else (p.efficiency.median_abs_error if attr == "error" else getattr(p, attr))
+        d[key] = None if p is None else getattr(p.efficiency, attr[4:]) if attr.startswith("eff.") else getattr(p, attr)
     d["throughput"] = None if speed is None else {"limit": to_jsonable(lim), "estimate": to_jsonable(est)}
     return d
 
@@ -486,7 +486,8 @@ FIT_SPEED_KEYS = {
     "ttft_ms_estimate": ("estimate", "ttft_ms"),
     "mbu": ("estimate", "mbu"),
     "mfu": ("estimate", "mfu"),
-    "estimate_median_abs_error": ("estimate", "error"),
+    "estimate_median_abs_error": ("estimate", "eff.median_abs_error"),
+    "estimate_median_abs_error_loo": ("estimate", "eff.loo_median_abs_error"),
 }
 
 
@@ -496,9 +497,10 @@ def fit_speed_lines(speed) -> list[str]:
     p, e = speed.limit, speed.estimate
     gpus = p.decode_tokens_per_s / p.decode_tokens_per_s_per_gpu if p.decode_tokens_per_s_per_gpu else 1
     peak = "no FLOP/s peak" if p.peak_tflops is None else f"{p.peak_tflops:,g} TFLOP/s {p.compute_dtype}"
-    err = e.efficiency.median_abs_error
-    n = e.efficiency.measurements
-    err_text = "" if err is None else f", median |error| {err:.0%} on {n} published measurements"
+    from kvplan.perf import estimate_error_text
+
+    err = estimate_error_text(e.efficiency)
+    err_text = f", {err}" if err else ""
     lines = [
         f"Speed ({p.bandwidth_tbs:g} TB/s, {peak}), {plural(p.concurrency, 'request')} at "
         f"{fmt_tokens(p.context_tokens)} cached:",
@@ -986,8 +988,8 @@ def fleet_json(model: str, workload, rows, gpu_notes: tuple[str, ...] = ()) -> d
 
 
 def _fleet_exact(r) -> bool:
-    low, high = getattr(r, "kv_budget_low_bytes", 0), getattr(r, "kv_budget_high_bytes", 0)
-    return low == r.kv_budget_bytes == high or (low == 0 and high == 0)
+    low, high = r.kv_budget_low_bytes_per_gpu, r.kv_budget_high_bytes_per_gpu
+    return low == r.kv_budget_bytes_per_gpu == high or (low == 0 and high == 0)
 
 
 def _replica_range(r) -> str:
@@ -1064,7 +1066,7 @@ def fleet_table(
             r.layout or f"TP {r.tensor_parallel_size}",
             f"{r.replicas:,} × {r.gpus_per_replica}",
             f"{r.gpus:,}",
-            ("" if _fleet_exact(r) else "≈ ") + f"{r.kv_budget_bytes / GIB:,.2f}",
+            ("" if _fleet_exact(r) else "≈ ") + f"{r.kv_budget_bytes_per_gpu / GIB:,.2f}",
             _replica_range(r),
             f"{r.requests_per_replica:,} / {_num_cell(r.requests_per_replica_mean, '{:,.1f}')}",
             f"{r.kv_utilization:.0%}",
@@ -1093,7 +1095,8 @@ def fleet_table(
         if speed:
             con.print(st)
         if not show_all:
-            order = "lowest cost, then fewest GPUs" if sort == "cost" else "fewest GPUs, then cost"
+            low = "" if all(_fleet_exact(r) for r in fits) else ", also at the budget range's low end"
+            order = f"lowest cost, then fewest GPUs{low}" if sort == "cost" else f"fewest GPUs{low}, then cost"
             con.print(f"★ the best layout of each GPU ({order}); --all lists every layout.")
         for i, r in enumerate(fits, 1):
             if r.best_for_gpu:
@@ -1112,22 +1115,42 @@ def fleet_table(
         by_gpu.setdefault(r.gpu, []).append(r)
     never = [g for g, rs in by_gpu.items() if not any(r.fits for r in rs)]
     weights_only = [g for g in never if all("no KV memory" in r.reason for r in by_gpu[g])]
-    for g in never:
-        if g in weights_only:
-            continue
-        tried = ", ".join(dict.fromkeys(r.layout or f"TP {r.tensor_parallel_size}" for r in by_gpu[g]))
-        real = [r for r in by_gpu[g] if "no KV memory" not in r.reason] or by_gpu[g]
-        con.print(f"{g}: cannot serve this workload at any layout tried ({tried}): {real[-1].reason}")
+    why = {g: _never_reason(by_gpu[g]) for g in never if g not in weights_only}
+    if len(why) > 1 and len(set(why.values())) == 1:  # one problem, every GPU: said once
+        con.print(f"No GPU tried can serve this workload at any layout ({', '.join(why)}): {next(iter(why.values()))}")
+    else:
+        for g, reason in why.items():
+            tried = ", ".join(dict.fromkeys(r.layout or f"TP {r.tensor_parallel_size}" for r in by_gpu[g]))
+            con.print(f"{g}: cannot serve this workload at any layout tried ({tried}): {reason}")
     if weights_only:
         con.print(f"Weights and activations leave no KV memory at any layout tried: {', '.join(weights_only)}")
     if not any(r.price_usd_per_hour is not None for r in rows):
         con.print("No prices: give --price GPU=USD_PER_HOUR for costs.")
     if speed:
+        from kvplan.perf import estimate_error_text
+
         con.print(
-            "TPOT and TTFT: the physical limit (MBU = MFU = 1: no system is faster) / the estimate (calibrated on "
-            "published measurements; docs/throughput-validation.md); tok/s/GPU from the estimate; limit: what sets "
-            "the replicas (memory, SLO, max_num_seqs)."
+            "TPOT and TTFT: the physical limit (MBU = MFU = 1: no system is faster) / the estimate (calibrated, "
+            f"{estimate_error_text()}; docs/throughput-validation.md); tok/s/GPU from the estimate; limit: what "
+            "sets the replicas (memory, SLO, max_num_seqs)."
         )
+
+
+def _never_reason(rows) -> str:
+    """Why none of one GPU's layouts can serve a workload: the last planned layout's reason (its KV budget
+    known: the one closest to fitting), then each reason a layout was refused or could not be planned for
+    once, with the layouts it applies to (the reason alone when it is the only one)."""
+    real = [r for r in rows if "no KV memory" not in r.reason] or rows
+    planned = [r for r in real if r.kv_budget_bytes_per_gpu > 0]
+    refused: dict[str, list[str]] = {}
+    for r in real:
+        if r.kv_budget_bytes_per_gpu <= 0:
+            refused.setdefault(r.reason, []).append(r.layout or f"TP {r.tensor_parallel_size}")
+    if not planned and len(refused) == 1:
+        return next(iter(refused))
+    parts = [planned[-1].reason] if planned else []
+    parts += [f"{', '.join(dict.fromkeys(names))}: {reason}" for reason, names in refused.items()]
+    return "; ".join(parts)
 
 
 def disaggregated_json(model: str, workload, plan) -> dict[str, Any]:
@@ -1194,9 +1217,11 @@ def disaggregated_table(model: str, workload, plan, con) -> None:
         )
     else:
         con.print("aggregated (same workload and targets): no layout tried can serve it")
+    from kvplan.perf import estimate_error_text
+
     con.print(
-        "Sizing uses the speed estimate (kvplan.perf); prompt rates from Little's law on the decode plan; no queueing "
-        "headroom: a pool at utilization 1 is full."
+        f"Sizing uses the speed estimate (kvplan.perf; {estimate_error_text()}); prompt rates from Little's law on "
+        "the decode plan; no queueing headroom: a pool at utilization 1 is full."
     )
 
 

@@ -373,9 +373,10 @@ def sweep(
         kvs = []
         for d, name in enumerate(kv_dtypes):
             kv = eng.kv_dtype(spec, name)
-            if kv.name not in dtype_names:
-                dtype_names.append(kv.name)
-            dtype_code[m, d] = dtype_names.index(kv.name)
+            label = eng.kv_label(spec, kv, opts)  # llama.cpp's -ctk / -ctv, where given, name the cache
+            if label not in dtype_names:
+                dtype_names.append(label)
+            dtype_code[m, d] = dtype_names.index(label)
             kvs.append(kv)
         for t, tp in enumerate(tps):
             if tp not in allowed:

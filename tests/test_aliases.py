@@ -86,6 +86,12 @@ def test_max_num_seqs_where_fit_has_it(cli):
 @pytest.mark.parametrize("command", ["estimate", "compare", "verify", "fleet"])
 def test_max_model_len_is_accepted_where_the_flag_is_seq(cli, command):
     code, out, err = cli(command, "--help")
+    if command == "fleet":  # fleet has the engine's max_model_len as its own flag; alone it is the requests' length
+        assert "--seq" in out and "--max-model-len" in out
+        base = ("fleet", "llama3-8b", "--concurrency", "100", "--gpu", "h100", "--json")
+        for flag in ("--max-model-len", "--context-length"):
+            assert cli(*base, flag, "8192")[1] == cli(*base, "--seq", "8192")[1]
+        return
     assert "--seq" in out and "--max-model-len" not in out  # --help keeps kvplan's name
     if command == "estimate":
         assert (

@@ -346,7 +346,7 @@ def test_fleet_and_sweep_take_weights_gib(cli):
     args = ("fleet", CONFIG_8B, "--concurrency", "100", "--seq", "8k", "--gpu", "h100", "--weights-gib", "15")
     code, out, err = cli(*args, "--tp", "1", "--json")
     assert code == 0, err
-    assert json.loads(out)["layouts"][0]["kv_budget_bytes"] == fit["kv_budget_bytes"]
+    assert json.loads(out)["layouts"][0]["kv_budget_bytes_per_gpu"] == fit["kv_budget_bytes"]
     # weights per GPU belong to one TP (and, in a sweep, one model)
     code, out, err = cli(*args)
     assert (code, out) == (2, "")

@@ -468,10 +468,30 @@ def test_fleet_takes_a_command_too(cli):
                          "--tp", "2", "--kv-dtype", "fp8")  # fmt: skip
     assert code == code2 == 0, err
     assert json.loads(out) == json.loads(out2)
-    code, out, err = cli("fleet", "--concurrency", "100", "--seq", "8k", "--gpu", "h100", "--", "vllm", "serve",
+
+
+def test_fleet_takes_the_engines_max_model_len(cli):
+    # real launch commands carry --max-model-len (vLLM), --context-length (SGLang): fleet's --max-model-len
+    base = ("fleet", "--concurrency", "5000", "--seq", "8k", "--gpu", "h200", "--tp", "1", "--pp", "1", "--json")
+    code, out, err = cli(*base, "--", "vllm", "serve", "llama3.1-8b", "--max-model-len", "8192")
+    code2, out2, _ = cli(*base, "llama3.1-8b", "--max-model-len", "8192")
+    assert code == code2 == 0, err
+    assert json.loads(out) == json.loads(out2)
+    # SGLang's --context-length sets max_running_requests as fit's --max-model-len does: SGLang 0.5.23
+    # min(clamp(int(tokens / context_len x 512), 2048, 4096), tokens // 2), here with fit's token pool
+    code, out, err = cli(*base, "--", "python", "-m", "sglang.launch_server", "--model-path", "llama3.1-8b",
+                         "--context-length", "131072")  # fmt: skip
+    assert code == 0, err
+    row = json.loads(out)["layouts"][0]
+    fit, _ = fit_json(cli, "llama3.1-8b", "--gpu", "h200", "--engine", "sglang", "--max-model-len", "131072")
+    tokens = fit["kv_capacity_tokens"]
+    want = min(max(int(tokens / 131072 * 512), 2048), 4096, tokens // 2)
+    assert row["max_requests_per_replica"] == fit["max_num_seqs"] == want < 4096  # 4096 at the 8k default
+    # a class longer than the command's max_model_len: the engine refuses those requests
+    code, out, err = cli("fleet", "--concurrency", "100", "--seq", "16k", "--gpu", "h100", "--", "vllm", "serve",
                          "llama3.1-8b", "--max-model-len", "8192")  # fmt: skip
-    one_line_error(code, out, err, "--max-model-len: vLLM 0.33's setting is kvplan's --max-model-len, which this "
-                   "kvplan command does not have; plan this command with 'kvplan fit'")  # fmt: skip
+    one_line_error(code, out, err, "--max-model-len 8,192: requests of class requests (16,384 tokens) are longer, "
+                   "and the engine refuses them; give a max_model_len of at least 16,384")  # fmt: skip
 
 
 def test_other_commands_refuse_a_pasted_command(cli):

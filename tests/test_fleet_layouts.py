@@ -15,7 +15,15 @@ from kvplan import perf
 from kvplan.api import fit as api_fit
 from kvplan.errors import LoadRefused, UsageError
 from kvplan.fit import FitOptions, plan_fit
-from kvplan.fleet import SLO, pack_limited, plan_disaggregated, plan_fleet, plan_layout, workload_from_data
+from kvplan.fleet import (
+    SLO,
+    low_end_gpus,
+    pack_limited,
+    plan_disaggregated,
+    plan_fleet,
+    plan_layout,
+    workload_from_data,
+)
 from kvplan.gpus import get_gpu
 from kvplan.loader import load_bundled
 from kvplan.options import Engine
@@ -103,10 +111,10 @@ def test_a_target_above_the_plans_own_tpot_never_changes_the_plan(classes, model
         (SLO(), workload_from_data({"classes": [dict(c, tpot_ms=target) for c in data]}, "w")),  # per class
     ):
         row = plan_layout(spec, g, w, opts, slo=slo)
-        assert (row.replicas, row.requests_per_replica, row.kv_bytes_needed) == (
+        assert (row.replicas, row.requests_per_replica, row.kv_bytes_needed_per_gpu) == (
             plain.replicas,
             plain.requests_per_replica,
-            plain.kv_bytes_needed,
+            plain.kv_bytes_needed_per_gpu,
         )
         assert row.limit == plain.limit and row.tpot_ms_estimate == pytest.approx(plain.tpot_ms_estimate)
 
@@ -191,7 +199,7 @@ def test_deepseek_v3_on_h20_finds_pipeline_parallelism_by_default():
     assert best.best_for_gpu and best.pipeline_parallel_size > 1 and best.gpus * 10 < tp8.gpus
     # PP alone (the weights halve per GPU: of ~88 GiB usable on an H20, TP 8 leaves ~6.1 GiB of KV budget,
     # TP 8 × PP 2 ~45 GiB, over 7×) already needs far fewer GPUs than TP 8
-    assert tp8pp2.gpus * 5 < tp8.gpus and tp8pp2.kv_budget_bytes > 7 * tp8.kv_budget_bytes
+    assert tp8pp2.gpus * 5 < tp8.gpus and tp8pp2.kv_budget_bytes_per_gpu > 7 * tp8.kv_budget_bytes_per_gpu
     assert best.why.startswith(f"{best.gpus:,} GPUs vs {tp8.gpus:,} for TP 8: KV budget")
 
 
@@ -394,3 +402,36 @@ def test_estimate_is_what_fleet_sizes_with_and_limit_what_it_refuses_with():
     one_limit = perf.bound(spec, g, fit, 1, 1536).tpot_ms
     row = plan_layout(spec, g, wl, FitOptions(), slo=SLO(tpot_ms=one_limit * 0.99))
     assert not row.fits and "(no system is faster)" in row.reason
+
+
+def test_a_tie_goes_to_the_layout_whose_gpus_hold_over_the_budget_range():
+    # DeepSeek-V3 on H20, 100 × 8k: TP 1 × DP 2 × PP 4, EP 2 ties at 16 GPUs but needs 2 to 7 replicas of 8 over
+    # the modelled budget's range; it won by "smaller replica" before. A 16-GPU layout of one replica over the
+    # whole range wins now, and the why-line says the range decided it.
+    spec, g = load_bundled("deepseek-v3"), get_gpu("h20")
+    wl = workload_from_data({"classes": [{"name": "r", "concurrency": 100, "tokens": "8k"}]}, "w.yaml")
+    rows = [r for r in plan_fleet(spec, wl, [g], FitOptions()) if r.fits]
+    small = next(r for r in rows if r.layout == "TP 1 × DP 2 × PP 4, EP 2")
+    assert (small.gpus, small.replicas_low, small.replicas_high, small.gpus_per_replica) == (16, 2, 7, 8)
+    best = rows[0]
+    assert best.best_for_gpu and best.gpus == 16 and best.replicas_low == best.replicas_high == 1
+    assert best.layout == "TP 8 × DP 2, EP 16"  # then the existing rule among those: fewest stages, least DP
+    assert best.why.endswith(
+        "; it holds its 16 GPUs over the budget range, where TP 1 × DP 2 × PP 4, EP 2 (also 16) needs 16–56"
+    )
+    # among equal GPUs the range comes before cost: a cheaper price does not make the 2-7 replica layout win
+    assert all(low_end_gpus(r) >= low_end_gpus(best) for r in rows if r.gpus == best.gpus)
+
+
+def test_the_budget_range_tie_break_in_the_why_line_against_its_rival():
+    from kvplan.fleet import why_best
+
+    spec, g = load_bundled("deepseek-v3"), get_gpu("h20")
+    wl = workload_from_data({"classes": [{"name": "r", "concurrency": 100, "tokens": "8k"}]}, "w.yaml")
+    rows = [r for r in plan_fleet(spec, wl, [g], FitOptions()) if r.fits]
+    pair = [r for r in rows if r.layout in ("TP 1 × DP 2 × PP 4, EP 2", "TP 8 × PP 2")]
+    best = next(r for r in pair if r.layout == "TP 8 × PP 2")
+    assert why_best(best, pair) == (
+        "ties TP 1 × DP 2 × PP 4, EP 2 at 16 GPUs and holds them over the budget range (16 vs 16–56 GPUs): "
+        + why_best(best, pair).split(": ", 1)[1]
+    )

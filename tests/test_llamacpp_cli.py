@@ -150,7 +150,7 @@ def test_fleet_packs_requests_into_the_slots(cli):
     # the same pools as fit: -c 4 × 8,192 shared by 4 slots; a request holds its 8,192 cells (1 GiB)
     fit = plan_fit(spec, gpu, api.fit_options(engine="llamacpp", max_model_len=8192))
     assert fit.pools == (("slots", 4, 0), ("cells", 32768, 131_072))
-    assert row.kv_bytes_needed == 10 * fit.kv_bytes_per_request == 10 * GIB
+    assert row.kv_bytes_needed_per_gpu == 10 * fit.kv_bytes_per_request == 10 * GIB
     row = plan_layout(spec, gpu, wl, api.fit_options(engine="llamacpp", n_parallel=8))
     assert (row.replicas, row.requests_per_replica) == (2, 8)
     code, out, err = cli("fleet", "llama3.1-8b", "--concurrency", "10", "--seq", "8k", "--gpu", "h100", "--tp", "1",
@@ -184,3 +184,51 @@ def test_sweep_equals_fit(opts):
         )  # fmt: skip
         for col in VALUE_COLUMNS:
             assert result.columns[col][i].item() == getattr(ref, col), (col, i)
+
+
+ROWS = {c["id"]: c for c in FIXTURE["cases"]}
+KVPLAN_NAME = {"f16": "fp16", "f32": "fp32"}  # kvplan's names of llama.cpp's cache types (q8_0 ... alike)
+
+
+@pytest.mark.parametrize(
+    "row_id",
+    [
+        "llama/ctx4096-np1-q8_0-f16-faon",
+        "llama/ctx4096-np1-f16-q4_0-faon",
+        "llama/ctx4096-np1-q8_0-q4_0-faon",
+        "llama/ctx4096-np1-q8_0-q8_0-faon",
+        "qwen3/ctx4096-np1-q4_0-f16-faoff",
+        "phi2/ctx4096-np1-q8_0-f16-faoff",  # head_dim 80: K rows of whole q8_0 blocks; V transposed, -fa off
+    ],
+)
+def test_k_and_v_cache_types_that_differ(cli, tmp_path, row_id):
+    # -ctk / -ctv as llama.cpp allocates them (the fixture row's cache bytes), in fit's text and JSON, fleet and
+    # sweep: fit's text said "--kv-dtype: unknown dtype 'q8_0/fp16'" (exit 2), fleet gave no reason, the phi-2
+    # row failed, and the sweep labelled -ctk q8_0 -ctv q8_0 "fp16"
+    row = ROWS[row_id]
+    a = row["asked"]
+    assert row["ok"] and a["n_seq_max"] == 1
+    g = _gguf(tmp_path, row["model"])
+    k, v = (KVPLAN_NAME.get(a[t], a[t]) for t in ("type_k", "type_v"))
+    label = k if k == v else f"{k}/{v}"
+    flags = ("--engine", "llamacpp", "-c", str(a["n_ctx"]), "-np", "1", "-ctk", a["type_k"], "-ctv", a["type_v"],
+             "-fa", a["flash_attn"], "--kv-cache-memory", "1GiB")  # fmt: skip
+    code, out, err = cli("fit", g, "--gpu", "h100", *flags)
+    assert code == 0, err
+    assert out.splitlines()[0].endswith(f"KV {label}")
+    assert f"KV caches, all slots: {row['memory_bytes']:,} B" in out
+    d = fit_json(cli, g, "--gpu", "h100", *flags)
+    assert (d["kv_dtype"], d["engine_settings"]["kv_total_bytes"]) == (label, row["memory_bytes"])
+    assert d["tpot_ms_limit"] > 0  # the speed figures read K and V rows in their own types
+    # fleet: one slot of n_ctx cells per replica; 3 requests of n_ctx tokens need 3 replicas, each request the
+    # row's bytes
+    code, out, err = cli("fleet", g, *flags, "--concurrency", "3", "--seq", str(a["n_ctx"]), "--gpu", "h100",
+                         "--tp", "1", "--pp", "1", "--json")  # fmt: skip
+    assert code == 0, err
+    best = json.loads(out)["layouts"][0]
+    assert (best["fits"], best["replicas"], best["kv_bytes_needed_per_gpu"]) == (True, 3, 3 * row["memory_bytes"])
+    code, out, err = cli("sweep", g, *flags[:2], *flags[4:], "--seq", str(a["n_ctx"]), "--gpu", "h100", "--csv")
+    assert code == 0, err
+    head, first = out.splitlines()[:2]
+    cells = dict(zip(head.split(","), first.split(","), strict=True))
+    assert (cells["kv_dtype"], int(cells["kv_bytes_per_request"])) == (label, row["memory_bytes"])

@@ -575,6 +575,11 @@ class EngineRules:
 
         return resolve_kv_dtype(spec, name)
 
+    def kv_label(self, spec: ModelSpec, kv: KVDtype, opts: FitOptions) -> str:
+        """The name of the cache a plan at KV dtype ``kv`` keeps (the sweep's KV dtype column): ``kv``'s by
+        default; llama.cpp's ``-ctk`` / ``-ctv`` where given."""
+        return kv.name
+
     def request_length(self, spec: ModelSpec, opts: FitOptions, settings: Settings) -> int:
         """Tokens of the request a plan is counted for: ``--max-model-len``, else the model's max context."""
         return spec.max_model_len if opts.max_model_len is None else opts.max_model_len

@@ -44,7 +44,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
-from kvplan.calc import cdiv, kv_heads_per_rank
+from kvplan.calc import cdiv, kv_dtype_label, kv_heads_per_rank
 from kvplan.dtypes import IQ4_NL, KVDtype, get_kv_dtype
 from kvplan.engines import parse_version
 from kvplan.engines.base import PY, Budget, CachePlan, EngineRules, Settings, Term, count_requests, exact_term
@@ -719,6 +719,16 @@ class LlamacppEngine(EngineRules):
     def resolve_rules(self, version: str | None) -> LlamacppRules:
         return resolve_rules(version)
 
+    def kv_label(self, spec: ModelSpec, kv: KVDtype, opts: FitOptions) -> str:
+        """The cache's types for the KV dtype ``kv``: ``-ctk`` / ``-ctv`` where given (they override
+        ``--kv-dtype``, as :meth:`plan` applies them), as :func:`kvplan.calc.kv_dtype_label` names them."""
+        try:
+            k = cache_type(opts.cache_type_k, "--cache-type-k") if opts.cache_type_k else cache_type(kv.name, "")
+            v = cache_type(opts.cache_type_v, "--cache-type-v") if opts.cache_type_v else cache_type(kv.name, "")
+        except UsageError:  # a type llama.cpp lacks: refused by plan, named as given
+            return kv.name
+        return kv_dtype_label(k, v)
+
     def kv_dtype(self, spec: ModelSpec, name: str | None) -> KVDtype:
         """``--kv-dtype``: ``auto`` is f16, llama.cpp's default cache type whatever the model's dtype
         (common/common.h:589-590); ``iq4_nl`` and the other ggml names are taken; a type llama.cpp lacks
@@ -963,10 +973,8 @@ def _fit_fields(spec: ModelSpec, cfg: Config, mem: Memory) -> dict:
         "max_ctx_size_fit": None,
         "notes": list(cfg.notes),
     }
-    out = {"engine_settings": es, "max_num_seqs": None}
-    if cfg.type_k.name != cfg.type_v.name:
-        out["kv_dtype"] = f"{cfg.type_k.name}/{cfg.type_v.name}"
-    return out
+    # the cache's own types (-ctk / -ctv override --kv-dtype): one name, or K/V when they differ
+    return {"engine_settings": es, "max_num_seqs": None, "kv_dtype": kv_dtype_label(cfg.type_k, cfg.type_v)}
 
 
 def older_than_oldest(version: str | None) -> bool:
