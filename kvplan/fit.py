@@ -72,6 +72,10 @@ class FitResult:
         max_requests_ratio: kvplan's own ratio: the room requests are counted against (vLLM ≥ 0.33: the
             null block left out; a shared prefix paid once) over one request's own bytes; its floor is
             ``max_requests_by_memory``. Shown cut, never rounded, to two decimals.
+        max_concurrent_requests_decode: modelled, where the engine frees windowed layers' blocks as requests
+            decode (vLLM's sliding and chunked groups: :meth:`kvplan.engines.base.CachePlan.decode_demand`): the
+            requests of max_model_len that can decode at once, one admission reservation kept free; None where
+            every request holds what it was admitted with.
         max_model_len_fit: the longest single request that fits the budget (tokens).
         shared_prefix_tokens / shared_prefix_bytes: prompt tokens counted once per replica, and their bytes.
         engine_version: the rule set applied (vLLM: ``0.33``, ``0.11``, ``0.6``; TensorRT-LLM ``1.0``; SGLang
@@ -170,6 +174,7 @@ class FitResult:
     num_speculative_tokens: int = 0
     drafter_layers: int = 0
     max_requests_ratio: float = 0.0
+    max_concurrent_requests_decode: int | None = None
     engine_version_asked: str = ""
     engine_rules: str = ""
     pools: tuple = ()
@@ -353,6 +358,13 @@ def _result(spec, gpu, opts, settings, budget, cache, kv_dtype_name: str, max_le
     )
     if "blocks_per_request" in m:
         fields["blocks_per_request"] = m["blocks_per_request"]
+    decode = cache.decode_demand(served)
+    if by_memory and decode != demand:
+        # a runtime model: every request decoding at `served` tokens holds its decode demand; one request's
+        # admission reservation beyond it is kept free (the engine admits the next request by it)
+        head = tuple(d - e for d, e in zip(demand, decode, strict=True))
+        room = tuple(max(0, c - h) for c, h in zip(caps, head, strict=True))
+        fields["max_concurrent_requests_decode"] = capped(count_requests(room, decode, shared)[0], seqs)
     base = dict(
         model=spec.name,
         gpu=gpu.id,

@@ -720,6 +720,12 @@ def fit_lines(r) -> list[str]:
     if getattr(r, "kv_replication", None) is not None:
         out.append(r.kv_replication.note)
     out.append(f"Max concurrent requests of {fmt_tokens(r.max_model_len)}: {r.max_concurrent_requests:,}")
+    decode = getattr(r, "max_concurrent_requests_decode", None)
+    if decode is not None and decode > r.max_concurrent_requests:
+        out.append(
+            f"  in decode about {decode:,} (modelled): vLLM frees the sliding-window blocks a request no longer reads "
+            "(remove_skipped_blocks); the count above is its admission reservation"
+        )
     if r.limited_by_max_num_seqs:
         cap = {"trtllm": "max_batch_size", "sglang": "max_running_requests"}.get(r.engine, "max_num_seqs")
         flag = "--max-running-requests" if r.engine == "sglang" else "--max-num-seqs"
@@ -1598,8 +1604,15 @@ def from_log_json(rep) -> dict[str, Any]:
         "notes": list(rep.notes),
         "plan": fit_json(rep.result),
         "what_if": None,
-        "reading": {"printed": r.printed, "per_worker": r.per_worker, "settings": r.settings, "model_id": r.model_id,
-                    "missing": r.missing, "lines": r.lines, "matched": r.matched},  # fmt: skip
+        "reading": {
+            "printed": r.printed,
+            "per_worker": r.per_worker,
+            "settings": r.settings,
+            "model_id": r.model_id,
+            "missing": r.missing,
+            "lines": r.lines,
+            "matched": r.matched,
+        },  # fmt: skip
     }
     if rep.what_if is not None:
         d["what_if"] = {

@@ -781,3 +781,23 @@ def test_fit_says_what_the_engine_rules_add_to_the_exact_cache(cli):
     # a plain model whose blocks divide the length: nothing added, no line
     code, out, _ = cli("fit", "llama3.1-8b", "--gpu", "h100", "--max-model-len", "32k")
     assert "above the exact cache" not in out
+
+
+def test_sliding_window_requests_in_decode_free_the_window_blocks(cli):
+    # gpt-oss-120b at TP 1 on vLLM 0.33 (config.json: 36 layers, 18 full + 18 sliding_attention with window 128,
+    # 8 KV heads x 64): two KV cache groups of 18 layers, 18 x 16 tokens x 2 x 8 x 64 x 2 B = 589,824 B a block;
+    # 10 GiB hold 10,737,418,240 // 589,824 = 18,204 blocks, one the null block.
+    # Admission (SlidingWindowSpec.max_admission_blocks_per_request, in flight 2 x 8,192 on an H200):
+    #   full cdiv(32,768, 16) = 2,048 + sliding cdiv(127 + 16,384, 16) + 1 = 1,033 -> 3,081; 18,203 // 3,081 = 5.
+    # Decode (remove_skipped_blocks keeps the window and the request's own 2 in-flight tokens):
+    #   2,048 + cdiv(127 + 2, 16) + 1 = 2,058; one admission's extra (1,023) kept free: 17,180 // 2,058 = 8.
+    code, out, _ = cli("fit", "gpt-oss-120b", "--gpu", "h200", "--max-model-len", "32k", "--kv-cache-memory", "10GiB",
+                       "--json")  # fmt: skip
+    d = json.loads(out)
+    assert (d["num_blocks"], d["blocks_per_request"]) == (18204, 3081)
+    assert (d["max_concurrent_requests"], d["max_concurrent_requests_decode"]) == (5, 8)
+    # a model without windows has no decode figure: every request keeps what it was admitted with
+    code, out, _ = cli("fit", "llama3-8b", "--gpu", "h200", "--kv-cache-memory", "10GiB", "--json")
+    assert json.loads(out)["max_concurrent_requests_decode"] is None
+    code, out, _ = cli("fit", "gpt-oss-120b", "--gpu", "h200", "--max-model-len", "32k", "--kv-cache-memory", "10GiB")
+    assert "  in decode about 8 (modelled): vLLM frees the sliding-window blocks" in out

@@ -204,6 +204,12 @@ class CachePlan:
         """Units one request of ``tokens`` tokens takes from each pool (an int, or an array)."""
         raise NotImplementedError
 
+    def decode_demand(self, tokens, xp=PY) -> tuple:
+        """Units one request of ``tokens`` tokens holds while it decodes, where the engine frees what a windowed
+        layer no longer reads (a runtime model: :meth:`demand` is what the engine plans and admits by). Default:
+        :meth:`demand` (the engine keeps every unit a request took)."""
+        return self.demand(tokens, xp)
+
     def prefix(self, tokens: int, xp=PY) -> tuple:
         """Units a shared prefix of ``tokens`` tokens takes from each pool, once per replica (whole blocks)."""
         return tuple(0 for _ in self.pool_names)

@@ -975,6 +975,14 @@ class GroupPlan(CachePlan):
     def demand(self, tokens, xp=PY) -> tuple:
         return (self.layout.blocks_per_request(tokens, self.in_flight, xp),)
 
+    def decode_demand(self, tokens, xp=PY) -> tuple:
+        """Blocks a request holds in decode: sliding and chunked groups keep only the window and the request's own
+        in-flight tokens (1, 2 with async scheduling), because vLLM frees the blocks a window no longer reads
+        before each step (``v1/core/kv_cache_manager.py allocate_slots`` → ``remove_skipped_blocks`` on the
+        processed tokens less the request's in-flight ones); full, MLA and state groups as :meth:`demand`."""
+        own = 2 if self.extras.get("async_scheduling") else 1
+        return (self.layout.blocks_per_request(tokens, own, xp),)
+
     def prefix(self, tokens: int, xp=PY) -> tuple:
         return (sum(g.prefix_blocks(tokens) for g in self.layout.groups),)
 
