@@ -781,3 +781,35 @@ def test_fit_says_what_the_engine_rules_add_to_the_exact_cache(cli):
     # a plain model whose blocks divide the length: nothing added, no line
     code, out, _ = cli("fit", "llama3.1-8b", "--gpu", "h100", "--max-model-len", "32k")
     assert "above the exact cache" not in out
+
+
+@pytest.mark.parametrize(
+    "args, term",
+    [
+        (("llama3.1-70b", "--gpu", "h100", "--tp", "4", "--engine", "sglang"), "non_torch"),
+        (("llama3.1-70b", "--gpu", "h100", "--tp", "4", "--engine", "trtllm"), "activation"),
+        (("deepseek-v3", "--gpu", "h200", "--tp", "8"), "weights"),
+    ],
+)
+def test_a_modelled_terms_range_contains_kvplans_own_figure(cli, args, term):
+    # A new user's finding: SGLang's non-torch memory printed "≈ 0.5 GiB; modelled, 0.71–2.79 GiB", TensorRT-LLM's
+    # activation "≈ 5.22; modelled 5.93–14.56", DeepSeek-V3's FP8 weights "≈ 78.35; modelled 78.43–79.37": every
+    # log measured these terms above kvplan's figure (ratios > 1), and the range was figure × those ratios. The
+    # range now takes in the figure: figure × (min(low, 1), max(high, 1)).
+    from kvplan.data.budget_residuals import factors
+
+    code, out, _ = cli("fit", *args, "--json")
+    terms = {t["name"]: t for t in json.loads(out)["budget_terms"]}
+    for t in terms.values():
+        assert t["low"] <= t["bytes"] <= t["high"], t
+    t = terms[term]
+    assert t["low"] == t["bytes"] < t["high"]  # the figure is the range's low end
+    key = {"sglang": "sglang", "trtllm": "trtllm"}.get(args[-1], "vllm-v1")
+    assert factors(key, term, quantized=args[0] == "deepseek-v3")[0] > 1  # the residuals alone lie above it
+    # the printed row: the figure and the range's low end agree to the printed decimals
+    code, out, _ = cli("fit", *args)
+    label = {"non_torch": "non-torch overhead", "activation": "activation peak", "weights": "weights"}[term]
+    row = next(line for line in out.splitlines() if line.startswith(f"│ {label} "))
+    gib = re.search(r"│ +≈ ([\d.]+) │", row).group(1)
+    low = re.search(r"modelled, ([\d.]+)–[\d.]+ GiB", row).group(1)
+    assert f"{float(gib):.2f}" == low, row
