@@ -813,3 +813,19 @@ def test_a_modelled_terms_range_contains_kvplans_own_figure(cli, args, term):
     gib = re.search(r"│ +≈ ([\d.]+) │", row).group(1)
     low = re.search(r"modelled, ([\d.]+)–[\d.]+ GiB", row).group(1)
     assert f"{float(gib):.2f}" == low, row
+
+
+def test_a_larger_gpu_is_clearly_larger(cli):
+    # A new user's finding: 70B at TP 2 on H100s ended with "or --gpu a100 (79.3936 GiB)", 0.17 GiB more than the
+    # H100's 79.2197 GiB (the catalog's CUDA-visible totals, observed in logs); it fit only by the A100's smaller vLLM
+    # defaults. A GPU is offered as larger only with at least 10 % more memory: the H100 NVL's 92.9922 GiB.
+    assert get_gpu("a100").cuda_total_bytes * 10 < get_gpu("h100").cuda_total_bytes * 11
+    assert get_gpu("h100-nvl").cuda_total_bytes * 10 >= get_gpu("h100").cuda_total_bytes * 11
+    code, out, err = cli("fit", "llama3.1-70b", "--gpu", "h100", "--tp", "2", "--max-model-len", "32k")
+    assert (code, out) == (1, "") and "a100" not in err
+    # the advice keeps its order: same hardware first, then TP, then a larger GPU
+    assert err.endswith(
+        "would fit: --max-model-len 26208 (the longest that fits), or --kv-dtype fp8 (an FP8 KV cache, 1 byte per "
+        "value), or --weights-dtype fp8 (an FP8 checkpoint: half the weights), or --tp 4 (the smallest TP that fits), "
+        "or --gpu h100-nvl (92.9922 GiB)\n"
+    )
