@@ -551,6 +551,9 @@ def _fit_from_log(path: str, model: str | None, gpu: str | None, json_out: bool,
 
     spec = None if model is None else _load_model(model)
     rep = fromlog.reproduce(fromlog.read_log_file(path), model=spec, given=given, source=path, gpu=gpu)
+    if spec is None:  # the log's model, resolved as MODEL is: its warnings as _load_model prints them
+        for note in rep.spec.warnings:
+            render.warn(note)
     if json_out:
         render.print_json(render.from_log_json(rep))
     else:
