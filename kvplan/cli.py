@@ -761,7 +761,7 @@ def fleet(
     if json_out:
         render.print_json(render.fleet_json(spec.name, wl, rows, gpu_notes))
     elif csv_out:
-        render.print_csv([render.fleet_row_dict(r) for r in rows])
+        render.print_csv([render.fleet_row_dict(r, flat=True) for r in rows])
     else:
         speed = slo.wants_speed(wl)
         render.fleet_table(spec.name, wl, rows, render.console(), show_all=show_all, sort=sort, speed=speed)

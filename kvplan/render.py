@@ -968,10 +968,12 @@ def fit_table(r, con, speed=None, exact_bytes: int | None = None, windowed: bool
 # --- fleet -----------------------------------------------------------------------------------------
 
 
-def fleet_row_dict(r) -> dict[str, Any]:
-    """A fleet row as a flat dict (JSON and CSV)."""
+def fleet_row_dict(r, flat: bool = False) -> dict[str, Any]:
+    """A fleet row as a dict (JSON); with ``flat`` (CSV) without its per-class figures (``class_speed``, a list)."""
     d = to_jsonable(r)
     d["gpus_per_replica"] = r.gpus_per_replica
+    if flat:
+        d.pop("class_speed", None)
     return d
 
 
@@ -1054,8 +1056,8 @@ def fleet_table(
     def num(x: float | None, fmt: str) -> str:
         return "-" if x is None else fmt.format(x)
 
-    st = Table(title="Speed at requests/replica (kvplan.perf): limit (no system is faster) / estimate (sized with)",
-               title_justify="left")  # fmt: skip
+    st = Table(title="Speed at requests/replica (kvplan.perf): limit (no system is faster) / estimate (sized with); "
+                     "each the largest over the row's replicas", title_justify="left")  # fmt: skip
     for col in ("#", "GPU", "layout", "limit", "max requests/group", "TPOT ms", "TTFT ms", "tok/s/GPU", "$/M tokens"):
         st.add_column(col, justify="left" if col in ("GPU", "limit", "layout") else "right", no_wrap=True)
     for i, r in enumerate(fits, 1):
@@ -1094,6 +1096,11 @@ def fleet_table(
         con.print(t)
         if speed:
             con.print(st)
+            if len(workload.classes) > 1:  # each class against its own targets: the best rows
+                for i, r in enumerate(fits, 1):
+                    if r.best_for_gpu and r.class_speed:
+                        own = "; ".join(_class_speed(c) for c in r.class_speed)
+                        con.print(f"  {i} {r.gpu}, {r.layout}, per class: {own}")
         if not show_all:
             low = "" if all(_fleet_exact(r) for r in fits) else ", also at the budget range's low end"
             order = f"lowest cost, then fewest GPUs{low}" if sort == "cost" else f"fewest GPUs{low}, then cost"
@@ -1134,6 +1141,26 @@ def fleet_table(
             f"{estimate_error_text()}; docs/throughput-validation.md); tok/s/GPU from the estimate; limit: what "
             "sets the replicas (memory, SLO, max_num_seqs)."
         )
+        if len(workload.classes) > 1:
+            con.print(
+                "Each speed figure of a row is the largest over its replicas, which can hold different classes: max "
+                "requests/group is the class with the highest cap, each TPOT figure its slowest replica, TTFT the "
+                "longest prompt; 'per class' gives each class's own, and --json each row's class_speed."
+            )
+
+
+def _class_speed(c) -> str:
+    """One class's own figures on a row: ``chat: 14 requests/group (cap 14), TPOT 6.3 / 19.9 ms (target 20), TTFT
+    148 / 393 ms``: limit / estimate, its slowest group's TPOT and its own prompt's TTFT."""
+    cap = "" if c.max_requests_per_group is None else f" (cap {c.max_requests_per_group:,})"
+    text = f"{c.name}: {c.requests_per_group:,} requests/group{cap}"
+    if c.tpot_ms_estimate is not None:
+        target = "" if c.tpot_ms_target is None else f" (target {c.tpot_ms_target:g})"
+        text += f", TPOT {c.tpot_ms_limit:,.1f} / {c.tpot_ms_estimate:,.1f} ms{target}"
+    if c.ttft_ms_estimate is not None:
+        target = "" if c.ttft_ms_target is None else f" (target {c.ttft_ms_target:g})"
+        text += f", TTFT {c.ttft_ms_limit:,.0f} / {c.ttft_ms_estimate:,.0f} ms{target}"
+    return text
 
 
 def _never_reason(rows) -> str:
@@ -1192,11 +1219,15 @@ def disaggregated_table(model: str, workload, plan, con) -> None:
         reason = plan.prefill[0].reason if plan.prefill else "no decode pool to feed"
         con.print(f"prefill: no layout tried can serve the prompts: {reason}")
     if dec is not None:
-        tpot = "" if dec.tpot_ms_estimate is None else f", TPOT ~{dec.tpot_ms_estimate:,.1f} ms (estimate)"
+        unit = "group" if dec.data_parallel_size > 1 else "replica"
+
+        def own(c) -> str:  # one class's figures: its groups' batch and their slowest step
+            tpot = "" if c.tpot_ms_estimate is None else f", TPOT ~{c.tpot_ms_estimate:,.1f} ms (estimate)"
+            return f"class {c.name}: in {unit}s of up to {c.requests_in_group:,} requests{tpot}"
+
         con.print(
             f"decode:  {dec.replicas:,} × {dec.gpus_per_replica} {dec.gpu} ({dec.layout}) = {dec.gpus:,} GPUs"
-            f"{cost(dec.cost_usd_per_hour)}: limit {dec.limit}, {dec.requests_per_replica:,} requests/replica at most"
-            f"{tpot}"
+            f"{cost(dec.cost_usd_per_hour)}: limit {dec.limit}, " + "; ".join(own(c) for c in dec.class_speed)
         )
     else:
         con.print(f"decode: no layout tried can serve the workload: {plan.decode[0].reason if plan.decode else '-'}")
