@@ -1020,8 +1020,18 @@ def plot(
         False, "--throughput", help="Draw the decode tokens/s bound against concurrency instead (first model, --gpu)."
     ),
     context: str = typer.Option("4k", "--context", help="With --throughput: tokens cached per request."),
-    mbu: Optional[float] = typer.Option(None, "--mbu", help="With --throughput: fraction of peak bandwidth (0.7)."),
-    mfu: Optional[float] = typer.Option(None, "--mfu", help="With --throughput: fraction of peak FLOP/s (0.5)."),
+    mbu: Optional[float] = typer.Option(
+        None,
+        "--mbu",
+        help="With --throughput: the estimate's fraction of peak memory bandwidth (default: calibrated per engine "
+        "and GPU class; the limit line is 1).",
+    ),
+    mfu: Optional[float] = typer.Option(
+        None,
+        "--mfu",
+        help="With --throughput: the estimate's fraction of peak FLOP/s (default: calibrated per engine and GPU "
+        "class; the limit line is 1).",
+    ),
 ) -> None:
     """Draw KV cache per request against context length (log2 axis), with each model's KV budget per GPU; with
     --throughput, the decode tokens/s bound against concurrency with the memory wall marked; needs kvplan[plot]."""

@@ -119,6 +119,8 @@ class FitResult:
             (SGLang's int32 ``req_to_token``: ``(max_running_requests + 1) × (context + 4) × 4``); 0 elsewhere.
         engine_refusal: why the engine refuses to start with this budget (SGLang: a state pool of no slot, an
             SWA pool that holds no request ...), "" when it starts; the pools are then empty.
+        model_max_context: the model's own max context (``ModelSpec.max_model_len``, tokens): requests longer than it
+            are beyond what the model was trained for, whatever the KV memory holds.
         engine_settings: the engine's own settings and figures under its own names, where kvplan's fields do
             not say them (llama.cpp: ``n_ctx``, ``n_parallel``, ``kv_unified``, each cache's cells and bytes, the
             largest ``-c`` that fits; SGLang: page_size, chunked_prefill_size, mem_fraction_static and how it was
@@ -192,6 +194,7 @@ class FitResult:
     request_table_bytes: int = 0
     engine_refusal: str = ""
     engine_warnings: tuple = ()
+    model_max_context: int | None = None
 
     @property
     def fits(self) -> bool:
@@ -399,6 +402,7 @@ def _result(spec, gpu, opts, settings, budget, cache, kv_dtype_name: str, max_le
             dict(name=t.name, bytes=t.bytes, low=t.low, high=t.high, source=t.source) for t in budget.terms
         ),  # fmt: skip
         gpu_total_basis=gpu.cuda_total_basis,
+        model_max_context=spec.max_model_len,
         kv_replication=kv_replication(spec, opts.tensor_parallel_size, engines.get(opts.engine).kv_split_source),
         **fields,
     )

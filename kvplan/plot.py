@@ -811,10 +811,10 @@ def render_throughput(data: ThroughputData, out: Path, force: bool = True) -> Pa
     ax.set_yticks(yt, [f"{t:,.0f}" if t >= 1 else f"{t:g}" for t in yt])
     ax.grid(True, which="major", color="0.9", lw=0.8)
     ax.set_xlabel("concurrent requests per replica (log₂ scale)")
-    ax.set_ylabel("decode tokens/s per replica, upper bound (log₂ scale)")
+    ax.set_ylabel("decode tokens/s per replica: the estimate and its physical limit (log₂ scale)")
     tp = f", TP={data.tensor_parallel_size}" if data.tensor_parallel_size > 1 else ""
     ax.set_title(
-        f"{data.model}: decode throughput bound vs concurrency at {data.context:,} tokens cached{tp} "
+        f"{data.model}: decode throughput, estimate and limit, vs concurrency at {data.context:,} tokens cached{tp} "
         "(dotted past the memory wall)"
     )
     ax.legend(loc="lower right", fontsize=8.5, framealpha=0.92)

@@ -532,11 +532,17 @@ def _asked(r) -> str:
     return f" (for --engine-version {asked})" if asked and asked != r.engine_version else ""
 
 
+def concurrency_figure(ratio: float) -> str:
+    """kvplan's "Maximum concurrency" figure (``fit``'s line and ``sweep``'s column): its own ratio
+    (:attr:`kvplan.fit.FitResult.max_requests_ratio`) cut, never rounded, to two decimals (``39.99``, not the
+    ``40.00`` of vLLM's log with the null block counted)."""
+    return fmt_ratio_floor(ratio)
+
+
 def concurrency_line(r) -> str:
-    """kvplan's "Maximum concurrency" line: its own ratio (:attr:`kvplan.fit.FitResult.max_requests_ratio`)
-    cut, never rounded, to two decimals, beside the whole requests that fit, and for vLLM how its log's
-    figure (rounded, null block counted) differs."""
-    ratio = fmt_ratio_floor(r.max_requests_ratio)
+    """kvplan's "Maximum concurrency" line: its own ratio (:func:`concurrency_figure`) beside the whole requests
+    that fit, and for vLLM how its log's figure (rounded, null block counted) differs."""
+    ratio = concurrency_figure(r.max_requests_ratio)
     n = r.max_requests_by_memory
     whole = f"{plural(n, 'whole request')} {'fits' if n == 1 else 'fit'}"
     if r.engine != "vllm":
@@ -565,14 +571,15 @@ def _range_gib(pair) -> str:
 
 
 def llamacpp_lines(r) -> list[str]:
-    """What ``kvplan fit --engine llamacpp`` says about llama.cpp's own settings: the command line it plans,
-    the slots, where ``-c`` came from, the caches llama.cpp would print, and the largest ``-c`` that fits."""
+    """What ``kvplan fit --engine llamacpp`` says about llama.cpp's own settings: the command line it plans (its
+    flags' values without thousands separators, so it can be pasted), the slots, where ``-c`` came from, the caches
+    llama.cpp would print, and the largest ``-c`` that fits."""
     s = r.engine_settings
     fa = s["flash_attn"] + ("" if s["flash_attn"] != "auto" else f" ({'on' if s['flash_attn_on'] else 'off'})")
     out = [
-        f"llama.cpp {s['llama_cpp']} rules{_asked(r)}, {s['tool']} defaults: -c {s['n_ctx']:,} -np {s['n_parallel']}"
+        f"llama.cpp {s['llama_cpp']} rules{_asked(r)}, {s['tool']} defaults: -c {s['n_ctx']} -np {s['n_parallel']}"
         f"{' (auto)' if s['parallel_auto'] else ''} {'-kvu' if s['kv_unified'] else '-no-kvu'} "
-        f"-ctk {s['cache_type_k']} -ctv {s['cache_type_v']} -fa {fa} -b {s['n_batch']:,} -ub {s['n_ubatch']:,}"
+        f"-ctk {s['cache_type_k']} -ctv {s['cache_type_v']} -fa {fa} -b {s['n_batch']} -ub {s['n_ubatch']}"
         + (" --swa-full" if s["swa_full"] else "")
     ]
     source = {"-c": "as given", "-fit": "lowered by llama.cpp's -fit (on by default) to leave 1 GiB free"}.get(
@@ -740,6 +747,11 @@ def fit_lines(r) -> list[str]:
         out.append(
             "Longest single request that fits: unbounded (every layer's cache is bounded by a window or a state)"
         )
+    elif r.model_max_context and r.max_model_len_fit > r.model_max_context:  # KV room beyond what the model takes
+        out.append(
+            f"Longest single request that fits: {r.max_model_len_fit:,} tokens of KV (the model's max context is "
+            f"{r.model_max_context:,})"
+        )
     else:
         out.append(f"Longest single request that fits: {fmt_tokens(r.max_model_len_fit)}")
     return out
@@ -896,14 +908,14 @@ def fit_table(r, con, speed=None, exact_bytes: int | None = None, windowed: bool
             if ranged
             else "given (--activation-gib)"
         )
-        row("compute buffer", r.activation_bytes, f"{note}; -ub {s['n_ubatch']:,}, -fa {s['flash_attn']}")
+        row("compute buffer", r.activation_bytes, f"{note}; -ub {s['n_ubatch']}, -fa {s['flash_attn']}")
         row("overhead", r.overhead_bytes, "CUDA context")
         t.add_section()
         kvn = (r.kv_budget_low_bytes, r.kv_budget_high_bytes)
         row("KV budget", r.kv_budget_bytes, "given (--kv-cache-memory)" if r.kv_budget_given else
             f"total − the above; {_range_gib(kvn)} with the compute buffer's range" if not r.budget_exact
             else "total − the above")  # fmt: skip
-        row("KV caches (all slots)", s["kv_total_bytes"], f"-c {s['n_ctx']:,}, {plural(s['n_parallel'], 'slot')}")
+        row("KV caches (all slots)", s["kv_total_bytes"], f"-c {s['n_ctx']}, {plural(s['n_parallel'], 'slot')}")
         row("KV per cell", r.kv_bytes_per_token, "all attention layers, as full ones")
         row("KV per request", r.kv_bytes_per_request,
             f"{fmt_tokens(r.max_model_len)} in {'the shared cache' if s['kv_unified'] else 'its slot'}")  # fmt: skip
@@ -1344,11 +1356,11 @@ def sweep_table(
     ``block_sizes`` (every row's block size) makes the title list the sizes when they differ (hybrid models
     align their blocks to their state pages); else it says ``blocks of block_size``.
 
-    Under vLLM the concurrency and token columns are the start-up log's two figures, as it prints them:
-    "Maximum concurrency" rounded to two decimals (with the null block counted, so 7.00 can sit beside 6
-    whole requests) and "GPU KV cache size" = int(concurrency × seq), which grows with --seq; a caption says
-    so. Under the other engines the concurrency is cut (never rounded up) to two decimals and the tokens are
-    the pool's (blocks × block size)."""
+    The concurrency column is ``kvplan fit``'s "Maximum concurrency" (:func:`concurrency_figure`: kvplan's own
+    ratio, cut, never rounded up, to two decimals; vLLM's null block left out, so 6.99 sits beside 6 whole
+    requests where vLLM's log says 7.00). Under vLLM the token column is the start-up log's "GPU KV cache size"
+    = int(vLLM's concurrency × seq), which grows with --seq; a caption says so. Under the other engines the
+    tokens are the pool's (blocks × block size)."""
     from rich.table import Table
 
     shown = f", first {len(rows):,} shown" if len(rows) < total_rows else ""
@@ -1370,7 +1382,7 @@ def sweep_table(
         ("KV/request\nGiB/GPU", "right"),
         ("whole\nrequests", "right"),
         ("limit", "left"),
-        ("vLLM log\nconcurrency" if vllm else "concurrency\n(cut)", "right"),
+        ("concurrency\n(cut)", "right"),
         ("vLLM log KV\ncache tokens" if vllm else "pool\ntokens", "right"),
         ("fits", "left"),
     )
@@ -1385,7 +1397,7 @@ def sweep_table(
             f"{r['kv_bytes_per_request'] / GIB:,.3f}",
             f"{r['max_concurrent_requests']:,}",
             r.get("limit", "memory"),
-            f"{r['max_concurrency']:.2f}x" if vllm else f"{fmt_ratio_floor(r['max_requests_ratio'])}x",
+            f"{concurrency_figure(r['max_concurrency'])}x",
             f"{r['kv_capacity_tokens']:,}",
             "yes" if r["fits"] else "no",
         )
@@ -1402,9 +1414,10 @@ def sweep_table(
         con.print(t)
     if vllm:
         con.print(
-            'vLLM log columns: "Maximum concurrency" (rounded, the null block counted) and "GPU KV cache size" '
-            "= int(concurrency × seq) (kv_cache_utils.py get_kv_cache_capacity), not the tokens of context that fit; "
-            "whole requests: what fits; limit: what sets them (memory, or the engine's max_num_seqs)"
+            "concurrency: kvplan fit's \"Maximum concurrency\" (the null block left out; vLLM's log rounds its own, "
+            'the null block counted); vLLM log KV cache tokens: "GPU KV cache size" = int(vLLM\'s concurrency × seq) '
+            "(kv_cache_utils.py get_kv_cache_capacity), not the tokens of context that fit; whole requests: what "
+            "fits; limit: what sets them (memory, or the engine's max_num_seqs)"
         )
 
 

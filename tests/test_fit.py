@@ -646,7 +646,7 @@ def test_capacity_labels_per_engine(cli):
         '  "GPU KV cache size" = int(concurrency × max_model_len) (vLLM get_kv_cache_capacity), not the tokens that fit'
     )
     assert f"{line}\n" in out and len(line) <= 120
-    assert "Longest single request that fits: 1,713,200 tokens\n" in out
+    assert "Longest single request that fits: 1,713,200 tokens of KV (the model's max context is 131,072)\n" in out
     code, out, _ = cli(*base, "--engine", "sglang")
     assert "vLLM's log" not in out and "GPU KV cache size" not in out
     assert "KV capacity: 1,054,726 tokens in the full-layer pool (1,054,726 blocks of 1 token)\n" in out
@@ -829,3 +829,15 @@ def test_a_larger_gpu_is_clearly_larger(cli):
         "value), or --weights-dtype fp8 (an FP8 checkpoint: half the weights), or --tp 4 (the smallest TP that fits), "
         "or --gpu h100-nvl (92.9922 GiB)\n"
     )
+
+
+def test_the_longest_request_beyond_the_models_context_says_so(cli):
+    # A new user's finding: "Longest single request that fits: 966,736 tokens" for a model whose max context is
+    # 131,072 (its config.json's max_position_embeddings). With a 40 GiB budget, llama3.1-8b's vLLM pool is 20,480
+    # blocks of 16 tokens × 131,072 B; beside the null block 20,479 × 16 = 327,664 tokens fit: KV room, not context
+    code, out, _ = cli("fit", "llama3.1-8b", "--gpu", "h100", "--max-model-len", "8k", "--kv-cache-memory", "40GiB")
+    assert code == 0
+    assert "Longest single request that fits: 327,664 tokens of KV (the model's max context is 131,072)\n" in out
+    # within the model's context: the plain figure (2 GiB: 1,023 × 16 = 16,368 tokens)
+    code, out, _ = cli("fit", "llama3.1-8b", "--gpu", "h100", "--max-model-len", "8k", "--kv-cache-memory", "2GiB")
+    assert code == 0 and "Longest single request that fits: 16,368 tokens\n" in out

@@ -434,3 +434,31 @@ def test_throughput_limits_are_drawn_above_the_bounds_and_wall_labels_on_a_box(t
     ]
     assert fits[0].max_concurrent_requests < fits[1].max_concurrent_requests
     assert all(t.get_bbox_patch() is not None for t in walls)
+
+
+def test_plot_help_and_throughput_axis_say_what_is_drawn(cli, tmp_path, monkeypatch):
+    # --mbu / --mfu said "(0.7)" / "(0.5)" while the estimate line uses the calibrated efficiencies (MBU 0.51, MFU
+    # 0.28 for vLLM on an H100); the y axis said "upper bound" of the estimate line too
+    from kvplan import perf
+    from kvplan import plot as plotmod
+
+    code, out, _ = cli("plot", "--help")
+    flat = " ".join(out.split())
+    assert code == 0 and "(0.7)" not in flat and "(0.5)" not in flat
+    assert (
+        "--mbu <float> With --throughput: the estimate's fraction of peak memory bandwidth (default: calibrated "
+        in flat
+    )
+    eff = perf.estimate_efficiency("vllm", get_gpu("h100"))
+    captured = {}
+    real = plotmod._write_atomic
+    monkeypatch.setattr(
+        plotmod,
+        "_write_atomic",
+        lambda fig, out, force=False: captured.setdefault("fig", fig) and real(fig, out, force),
+    )
+    _, data = plotmod.plot_throughput(load_bundled("llama3.1-8b"), [get_gpu("h100")], 4096, tmp_path / "t.png")
+    assert (data.mbu, data.mfu) == (eff.mbu, eff.mfu)  # the calibrated figures, not 0.7 / 0.5
+    ax = captured["fig"].axes[0]
+    assert "upper bound" not in ax.get_ylabel() and "estimate" in ax.get_ylabel() and "limit" in ax.get_ylabel()
+    assert any(f"MBU {eff.mbu:.2g}, MFU {eff.mfu:.2g}" in t.get_text() for t in ax.get_legend().get_texts())
