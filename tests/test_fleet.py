@@ -858,8 +858,8 @@ def test_speed_figures_say_they_are_the_largest_and_each_class_has_its_own(cli, 
     code, out, err = cli(*args, "--disaggregated")
     decode = next(x for x in out.splitlines() if x.startswith("decode:"))
     own = "; ".join(
-        f"class {c['name']}: in replicas of up to {c['requests_in_group']:,} requests, TPOT ~{c['tpot_ms_estimate']:,.1f} "
-        "ms (estimate)"
+        f"class {c['name']}: in replicas of up to {c['requests_in_group']:,} requests, "
+        f"TPOT ~{c['tpot_ms_estimate']:,.1f} ms (estimate)"
         for c in dec["class_speed"]
     )
     assert decode.endswith(f": limit {dec['limit']}, {own}") and own.startswith("class chat: ")

@@ -65,6 +65,10 @@ def test_each_models_budget_is_fits_on_each_gpu(cli):
             code, out, _ = cli("fit", m, "--gpu", g, "--max-model-len", "4k", "--json")
             assert json.loads(out)["kv_budget_bytes"] == b.budget_bytes, (m, g)
             assert b.fits == (b.budget_bytes > 0)
+            if b.fits:  # the line drawn against the budget is fit's per-request bytes, and crosses it where fit refuses
+                code, out, _ = cli("fit", m, "--gpu", g, "--max-model-len", "128k", "--json")
+                assert json.loads(out)["kv_bytes_per_request"] == b.request_bytes[-1], (m, g)
+                assert (code == 0) == (b.request_bytes[-1] <= b.budget_bytes) == b.request_fits[-1], (m, g)
     # llama3.1-70b: 70.6e9 parameters × 2 B = 141.2e9 B = 131.5 GiB of bf16 weights, more than an H100's
     # 79.2 GiB (or an H200's 139.8 GiB × 0.9): no KV budget on any of the three GPUs, each one marked
     seventy = data.budgets_of("llama3.1-70b")
@@ -77,6 +81,12 @@ def test_each_models_budget_is_fits_on_each_gpu(cli):
     # the small model still fits all three, each with its own budget
     eight = data.budgets_of("llama3.1-8b")
     assert all(b.fits for b in eight) and len({b.budget_bytes for b in eight}) == 3
+    # sliding-window gemma3-27b on an H100: its exact cache (10.4 GiB) lies under the budget, but what vLLM counts
+    # per request at 128k (window − 1 + in-flight tokens per sliding layer, whole blocks: 17.98 GiB) does not, and
+    # fit refuses: the line drawn is the latter
+    (gemma,) = [b for b in data.budgets_of("gemma3-27b") if b.gpu == "h100-sxm-80gb"]
+    exact = data.curves[MODELS.index("gemma3-27b")].bytes[-1]
+    assert exact == 11_173_625_856 < gemma.budget_bytes < gemma.request_bytes[-1] == 19_301_662_720
 
 
 def _vllm_request_bytes(geometry: str, max_num_batched_tokens: int) -> dict[int, int]:

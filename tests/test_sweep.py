@@ -420,8 +420,8 @@ def test_cli_table_vllm_concurrency_is_fits_and_tokens_the_logs(cli):
         "concurrency: kvplan fit's \"Maximum concurrency\" (the null block left out; vLLM's log rounds its own" in out
     )
     assert "not the tokens of context that fit; whole requests: what fits" in out
-    code, out, _ = cli("sweep", "llama3.1-70b", "--seq", "32k", "--gpu", "h100", "--tp", "2", "--kv-cache-memory", budget,
-                       "--json")  # fmt: skip
+    code, out, _ = cli("sweep", "llama3.1-70b", "--seq", "32k", "--gpu", "h100", "--tp", "2",
+                       "--kv-cache-memory", budget, "--json")  # fmt: skip
     assert json.loads(out)[0]["max_concurrency"] == 14_328 / 2_048
 
 
