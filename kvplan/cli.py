@@ -551,6 +551,9 @@ def _fit_from_log(path: str, model: str | None, gpu: str | None, json_out: bool,
 
     spec = None if model is None else _load_model(model)
     rep = fromlog.reproduce(fromlog.read_log_file(path), model=spec, given=given, source=path, gpu=gpu)
+    if spec is None:  # the log's model, resolved as MODEL is: its warnings as _load_model prints them
+        for note in rep.spec.warnings:
+            render.warn(note)
     if json_out:
         render.print_json(render.from_log_json(rep))
     else:
@@ -758,7 +761,7 @@ def fleet(
     if json_out:
         render.print_json(render.fleet_json(spec.name, wl, rows, gpu_notes))
     elif csv_out:
-        render.print_csv([render.fleet_row_dict(r) for r in rows])
+        render.print_csv([render.fleet_row_dict(r, flat=True) for r in rows])
     else:
         speed = slo.wants_speed(wl)
         render.fleet_table(spec.name, wl, rows, render.console(), show_all=show_all, sort=sort, speed=speed)
@@ -1017,8 +1020,18 @@ def plot(
         False, "--throughput", help="Draw the decode tokens/s bound against concurrency instead (first model, --gpu)."
     ),
     context: str = typer.Option("4k", "--context", help="With --throughput: tokens cached per request."),
-    mbu: Optional[float] = typer.Option(None, "--mbu", help="With --throughput: fraction of peak bandwidth (0.7)."),
-    mfu: Optional[float] = typer.Option(None, "--mfu", help="With --throughput: fraction of peak FLOP/s (0.5)."),
+    mbu: Optional[float] = typer.Option(
+        None,
+        "--mbu",
+        help="With --throughput: the estimate's fraction of peak memory bandwidth (default: calibrated per engine "
+        "and GPU class; the limit line is 1).",
+    ),
+    mfu: Optional[float] = typer.Option(
+        None,
+        "--mfu",
+        help="With --throughput: the estimate's fraction of peak FLOP/s (default: calibrated per engine and GPU "
+        "class; the limit line is 1).",
+    ),
 ) -> None:
     """Draw KV cache per request against context length (log2 axis), with each model's KV budget per GPU; with
     --throughput, the decode tokens/s bound against concurrency with the memory wall marked; needs kvplan[plot]."""

@@ -123,6 +123,8 @@ class FitResult:
             (SGLang's int32 ``req_to_token``: ``(max_running_requests + 1) × (context + 4) × 4``); 0 elsewhere.
         engine_refusal: why the engine refuses to start with this budget (SGLang: a state pool of no slot, an
             SWA pool that holds no request ...), "" when it starts; the pools are then empty.
+        model_max_context: the model's own max context (``ModelSpec.max_model_len``, tokens): requests longer than it
+            are beyond what the model was trained for, whatever the KV memory holds.
         engine_settings: the engine's own settings and figures under its own names, where kvplan's fields do
             not say them (llama.cpp: ``n_ctx``, ``n_parallel``, ``kv_unified``, each cache's cells and bytes, the
             largest ``-c`` that fits; SGLang: page_size, chunked_prefill_size, mem_fraction_static and how it was
@@ -197,6 +199,7 @@ class FitResult:
     request_table_bytes: int = 0
     engine_refusal: str = ""
     engine_warnings: tuple = ()
+    model_max_context: int | None = None
 
     @property
     def fits(self) -> bool:
@@ -411,6 +414,7 @@ def _result(spec, gpu, opts, settings, budget, cache, kv_dtype_name: str, max_le
             dict(name=t.name, bytes=t.bytes, low=t.low, high=t.high, source=t.source) for t in budget.terms
         ),  # fmt: skip
         gpu_total_basis=gpu.cuda_total_basis,
+        model_max_context=spec.max_model_len,
         kv_replication=kv_replication(spec, opts.tensor_parallel_size, engines.get(opts.engine).kv_split_source),
         **fields,
     )
@@ -442,13 +446,18 @@ def _uses_fp8(fit: FitResult) -> bool:
     return fit.kv_dtype.startswith("fp8") or fit.weights_dtype.startswith("fp8")
 
 
+LARGER_GPU = (11, 10)  # a GPU suggested as larger has at least 11/10 of the CUDA-visible memory of the one given
+
+
 def suggest(spec: ModelSpec, gpu: GPU, opts: FitOptions) -> list[str]:
     """What would fit instead, same hardware first: the longest max_model_len that fits, an FP8 KV cache
     (llama.cpp: q8_0), FP8 weights; then the smallest TP the heads allow; then a larger catalog GPU.
 
     FP8 is offered only on a GPU with FP8 support (:func:`has_fp8`; not on a T4, V100 or A100), and a
     larger GPU is one with FP8 support when the plan already uses FP8; with a given KV budget
-    (``kv_cache_memory_bytes``) no other GPU is offered (the budget would be the same).
+    (``kv_cache_memory_bytes``) no other GPU is offered (the budget would be the same). A larger GPU has at least
+    :data:`LARGER_GPU` times the CUDA-visible memory of ``gpu`` (10 % more): one barely larger that fits only by
+    its engine's other defaults (an A100's 79.39 GiB against an H100's 79.22) is no advice to buy hardware.
     """
     out = []
     base = plan_fit(spec, gpu, opts)
@@ -497,7 +506,8 @@ def suggest(spec: ModelSpec, gpu: GPU, opts: FitOptions) -> list[str]:
     for tp in tps:  # a larger GPU: the fewest GPUs first (smallest TP), then the smallest GPU
         found = None
         for g in sorted(load_catalog(), key=lambda g: g.cuda_total_bytes):
-            if g.cuda_total_bytes <= gpu.cuda_total_bytes or (fp8_needed and not has_fp8(g)):
+            num, den = LARGER_GPU
+            if g.cuda_total_bytes * den < gpu.cuda_total_bytes * num or (fp8_needed and not has_fp8(g)):
                 continue
             if plan_fit(spec, g, replace(opts, tensor_parallel_size=tp)).fits:
                 found = g

@@ -212,6 +212,37 @@ def load_workload(path: str | Path) -> Workload:
 
 
 @dataclass(frozen=True)
+class ClassSpeed:
+    """One request class's own figures on a layout, to check against its own targets (a row's speed figures are
+    the largest over its replicas, which can hold different classes). A group is an attention group: the whole
+    replica without attention data parallelism.
+
+    Attributes:
+        name: the class.
+        requests_per_group: the most requests of this class one group holds.
+        requests_in_group: the most requests (of every class) in one group that holds this class: the batch its
+            decode steps run.
+        max_requests_per_group: this class's cap per group: the most requests of it alone whose estimated step
+            meets its TPOT target, and the engine's cap on running requests (the smaller), or None.
+        tpot_ms_limit, tpot_ms_estimate: TPOT of the slowest group holding this class (ms) at the physical limit
+            (MBU = MFU = 1) and as estimated (what the replicas are sized with); None without a bandwidth.
+        ttft_ms_limit, ttft_ms_estimate: this class's prompt alone (ms), the same two ways.
+        tpot_ms_target, ttft_ms_target: its targets (the class's own, else --tpot-ms / --ttft-ms), or None.
+    """
+
+    name: str
+    requests_per_group: int
+    requests_in_group: int
+    max_requests_per_group: int | None = None
+    tpot_ms_limit: float | None = None
+    tpot_ms_estimate: float | None = None
+    ttft_ms_limit: float | None = None
+    ttft_ms_estimate: float | None = None
+    tpot_ms_target: float | None = None
+    ttft_ms_target: float | None = None
+
+
+@dataclass(frozen=True)
 class FleetRow:
     """One candidate layout: a GPU type in one parallel layout, and the replicas it needs.
 
@@ -237,10 +268,14 @@ class FleetRow:
             arithmetic from the price as given (``2.49`` × 112 = 278.88, not 278.88000000000005).
         limit: what sets the replicas: ``memory``, ``SLO`` (a TPOT target) or the engine's cap on running requests
             (``max_num_seqs``; SGLang ``max_running_requests``, whose Mamba-slot bound packs as a pool too).
-        max_requests_per_replica: the cap of the SLO or max_num_seqs (the smaller), per attention group, or None.
+        max_requests_per_replica: the cap of the SLO or max_num_seqs (the smaller), per attention group, or None;
+            with several classes the largest class's cap (each class's own: ``class_speed``).
         tpot_ms_limit, tpot_ms_estimate: the slowest group's TPOT at the physical limit (MBU = MFU = 1: no
-            system is faster) and as estimated (what the replicas are sized with); None without a bandwidth.
+            system is faster) and as estimated (what the replicas are sized with); None without a bandwidth. Each
+            is the largest over the groups, which can hold different classes (and need not be the same group).
         ttft_ms_limit, ttft_ms_estimate: the same for the longest prompt alone.
+        class_speed: each class's own figures (:class:`ClassSpeed`), in the workload's order; empty when the row
+            does not fit.
         output_tokens_per_s_per_gpu: the estimate's output tokens/s over all GPUs of the fleet.
         usd_per_million_output_tokens: cost_usd_per_hour / estimated tokens per hour × 10⁶, with a price.
         requests_per_replica_mean: requests of the workload / replicas (None when it does not fit).
@@ -287,6 +322,7 @@ class FleetRow:
     parallel_flags: str = ""
     load_notes: tuple[str, ...] = ()
     why: str = ""
+    class_speed: tuple[ClassSpeed, ...] = ()
 
     @property
     def gpus_per_replica(self) -> int:
@@ -737,6 +773,7 @@ class _Speed:
     ttft_estimate_s: float | None = None
     targets: tuple = ()
     reason: str | None = None
+    ttft_s: tuple = ()  # (limit, estimate) seconds of each class's prompt alone
 
 
 def _speed(spec: ModelSpec, gpu: GPU, fit: FitResult, workload: Workload, slo: SLO, ttft: bool = True,
@@ -762,11 +799,13 @@ def _speed(spec: ModelSpec, gpu: GPU, fit: FitResult, workload: Workload, slo: S
                         perf.prefill_interference_s(spec, fit, est_hw, slo.prompt(c), slo.output(c))
                         for c in workload.classes]  # fmt: skip
     est = perf.StepModel(spec, fit, est_hw, contexts, interference, terms=limit.terms)
-    longest = max(slo.prompt(c) for c in workload.classes)
-    ttft_lim = perf.step_bound(spec, fit, lim_hw, [(1, longest)], prefill=True).seconds
-    ttft_est = perf.step_bound(spec, fit, est_hw, [(1, longest)], prefill=True).seconds
+    prompts = {slo.prompt(c) for c in workload.classes}
+    ttft_at = {p: (perf.step_bound(spec, fit, lim_hw, [(1, p)], prefill=True).seconds,
+                   perf.step_bound(spec, fit, est_hw, [(1, p)], prefill=True).seconds) for p in prompts}  # fmt: skip
+    ttft_lim, ttft_est = ttft_at[max(prompts)]
     targets = tuple(math.inf if slo.tpot(c) is None else slo.tpot(c) / 1e3 for c in workload.classes)
-    out = dict(limit=limit, estimate=est, ttft_limit_s=ttft_lim, ttft_estimate_s=ttft_est, targets=targets)
+    out = dict(limit=limit, estimate=est, ttft_limit_s=ttft_lim, ttft_estimate_s=ttft_est, targets=targets,
+               ttft_s=tuple(ttft_at[slo.prompt(c)] for c in workload.classes))  # fmt: skip
     for i, c in enumerate(workload.classes):
         target = slo.ttft(c)
         if ttft and target is not None:
@@ -928,9 +967,10 @@ def plan_layout(
     used = sum(n * u for n, u in zip(used_units, units, strict=True))
     cap_name = engines.get(opts.engine).request_cap_name
     limit = "memory" if groups_n == memory[0] else cap_name if groups_n == by_seqs[0] else "SLO"
-    slo_cap = None
+    slo_caps = [None] * len(workload.classes)
     if ok is not None:
-        slo_cap = max(_largest(lambda k, i=i: ok({i: k}), 1 << 24) for i in range(len(workload.classes)))
+        slo_caps = [_largest(lambda k, i=i: ok({i: k}), 1 << 24) for i in range(len(workload.classes))]
+    slo_cap = None if ok is None else max(slo_caps)
     caps = [c for c in (seqs, slo_cap) if c]
     gpus = replicas * par.gpus
     # the budget is a range (its modelled terms): the replicas at its two ends, packed the same way
@@ -955,6 +995,13 @@ def plan_layout(
             ends.append(-(-packed[end_caps, end_seqs] // dp))
     cost = None if price is None else float(exact_usd(price) * gpus)  # exact: 2.49 × 112 = 278.88
     tpot_lim = tpot_est = per_gpu = usd = None
+    # each class's own figures: its groups' most requests, and (with the speed models) its slowest group's TPOT
+    own = [dict(mine=0, batch=0, lim=None, est=None) for _ in workload.classes]
+    for _, comp in groups:
+        for i, k in comp.items():
+            if k:
+                own[i]["mine"] = max(own[i]["mine"], k)
+                own[i]["batch"] = max(own[i]["batch"], sum(comp.values()))
     if speed.estimate is not None:
         tpot_lim = tpot_est = 0.0
         tokens_per_s = 0.0
@@ -963,11 +1010,35 @@ def plan_layout(
             sums = est.sums(comp)  # the same for both models (shared request terms)
             seconds, slowest_s = est.times(comp, sums)
             extra = (seconds + est.extra_s(comp)) - seconds  # prefill mixed into the steps
-            tpot_est = max(tpot_est, seconds + extra)
-            tpot_lim = max(tpot_lim, lim.seconds(comp, sums))
+            step_est, step_lim = seconds + extra, lim.seconds(comp, sums)
+            tpot_est = max(tpot_est, step_est)
+            tpot_lim = max(tpot_lim, step_lim)
+            for i, k in comp.items():
+                if k:
+                    own[i]["est"] = max(own[i]["est"] or 0.0, step_est)
+                    own[i]["lim"] = max(own[i]["lim"] or 0.0, step_lim)
             tokens_per_s += n * sum(comp.values()) / (slowest_s + extra)
         per_gpu = tokens_per_s / gpus
         usd = None if cost is None or not tokens_per_s > 0 else cost / (tokens_per_s * 3600) * 1e6
+
+    def ms(x: float | None) -> float | None:
+        return None if x is None else x * 1e3
+
+    class_speed = tuple(
+        ClassSpeed(
+            name=c.name,
+            requests_per_group=o["mine"],
+            requests_in_group=o["batch"],
+            max_requests_per_group=min((x for x in (seqs, cap) if x), default=None),
+            tpot_ms_limit=ms(o["lim"]),
+            tpot_ms_estimate=ms(o["est"]),
+            ttft_ms_limit=ms(speed.ttft_s[i][0]) if speed.ttft_s else None,
+            ttft_ms_estimate=ms(speed.ttft_s[i][1]) if speed.ttft_s else None,
+            tpot_ms_target=slo.tpot(c),
+            ttft_ms_target=slo.ttft(c),
+        )
+        for i, (c, o, cap) in enumerate(zip(workload.classes, own, slo_caps, strict=True))
+    )
     return FleetRow(
         fits=True,
         reason=None,
@@ -988,6 +1059,7 @@ def plan_layout(
         requests_per_replica_mean=workload.concurrency / replicas,
         replicas_low=ends[0],
         replicas_high=ends[1],
+        class_speed=class_speed,
         **base,
     )
 

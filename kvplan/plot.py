@@ -15,7 +15,14 @@ So with GPUs the figure has one panel per model (shared axes), each with:
 - one horizontal line per GPU at that model's KV budget on it (:class:`BudgetLine`, equal to
   ``kvplan fit``'s ``kv_budget_bytes`` with the same flags); a GPU the model does not fit at all (budget
   <= 0: the weights alone, or with activation and overhead, fill it) gets no line but a red "does not
-  fit" line in the panel, and a note on stderr.
+  fit" line in the panel, and a note on stderr;
+- against those lines, what the engine counts for one request (:attr:`BudgetLine.request_bytes`:
+  ``kvplan fit``'s ``kv_bytes_per_request`` with ``--max-model-len`` at each sample point, from the same
+  engine rules, :mod:`kvplan.engines`): whole blocks, and windowed layers holding what the engine reserves
+  (vLLM: window − 1 + in-flight tokens per sliding layer), so a line crosses its budget where ``kvplan fit``
+  starts refusing. The exact cache (:func:`kvplan.calc.estimate`, the ``kvplan estimate`` bytes) stays as a
+  thin line labelled so; a sample point ``kvplan fit`` refuses although the engine's bytes lie under the
+  budget (a second pool short: SGLang's hybrid-SWA pools; llama.cpp's slot cap) is marked with a cross.
 
 Without GPUs, one panel holds every model. matplotlib is imported inside :func:`render` (Agg backend, no
 display); without it :class:`kvplan.errors.MissingExtra` says ``pip install 'kvplan[plot]'``. The file is
@@ -76,6 +83,10 @@ class BudgetLine:
         budget_bytes: KV budget per GPU; <= 0 when the model does not fit the GPU at all.
         engine, tensor_parallel_size, weights_dtype: the settings the budget was computed with.
         usable_bytes, weights_bytes: the fit's usable memory and weights per GPU (for the does-not-fit note).
+        request_bytes: what the engine counts for one request at each point of :attr:`PlotData.points`
+            (``kvplan fit --max-model-len`` that point: ``FitResult.kv_bytes_per_request``, bytes per GPU);
+            empty when the model does not fit the GPU.
+        request_fits: whether ``kvplan fit`` at that point fits (at least one request), point by point.
     """
 
     model: str
@@ -87,11 +98,21 @@ class BudgetLine:
     weights_dtype: str
     usable_bytes: int
     weights_bytes: int
+    request_bytes: tuple[int, ...] = ()
+    request_fits: tuple[bool, ...] = ()
 
     @property
     def fits(self) -> bool:
         """True when the model leaves KV memory on this GPU (a line is drawn)."""
         return self.budget_bytes > 0
+
+    def refused_under_budget(self) -> tuple[int, ...]:
+        """Indices of the sample points ``kvplan fit`` refuses although :attr:`request_bytes` lie within the
+        budget (another pool short, or an engine rule that is not bytes): crossed in the figure."""
+        return tuple(
+            j for j, (b, ok) in enumerate(zip(self.request_bytes, self.request_fits, strict=True))
+            if not ok and b <= self.budget_bytes
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -187,6 +208,8 @@ def plot_data(
         UsageError: no model, ``max_seq`` not in :data:`START_TOKENS` + 1 .. :data:`MAX_SEQ_LIMIT`, an
             unknown KV dtype, weights dtype or engine, or a TP a model's heads do not allow.
     """
+    from dataclasses import replace
+
     from kvplan.api import fit_options
     from kvplan.calc import check_tp
     from kvplan.fit import get_engine, plan_fit
@@ -246,9 +269,14 @@ def plot_data(
                     notes.append(f"--gpu {gid}: no KV budget for {spec.name} ({e}); marked in its panel")
                 no_budget.append((spec.name, gid, why))
                 continue
+            request_bytes, request_fits = (), ()
+            if r.kv_budget_bytes > 0:  # what fit counts for one request of each length, by the same rules
+                at = [plan_fit(spec, g, replace(opts, max_model_len=s)) for s in points]
+                request_bytes = tuple(f.kv_bytes_per_request for f in at)
+                request_fits = tuple(f.fits for f in at)
             line = BudgetLine(
                 spec.name, gid, g.name, r.kv_budget_bytes, r.engine, tp, r.weights_dtype, r.usable_bytes,
-                r.weights_bytes,
+                r.weights_bytes, request_bytes, request_fits,
             )  # fmt: skip
             budgets.append(line)
             if not line.fits:
@@ -329,37 +357,87 @@ def _panels(data: PlotData) -> list[tuple[str | None, list[Curve]]]:
     return [(c.model, [x for x in data.curves if x.model == c.model]) for c in data.curves if not c.variant]
 
 
-def _draw_curves(ax, xs, curves: list[Curve], colors: dict[str, str]) -> bool:
-    """Solid within each model's max context, dotted beyond; variants dashed. True when a line is dotted."""
+def _draw_line(ax, xs, byts, max_context, style, color, lw, label, **kw) -> bool:
+    """One line: ``style`` within ``max_context`` (tokens; None: everywhere), dotted beyond. True when part of it
+    is dotted."""
+    ys = [b / GIB for b in byts]
+    within = [j for j, s in enumerate(xs) if max_context is None or s <= max_context]
+    beyond = [j for j, s in enumerate(xs) if max_context is not None and s >= max_context]
+    if within:
+        ax.plot(
+            [xs[j] for j in within],
+            [ys[j] for j in within],
+            ls=style,
+            color=color,
+            lw=lw,
+            label=label,
+            marker="o" if len(within) == 1 else kw.pop("marker", None),
+            **kw,
+        )
+    if len(beyond) > 1 or (beyond and not within):
+        ax.plot(
+            [xs[j] for j in beyond],
+            [ys[j] for j in beyond],
+            ":",
+            color=color,
+            lw=min(lw, 1.6),
+            alpha=0.8,
+            label=None if within else label,
+        )
+        return True
+    return False
+
+
+EXACT_STYLE = (0, (3, 1.5))  # the exact cache, where the engine's count is drawn beside it
+REQUEST_MARKERS = (None, "^", "s", "D")  # one per distinct engine count in a panel (GPUs whose defaults differ)
+
+
+def _draw_curves(ax, xs, curves: list[Curve], colors: dict[str, str], thin: bool = False) -> bool:
+    """Each curve solid within its model's max context, dotted beyond; variants dashed. With ``thin`` (the
+    engine's count per request is drawn in the panel), a model's own curve is a thin dashed line labelled as the
+    exact cache. True when a line is dotted."""
     dotted_any = False
     for c in curves:
-        ys = [b / GIB for b in c.bytes]
         color = colors[c.model]  # variants in their model's colour
-        style = "--" if c.variant else "-"
-        within = [j for j, s in enumerate(xs) if c.max_context is None or s <= c.max_context]
-        beyond = [j for j, s in enumerate(xs) if c.max_context is not None and s >= c.max_context]
-        if within:
-            ax.plot(
-                [xs[j] for j in within],
-                [ys[j] for j in within],
-                style,
-                color=color,
-                lw=2.2 if not c.variant else 1.6,
-                label=c.label,
-                marker="o" if len(within) == 1 else None,
-            )
-        if len(beyond) > 1 or (beyond and not within):
-            dotted_any = True
-            ax.plot(
-                [xs[j] for j in beyond],
-                [ys[j] for j in beyond],
-                ":",
-                color=color,
-                lw=1.6,
-                alpha=0.8,
-                label=None if within else c.label,
-            )
+        if c.variant:
+            style, lw, label = "--", 1.6, c.label
+        elif thin:
+            style, lw, label = EXACT_STYLE, 1.1, f"{c.label}: exact cache (kvplan estimate)"
+        else:
+            style, lw, label = "-", 2.2, c.label
+        dotted_any |= _draw_line(ax, xs, c.bytes, c.max_context, style, color, lw, label)
     return dotted_any
+
+
+def _draw_requests(ax, xs, budgets: tuple[BudgetLine, ...], color: str, max_context: int | None) -> bool:
+    """What the engine counts for one request, one solid line per distinct count (GPUs with the same engine
+    defaults share one), named with its GPUs; a red cross at each point ``kvplan fit`` refuses although the
+    count lies under that GPU's budget. True when a line is dotted (beyond the model's max context)."""
+    groups: dict[tuple[int, ...], list[BudgetLine]] = {}
+    for b in budgets:
+        if b.fits and b.request_bytes:
+            groups.setdefault(b.request_bytes, []).append(b)
+    dotted = False
+    for k, (byts, lines) in enumerate(groups.items()):
+        gpus = ", ".join(b.gpu for b in lines)
+        label = f"per request as {lines[0].engine} counts it (kvplan fit): {gpus}"
+        marker = REQUEST_MARKERS[k % len(REQUEST_MARKERS)]
+        extra = {"marker": marker, "markevery": 8, "ms": 4} if marker else {}
+        dotted |= _draw_line(ax, xs, byts, max_context, "-", color, 2.2, label, **extra)
+    crossed = False
+    for b in budgets:
+        refused = b.refused_under_budget()
+        if refused:
+            ax.plot(
+                [xs[j] for j in refused],
+                [b.request_bytes[j] / GIB for j in refused],
+                "x",
+                color=NO_FIT_COLOR,
+                ms=5,
+                label=None if crossed else "× kvplan fit refuses (another engine limit than these bytes)",
+            )
+            crossed = True
+    return dotted
 
 
 def gib_tick(gib: float) -> str:
@@ -448,7 +526,11 @@ def figure(data: PlotData):
     colors = {c.model: f"C{i % 10}" for i, c in enumerate(c for c in data.curves if not c.variant)}
     gpu_order = list(dict.fromkeys(b.gpu for b in data.budgets))
     for ax, (model, curves) in zip(axes, panels, strict=False):  # axes: a whole grid, maybe more
-        dotted_any = _draw_curves(ax, xs, curves, colors)
+        counted = model is not None and any(b.request_bytes for b in data.budgets_of(model))
+        dotted_any = _draw_curves(ax, xs, curves, colors, thin=counted)
+        if counted:
+            own = curves[0]
+            dotted_any |= _draw_requests(ax, xs, data.budgets_of(model), colors[model], own.max_context)
         if model is not None:
             _draw_budgets(ax, data.budgets_of(model), gpu_order, data.no_budget_of(model))
             b0 = data.budgets_of(model)
@@ -463,7 +545,7 @@ def figure(data: PlotData):
         if dotted_any:
             handles.append(Line2D([], [], ls=":", color="0.4"))
             labels.append("dotted: beyond the model's max context")
-        ax.legend(handles, labels, loc="lower right", fontsize=8.5, framealpha=0.92)
+        ax.legend(handles, labels, loc="best", fontsize=8.5, framealpha=0.92)
     ax0 = axes[0]
     ax0.set_xscale("log", base=2)
     ax0.set_yscale("log", base=2)
@@ -497,11 +579,16 @@ def figure(data: PlotData):
         fig.supxlabel(xlabel)
         fig.supylabel(ylabel)
     dtype = "each model's dtype" if data.kv_dtype.lower() == "auto" else data.kv_dtype
-    title = f"KV cache per request vs context length (KV dtype: {dtype}; exact bytes from kvplan)"
+    title = f"KV cache per request vs context length (KV dtype: {dtype}; bytes from kvplan)"
     if data.budgets:
         title += (
             f"\nhorizontal lines: each model's KV budget on each GPU ({data.engine}, TP={tp}), "
             "after its own weights, activation and overhead"
+        )
+    if any(b.request_bytes for b in data.budgets):
+        title += (
+            f"\nsolid: one request as {data.engine} counts it against the budget (as kvplan fit: whole blocks, "
+            "windows as reserved); thin dashed: the exact cache (kvplan estimate)"
         )
     if n == 1:
         ax0.set_title(title if model is None else f"{title}\n{ax0.get_title(loc='left')}", loc="center")
@@ -724,10 +811,10 @@ def render_throughput(data: ThroughputData, out: Path, force: bool = True) -> Pa
     ax.set_yticks(yt, [f"{t:,.0f}" if t >= 1 else f"{t:g}" for t in yt])
     ax.grid(True, which="major", color="0.9", lw=0.8)
     ax.set_xlabel("concurrent requests per replica (log₂ scale)")
-    ax.set_ylabel("decode tokens/s per replica, upper bound (log₂ scale)")
+    ax.set_ylabel("decode tokens/s per replica: the estimate and its physical limit (log₂ scale)")
     tp = f", TP={data.tensor_parallel_size}" if data.tensor_parallel_size > 1 else ""
     ax.set_title(
-        f"{data.model}: decode throughput bound vs concurrency at {data.context:,} tokens cached{tp} "
+        f"{data.model}: decode throughput, estimate and limit, vs concurrency at {data.context:,} tokens cached{tp} "
         "(dotted past the memory wall)"
     )
     ax.legend(loc="lower right", fontsize=8.5, framealpha=0.92)

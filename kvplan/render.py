@@ -532,11 +532,17 @@ def _asked(r) -> str:
     return f" (for --engine-version {asked})" if asked and asked != r.engine_version else ""
 
 
+def concurrency_figure(ratio: float) -> str:
+    """kvplan's "Maximum concurrency" figure (``fit``'s line and ``sweep``'s column): its own ratio
+    (:attr:`kvplan.fit.FitResult.max_requests_ratio`) cut, never rounded, to two decimals (``39.99``, not the
+    ``40.00`` of vLLM's log with the null block counted)."""
+    return fmt_ratio_floor(ratio)
+
+
 def concurrency_line(r) -> str:
-    """kvplan's "Maximum concurrency" line: its own ratio (:attr:`kvplan.fit.FitResult.max_requests_ratio`)
-    cut, never rounded, to two decimals, beside the whole requests that fit, and for vLLM how its log's
-    figure (rounded, null block counted) differs."""
-    ratio = fmt_ratio_floor(r.max_requests_ratio)
+    """kvplan's "Maximum concurrency" line: its own ratio (:func:`concurrency_figure`) beside the whole requests
+    that fit, and for vLLM how its log's figure (rounded, null block counted) differs."""
+    ratio = concurrency_figure(r.max_requests_ratio)
     n = r.max_requests_by_memory
     whole = f"{plural(n, 'whole request')} {'fits' if n == 1 else 'fit'}"
     if r.engine != "vllm":
@@ -565,14 +571,15 @@ def _range_gib(pair) -> str:
 
 
 def llamacpp_lines(r) -> list[str]:
-    """What ``kvplan fit --engine llamacpp`` says about llama.cpp's own settings: the command line it plans,
-    the slots, where ``-c`` came from, the caches llama.cpp would print, and the largest ``-c`` that fits."""
+    """What ``kvplan fit --engine llamacpp`` says about llama.cpp's own settings: the command line it plans (its
+    flags' values without thousands separators, so it can be pasted), the slots, where ``-c`` came from, the caches
+    llama.cpp would print, and the largest ``-c`` that fits."""
     s = r.engine_settings
     fa = s["flash_attn"] + ("" if s["flash_attn"] != "auto" else f" ({'on' if s['flash_attn_on'] else 'off'})")
     out = [
-        f"llama.cpp {s['llama_cpp']} rules{_asked(r)}, {s['tool']} defaults: -c {s['n_ctx']:,} -np {s['n_parallel']}"
+        f"llama.cpp {s['llama_cpp']} rules{_asked(r)}, {s['tool']} defaults: -c {s['n_ctx']} -np {s['n_parallel']}"
         f"{' (auto)' if s['parallel_auto'] else ''} {'-kvu' if s['kv_unified'] else '-no-kvu'} "
-        f"-ctk {s['cache_type_k']} -ctv {s['cache_type_v']} -fa {fa} -b {s['n_batch']:,} -ub {s['n_ubatch']:,}"
+        f"-ctk {s['cache_type_k']} -ctv {s['cache_type_v']} -fa {fa} -b {s['n_batch']} -ub {s['n_ubatch']}"
         + (" --swa-full" if s["swa_full"] else "")
     ]
     source = {"-c": "as given", "-fit": "lowered by llama.cpp's -fit (on by default) to leave 1 GiB free"}.get(
@@ -746,6 +753,11 @@ def fit_lines(r) -> list[str]:
         out.append(
             "Longest single request that fits: unbounded (every layer's cache is bounded by a window or a state)"
         )
+    elif r.model_max_context and r.max_model_len_fit > r.model_max_context:  # KV room beyond what the model takes
+        out.append(
+            f"Longest single request that fits: {r.max_model_len_fit:,} tokens of KV (the model's max context is "
+            f"{r.model_max_context:,})"
+        )
     else:
         out.append(f"Longest single request that fits: {fmt_tokens(r.max_model_len_fit)}")
     return out
@@ -902,14 +914,14 @@ def fit_table(r, con, speed=None, exact_bytes: int | None = None, windowed: bool
             if ranged
             else "given (--activation-gib)"
         )
-        row("compute buffer", r.activation_bytes, f"{note}; -ub {s['n_ubatch']:,}, -fa {s['flash_attn']}")
+        row("compute buffer", r.activation_bytes, f"{note}; -ub {s['n_ubatch']}, -fa {s['flash_attn']}")
         row("overhead", r.overhead_bytes, "CUDA context")
         t.add_section()
         kvn = (r.kv_budget_low_bytes, r.kv_budget_high_bytes)
         row("KV budget", r.kv_budget_bytes, "given (--kv-cache-memory)" if r.kv_budget_given else
             f"total − the above; {_range_gib(kvn)} with the compute buffer's range" if not r.budget_exact
             else "total − the above")  # fmt: skip
-        row("KV caches (all slots)", s["kv_total_bytes"], f"-c {s['n_ctx']:,}, {plural(s['n_parallel'], 'slot')}")
+        row("KV caches (all slots)", s["kv_total_bytes"], f"-c {s['n_ctx']}, {plural(s['n_parallel'], 'slot')}")
         row("KV per cell", r.kv_bytes_per_token, "all attention layers, as full ones")
         row("KV per request", r.kv_bytes_per_request,
             f"{fmt_tokens(r.max_model_len)} in {'the shared cache' if s['kv_unified'] else 'its slot'}")  # fmt: skip
@@ -974,10 +986,12 @@ def fit_table(r, con, speed=None, exact_bytes: int | None = None, windowed: bool
 # --- fleet -----------------------------------------------------------------------------------------
 
 
-def fleet_row_dict(r) -> dict[str, Any]:
-    """A fleet row as a flat dict (JSON and CSV)."""
+def fleet_row_dict(r, flat: bool = False) -> dict[str, Any]:
+    """A fleet row as a dict (JSON); with ``flat`` (CSV) without its per-class figures (``class_speed``, a list)."""
     d = to_jsonable(r)
     d["gpus_per_replica"] = r.gpus_per_replica
+    if flat:
+        d.pop("class_speed", None)
     return d
 
 
@@ -1060,8 +1074,8 @@ def fleet_table(
     def num(x: float | None, fmt: str) -> str:
         return "-" if x is None else fmt.format(x)
 
-    st = Table(title="Speed at requests/replica (kvplan.perf): limit (no system is faster) / estimate (sized with)",
-               title_justify="left")  # fmt: skip
+    st = Table(title="Speed at requests/replica (kvplan.perf): limit (no system is faster) / estimate (sized with); "
+                     "each the largest over the row's replicas", title_justify="left")  # fmt: skip
     for col in ("#", "GPU", "layout", "limit", "max requests/group", "TPOT ms", "TTFT ms", "tok/s/GPU", "$/M tokens"):
         st.add_column(col, justify="left" if col in ("GPU", "limit", "layout") else "right", no_wrap=True)
     for i, r in enumerate(fits, 1):
@@ -1100,6 +1114,11 @@ def fleet_table(
         con.print(t)
         if speed:
             con.print(st)
+            if len(workload.classes) > 1:  # each class against its own targets: the best rows
+                for i, r in enumerate(fits, 1):
+                    if r.best_for_gpu and r.class_speed:
+                        own = "; ".join(_class_speed(c) for c in r.class_speed)
+                        con.print(f"  {i} {r.gpu}, {r.layout}, per class: {own}")
         if not show_all:
             low = "" if all(_fleet_exact(r) for r in fits) else ", also at the budget range's low end"
             order = f"lowest cost, then fewest GPUs{low}" if sort == "cost" else f"fewest GPUs{low}, then cost"
@@ -1140,6 +1159,26 @@ def fleet_table(
             f"{estimate_error_text()}; docs/throughput-validation.md); tok/s/GPU from the estimate; limit: what "
             "sets the replicas (memory, SLO, max_num_seqs)."
         )
+        if len(workload.classes) > 1:
+            con.print(
+                "Each speed figure of a row is the largest over its replicas, which can hold different classes: max "
+                "requests/group is the class with the highest cap, each TPOT figure its slowest replica, TTFT the "
+                "longest prompt; 'per class' gives each class's own, and --json each row's class_speed."
+            )
+
+
+def _class_speed(c) -> str:
+    """One class's own figures on a row: ``chat: 14 requests/group (cap 14), TPOT 6.3 / 19.9 ms (target 20), TTFT
+    148 / 393 ms``: limit / estimate, its slowest group's TPOT and its own prompt's TTFT."""
+    cap = "" if c.max_requests_per_group is None else f" (cap {c.max_requests_per_group:,})"
+    text = f"{c.name}: {c.requests_per_group:,} requests/group{cap}"
+    if c.tpot_ms_estimate is not None:
+        target = "" if c.tpot_ms_target is None else f" (target {c.tpot_ms_target:g})"
+        text += f", TPOT {c.tpot_ms_limit:,.1f} / {c.tpot_ms_estimate:,.1f} ms{target}"
+    if c.ttft_ms_estimate is not None:
+        target = "" if c.ttft_ms_target is None else f" (target {c.ttft_ms_target:g})"
+        text += f", TTFT {c.ttft_ms_limit:,.0f} / {c.ttft_ms_estimate:,.0f} ms{target}"
+    return text
 
 
 def _never_reason(rows) -> str:
@@ -1198,11 +1237,15 @@ def disaggregated_table(model: str, workload, plan, con) -> None:
         reason = plan.prefill[0].reason if plan.prefill else "no decode pool to feed"
         con.print(f"prefill: no layout tried can serve the prompts: {reason}")
     if dec is not None:
-        tpot = "" if dec.tpot_ms_estimate is None else f", TPOT ~{dec.tpot_ms_estimate:,.1f} ms (estimate)"
+        unit = "group" if dec.data_parallel_size > 1 else "replica"
+
+        def own(c) -> str:  # one class's figures: its groups' batch and their slowest step
+            tpot = "" if c.tpot_ms_estimate is None else f", TPOT ~{c.tpot_ms_estimate:,.1f} ms (estimate)"
+            return f"class {c.name}: in {unit}s of up to {c.requests_in_group:,} requests{tpot}"
+
         con.print(
             f"decode:  {dec.replicas:,} × {dec.gpus_per_replica} {dec.gpu} ({dec.layout}) = {dec.gpus:,} GPUs"
-            f"{cost(dec.cost_usd_per_hour)}: limit {dec.limit}, {dec.requests_per_replica:,} requests/replica at most"
-            f"{tpot}"
+            f"{cost(dec.cost_usd_per_hour)}: limit {dec.limit}, " + "; ".join(own(c) for c in dec.class_speed)
         )
     else:
         con.print(f"decode: no layout tried can serve the workload: {plan.decode[0].reason if plan.decode else '-'}")
@@ -1319,11 +1362,11 @@ def sweep_table(
     ``block_sizes`` (every row's block size) makes the title list the sizes when they differ (hybrid models
     align their blocks to their state pages); else it says ``blocks of block_size``.
 
-    Under vLLM the concurrency and token columns are the start-up log's two figures, as it prints them:
-    "Maximum concurrency" rounded to two decimals (with the null block counted, so 7.00 can sit beside 6
-    whole requests) and "GPU KV cache size" = int(concurrency × seq), which grows with --seq; a caption says
-    so. Under the other engines the concurrency is cut (never rounded up) to two decimals and the tokens are
-    the pool's (blocks × block size)."""
+    The concurrency column is ``kvplan fit``'s "Maximum concurrency" (:func:`concurrency_figure`: kvplan's own
+    ratio, cut, never rounded up, to two decimals; vLLM's null block left out, so 6.99 sits beside 6 whole
+    requests where vLLM's log says 7.00). Under vLLM the token column is the start-up log's "GPU KV cache size"
+    = int(vLLM's concurrency × seq), which grows with --seq; a caption says so. Under the other engines the
+    tokens are the pool's (blocks × block size)."""
     from rich.table import Table
 
     shown = f", first {len(rows):,} shown" if len(rows) < total_rows else ""
@@ -1345,7 +1388,7 @@ def sweep_table(
         ("KV/request\nGiB/GPU", "right"),
         ("whole\nrequests", "right"),
         ("limit", "left"),
-        ("vLLM log\nconcurrency" if vllm else "concurrency\n(cut)", "right"),
+        ("concurrency\n(cut)", "right"),
         ("vLLM log KV\ncache tokens" if vllm else "pool\ntokens", "right"),
         ("fits", "left"),
     )
@@ -1360,7 +1403,7 @@ def sweep_table(
             f"{r['kv_bytes_per_request'] / GIB:,.3f}",
             f"{r['max_concurrent_requests']:,}",
             r.get("limit", "memory"),
-            f"{r['max_concurrency']:.2f}x" if vllm else f"{fmt_ratio_floor(r['max_requests_ratio'])}x",
+            f"{concurrency_figure(r['max_concurrency'])}x",
             f"{r['kv_capacity_tokens']:,}",
             "yes" if r["fits"] else "no",
         )
@@ -1377,9 +1420,10 @@ def sweep_table(
         con.print(t)
     if vllm:
         con.print(
-            'vLLM log columns: "Maximum concurrency" (rounded, the null block counted) and "GPU KV cache size" '
-            "= int(concurrency × seq) (kv_cache_utils.py get_kv_cache_capacity), not the tokens of context that fit; "
-            "whole requests: what fits; limit: what sets them (memory, or the engine's max_num_seqs)"
+            "concurrency: kvplan fit's \"Maximum concurrency\" (the null block left out; vLLM's log rounds its own, "
+            'the null block counted); vLLM log KV cache tokens: "GPU KV cache size" = int(vLLM\'s concurrency × seq) '
+            "(kv_cache_utils.py get_kv_cache_capacity), not the tokens of context that fit; whole requests: what "
+            "fits; limit: what sets them (memory, or the engine's max_num_seqs)"
         )
 
 

@@ -71,10 +71,14 @@ OUTPUT_COLUMNS = (
     "fits",
 )
 # ``limit``: what sets max_concurrent_requests: ``memory`` or the engine's cap (``max_num_seqs``; SGLang
-# ``max_running_requests``), as ``kvplan fleet``.
-# The table's columns: as OUTPUT_COLUMNS, with the GPU's short name (first alias) for people, and kvplan's own
-# concurrency ratio (its floor is the whole requests), shown cut to two decimals under engines without a log figure.
-TABLE_COLUMNS = (*("gpu_short" if c == "gpu" else c for c in OUTPUT_COLUMNS), "max_requests_ratio")
+# ``max_running_requests``), as ``kvplan fleet``. ``max_concurrency``: the ratio ``kvplan fit`` prints as "Maximum
+# concurrency" (:attr:`kvplan.fit.FitResult.max_requests_ratio`, from the same count_requests: vLLM's null block left
+# out, so its floor is max_concurrent_requests before the cap); vLLM's own log figure (the null block counted) is
+# ``fit --json``'s max_concurrency, kept in ``columns["max_concurrency"]``.
+OUTPUT_SOURCES = {"max_concurrency": "max_requests_ratio"}  # output column -> the array it is read from
+# The table's columns: as OUTPUT_COLUMNS, with the GPU's short name (first alias) for people (max_concurrency shown
+# cut to two decimals, as fit prints it).
+TABLE_COLUMNS = tuple("gpu_short" if c == "gpu" else c for c in OUTPUT_COLUMNS)
 
 # FitResult fields held as one array each (int64, except max_concurrency and max_requests_ratio float64 and
 # fits bool).
@@ -162,7 +166,7 @@ class SweepResult:
                 capped = self.columns["limited_by_max_num_seqs"][start:stop].tolist()
                 cols[f] = [self.request_cap_name if c else "memory" for c in capped]
             else:
-                cols[f] = self.columns[f][start:stop].tolist()
+                cols[f] = self.columns[OUTPUT_SOURCES.get(f, f)][start:stop].tolist()
         return cols
 
     def rows(self, limit: int | None = None, fields: Sequence[str] = OUTPUT_COLUMNS) -> list[dict[str, Any]]:
@@ -170,7 +174,8 @@ class SweepResult:
 
         Args:
             limit: how many rows, from the first.
-            fields: which keys, among :data:`OUTPUT_COLUMNS`, ``gpu_short`` and :data:`VALUE_COLUMNS`.
+            fields: which keys, among :data:`OUTPUT_COLUMNS`, ``gpu_short`` and :data:`VALUE_COLUMNS`
+                (``max_concurrency`` is the output column: kvplan's ratio, :data:`OUTPUT_SOURCES`).
         """
         n = self.num_rows if limit is None else max(0, min(limit, self.num_rows))
         cols = self._lists(0, n, fields)

@@ -10,7 +10,8 @@ the budget each engine printed, per engine and version, and each modelled term v
 
 The cases are tests/budget_cases.py's (shared with tests/test_budget_corpus.py). Error = (kvplan − printed) /
 printed. A modelled term's residual is the ratio printed / kvplan; kvplan's range for a term is the lowest and
-highest ratio measured for its engine (vLLM by generation), each widened by the printed rounding (0.005 GiB).
+highest ratio measured for its engine (vLLM by generation), each widened by the printed rounding (0.005 GiB),
+and in kvplan.engines.base.modelled_term to take in ratio 1 (kvplan's own figure).
 """
 
 from __future__ import annotations

@@ -646,7 +646,7 @@ def test_capacity_labels_per_engine(cli):
         '  "GPU KV cache size" = int(concurrency × max_model_len) (vLLM get_kv_cache_capacity), not the tokens that fit'
     )
     assert f"{line}\n" in out and len(line) <= 120
-    assert "Longest single request that fits: 1,713,200 tokens\n" in out
+    assert "Longest single request that fits: 1,713,200 tokens of KV (the model's max context is 131,072)\n" in out
     code, out, _ = cli(*base, "--engine", "sglang")
     assert "vLLM's log" not in out and "GPU KV cache size" not in out
     assert "KV capacity: 1,054,726 tokens in the full-layer pool (1,054,726 blocks of 1 token)\n" in out
@@ -801,3 +801,63 @@ def test_sliding_window_requests_in_decode_free_the_window_blocks(cli):
     assert json.loads(out)["max_concurrent_requests_decode"] is None
     code, out, _ = cli("fit", "gpt-oss-120b", "--gpu", "h200", "--max-model-len", "32k", "--kv-cache-memory", "10GiB")
     assert "  in decode about 8 (modelled): vLLM frees the sliding-window blocks" in out
+
+
+@pytest.mark.parametrize(
+    "args, term",
+    [
+        (("llama3.1-70b", "--gpu", "h100", "--tp", "4", "--engine", "sglang"), "non_torch"),
+        (("llama3.1-70b", "--gpu", "h100", "--tp", "4", "--engine", "trtllm"), "activation"),
+        (("deepseek-v3", "--gpu", "h200", "--tp", "8"), "weights"),
+    ],
+)
+def test_a_modelled_terms_range_contains_kvplans_own_figure(cli, args, term):
+    # A new user's finding: SGLang's non-torch memory printed "≈ 0.5 GiB; modelled, 0.71–2.79 GiB", TensorRT-LLM's
+    # activation "≈ 5.22; modelled 5.93–14.56", DeepSeek-V3's FP8 weights "≈ 78.35; modelled 78.43–79.37": every
+    # log measured these terms above kvplan's figure (ratios > 1), and the range was figure × those ratios. The
+    # range now takes in the figure: figure × (min(low, 1), max(high, 1)).
+    from kvplan.data.budget_residuals import factors
+
+    code, out, _ = cli("fit", *args, "--json")
+    terms = {t["name"]: t for t in json.loads(out)["budget_terms"]}
+    for t in terms.values():
+        assert t["low"] <= t["bytes"] <= t["high"], t
+    t = terms[term]
+    assert t["low"] == t["bytes"] < t["high"]  # the figure is the range's low end
+    key = {"sglang": "sglang", "trtllm": "trtllm"}.get(args[-1], "vllm-v1")
+    assert factors(key, term, quantized=args[0] == "deepseek-v3")[0] > 1  # the residuals alone lie above it
+    # the printed row: the figure and the range's low end agree to the printed decimals
+    code, out, _ = cli("fit", *args)
+    label = {"non_torch": "non-torch overhead", "activation": "activation peak", "weights": "weights"}[term]
+    row = next(line for line in out.splitlines() if line.startswith(f"│ {label} "))
+    gib = re.search(r"│ +≈ ([\d.]+) │", row).group(1)
+    low = re.search(r"modelled, ([\d.]+)–[\d.]+ GiB", row).group(1)
+    assert f"{float(gib):.2f}" == low, row
+
+
+def test_a_larger_gpu_is_clearly_larger(cli):
+    # A new user's finding: 70B at TP 2 on H100s ended with "or --gpu a100 (79.3936 GiB)", 0.17 GiB more than the
+    # H100's 79.2197 GiB (the catalog's CUDA-visible totals, observed in logs); it fit only by the A100's smaller vLLM
+    # defaults. A GPU is offered as larger only with at least 10 % more memory: the H100 NVL's 92.9922 GiB.
+    assert get_gpu("a100").cuda_total_bytes * 10 < get_gpu("h100").cuda_total_bytes * 11
+    assert get_gpu("h100-nvl").cuda_total_bytes * 10 >= get_gpu("h100").cuda_total_bytes * 11
+    code, out, err = cli("fit", "llama3.1-70b", "--gpu", "h100", "--tp", "2", "--max-model-len", "32k")
+    assert (code, out) == (1, "") and "a100" not in err
+    # the advice keeps its order: same hardware first, then TP, then a larger GPU
+    assert err.endswith(
+        "would fit: --max-model-len 26208 (the longest that fits), or --kv-dtype fp8 (an FP8 KV cache, 1 byte per "
+        "value), or --weights-dtype fp8 (an FP8 checkpoint: half the weights), or --tp 4 (the smallest TP that fits), "
+        "or --gpu h100-nvl (92.9922 GiB)\n"
+    )
+
+
+def test_the_longest_request_beyond_the_models_context_says_so(cli):
+    # A new user's finding: "Longest single request that fits: 966,736 tokens" for a model whose max context is
+    # 131,072 (its config.json's max_position_embeddings). With a 40 GiB budget, llama3.1-8b's vLLM pool is 20,480
+    # blocks of 16 tokens × 131,072 B; beside the null block 20,479 × 16 = 327,664 tokens fit: KV room, not context
+    code, out, _ = cli("fit", "llama3.1-8b", "--gpu", "h100", "--max-model-len", "8k", "--kv-cache-memory", "40GiB")
+    assert code == 0
+    assert "Longest single request that fits: 327,664 tokens of KV (the model's max context is 131,072)\n" in out
+    # within the model's context: the plain figure (2 GiB: 1,023 × 16 = 16,368 tokens)
+    code, out, _ = cli("fit", "llama3.1-8b", "--gpu", "h100", "--max-model-len", "8k", "--kv-cache-memory", "2GiB")
+    assert code == 0 and "Longest single request that fits: 16,368 tokens\n" in out

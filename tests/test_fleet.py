@@ -365,14 +365,18 @@ def test_fleet_nothing_fits_is_exit_1(cli):
         "kvplan: error: no GPU and layout tried can serve this workload on llama3.1-8b (reasons above)",
     ]
     # --json: the reasons are in the JSON on stdout, not "above"
-    code, out, err = cli("fleet", "llama3.1-8b", "--concurrency", "4", "--seq", "2m", "--gpu", "l4", "--pp", "1", "--json")
+    code, out, err = cli(
+        "fleet", "llama3.1-8b", "--concurrency", "4", "--seq", "2m", "--gpu", "l4", "--pp", "1", "--json"
+    )
     assert code == 1
     reasons = [r["reason"] for r in json.loads(out)["layouts"]]
     assert len(reasons) == 4 and all(r.startswith("one request of class requests (2,097,152 tokens)") for r in reasons)
     assert err.splitlines()[-1] == (
         "kvplan: error: no GPU and layout tried can serve this workload on llama3.1-8b (reasons in the JSON's layouts)"
     )
-    code, out, err = cli("fleet", "llama3.1-8b", "--concurrency", "4", "--seq", "2m", "--gpu", "l4", "--pp", "1", "--csv")
+    code, out, err = cli(
+        "fleet", "llama3.1-8b", "--concurrency", "4", "--seq", "2m", "--gpu", "l4", "--pp", "1", "--csv"
+    )
     assert code == 1 and "above" not in err and err.splitlines()[-1].endswith("(reasons in the CSV's reason column)")
 
 
@@ -794,3 +798,68 @@ def test_fleet_json_and_csv_name_the_per_gpu_bytes(cli):
     head = out.splitlines()[0].split(",")
     assert {"kv_budget_bytes_per_gpu", "kv_bytes_needed_per_gpu", "kv_budget_high_bytes_per_gpu"} <= set(head)
     assert "kv_budget_bytes" not in head and "kv_bytes_needed" not in head
+
+
+MIXED = """name: mixed
+classes:
+  - {name: chat, concurrency: 2000, prompt_tokens: 5k, output_tokens: 1k, tpot_ms: 20}
+  - {name: rag, concurrency: 200, prompt_tokens: 31k, output_tokens: 1k, tpot_ms: 100}
+"""
+
+
+def test_speed_figures_say_they_are_the_largest_and_each_class_has_its_own(cli, tmp_path):
+    # A new user's finding: a row showed "max requests/group 26 | TPOT 15.7 / 99.4" where 26 was the RAG class's cap
+    # and 99.4 ms its replicas' step, while the chat class's target is 20 ms: which replica each figure was, was not
+    # said. The legend says each is the largest over the row's replicas; each class's own figures are printed per
+    # class and given in --json (class_speed), to check against its own target (20 and 100 ms, the workload's).
+    import re
+
+    wl = tmp_path / "mixed.yaml"
+    wl.write_text(MIXED)
+    args = ("fleet", "llama3.1-70b", "--workload", wl, "--gpu", "h100")
+    code, out, err = cli(*args, "--json")
+    assert code == 0, err
+    row = next(r for r in json.loads(out)["layouts"] if r["best_for_gpu"])
+    chat, rag = row["class_speed"]
+    assert (chat["name"], chat["tpot_ms_target"], rag["name"], rag["tpot_ms_target"]) == ("chat", 20, "rag", 100)
+    for c in (chat, rag):  # each class meets its own target, as estimated (the limit is below the estimate)
+        assert c["tpot_ms_limit"] <= c["tpot_ms_estimate"] <= c["tpot_ms_target"]
+        assert (
+            c["requests_per_group"] <= c["requests_in_group"] and c["requests_per_group"] <= c["max_requests_per_group"]
+        )
+    # the row's figures are the largest over its classes: here the RAG replicas', above the chat class's target
+    assert row["tpot_ms_estimate"] == max(chat["tpot_ms_estimate"], rag["tpot_ms_estimate"]) > chat["tpot_ms_target"]
+    assert row["tpot_ms_limit"] == max(chat["tpot_ms_limit"], rag["tpot_ms_limit"])
+    assert row["max_requests_per_replica"] == max(chat["max_requests_per_group"], rag["max_requests_per_group"])
+    assert chat["max_requests_per_group"] < rag["max_requests_per_group"]  # the tighter target, the smaller cap
+    assert row["ttft_ms_estimate"] == rag["ttft_ms_estimate"] > chat["ttft_ms_estimate"]  # 31k vs 5k prompt
+    # the text: each class's own line under the speed table, and the legend
+    code, out, err = cli(*args)
+    assert code == 0, err
+    line = next(x for x in out.splitlines() if ", per class: " in x)
+    assert re.fullmatch(
+        r"  1 h100-sxm-80gb, TP \d+, per class: chat: \d+ requests/group \(cap \d+\), TPOT [\d.]+ / [\d.]+ ms "
+        r"\(target 20\), TTFT [\d,]+ / [\d,]+ ms; rag: \d+ requests/group \(cap \d+\), TPOT [\d.]+ / [\d.]+ ms "
+        r"\(target 100\), TTFT [\d,]+ / [\d,]+ ms",
+        line,
+    ), line
+    assert f"chat: {chat['requests_per_group']} requests/group (cap {chat['max_requests_per_group']}), TPOT " in line
+    assert (
+        "Each speed figure of a row is the largest over its replicas, which can hold different classes: max "
+        "requests/group is the class with the highest cap, each TPOT figure its slowest replica, TTFT the longest "
+        "prompt; 'per class' gives each class's own, and --json each row's class_speed."
+    ) in out
+    # CSV stays flat: the per-class figures are JSON's
+    code, out, err = cli(*args, "--csv")
+    assert code == 0 and "class_speed" not in out.splitlines()[0]
+    # --disaggregated: the decode line names the class each figure belongs to
+    code, out, err = cli(*args, "--disaggregated", "--json")
+    dec = next(r for r in json.loads(out)["decode"] if r["fits"])
+    code, out, err = cli(*args, "--disaggregated")
+    decode = next(x for x in out.splitlines() if x.startswith("decode:"))
+    own = "; ".join(
+        f"class {c['name']}: in replicas of up to {c['requests_in_group']:,} requests, "
+        f"TPOT ~{c['tpot_ms_estimate']:,.1f} ms (estimate)"
+        for c in dec["class_speed"]
+    )
+    assert decode.endswith(f": limit {dec['limit']}, {own}") and own.startswith("class chat: ")

@@ -101,6 +101,14 @@ NOT_REPRODUCED = {
 }
 
 
+@pytest.fixture(autouse=True)
+def _offline_without_a_cache(monkeypatch, tmp_path):
+    """A log's model id is resolved as MODEL is (the Hugging Face cache, the Hub): here offline, nothing cached,
+    so the corpus reproduces the same on every machine."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+
+
 def _model(entry_id: str):
     e = ENTRIES[entry_id]
     ref = e["model_ref"] or MODEL_FOR.get(entry_id, (None,))[0]
@@ -357,3 +365,53 @@ def test_missing_file_and_flags_not_taken(cli, tmp_path):
     assert code == 2 and err.startswith("kvplan: error: --kv-cache-memory: not with --from-log")
     code, _, err = cli("fit", "llama3-8b")
     assert code == 2 and err.startswith("kvplan: error: --gpu: missing")
+
+
+# --- the log's model id, resolved as MODEL is -----------------------------------------------------------------
+
+
+def _with_lines(tmp_path, entry_id: str, first: list[str]) -> str:
+    p = tmp_path / f"{entry_id}-named.log"
+    p.write_text("\n".join([*first, *ENTRIES[entry_id]["lines"]]) + "\n", encoding="utf-8")
+    return str(p)
+
+
+@pytest.mark.parametrize(
+    "entry_id, line",
+    [
+        # vLLM 0.10+: the non-default args (vllm-06 is 0.28's one-line format)
+        (
+            "vllm-06",
+            "(APIServer pid=1) INFO 10-06 17:00:01 [utils.py:253] non-default args: {'model_tag': "
+            "'meta-llama/Llama-3.1-8B-Instruct', 'model': 'meta-llama/Llama-3.1-8B-Instruct', "
+            "'gpu_memory_utilization': 0.92}",
+        ),
+        # vLLM 0.5-0.8's API server: its argparse namespace (the shape of the lines in vLLM issues of 0.5.0-0.8.4)
+        (
+            "vllm-vllm-10517-b",
+            "INFO 12-02 10:00:00 api_server.py:586] args: Namespace(host=None, port=8000, uvicorn_log_level='info', "
+            "allowed_origins=['*'], api_key=None, lora_modules=None, chat_template=None, middleware=[], "
+            "model='meta-llama/Llama-3.1-8B-Instruct', tokenizer=None, skip_tokenizer_init=False, "
+            "max_model_len=29000, tensor_parallel_size=1)",
+        ),
+    ],
+)
+def test_the_logs_model_id_resolves_as_model_does(cli, tmp_path, entry_id, line):
+    # A new user's finding: a log naming meta-llama/Llama-3.1-8B-Instruct exited 2 ("cannot load ... give it as
+    # MODEL") while 'kvplan estimate meta-llama/Llama-3.1-8B-Instruct' (and a pasted 'vllm serve' command) read it
+    # as the bundled llama3.1-8b with a warning. --from-log now resolves the id with the same function
+    # (kvplan.loader.load_model), warning and all, offline here (the fixture above: nothing cached).
+    code, _, warning = cli("estimate", "meta-llama/Llama-3.1-8B-Instruct", "--seq", "4k")
+    assert code == 0 and warning.startswith(
+        "kvplan: warning: meta-llama/Llama-3.1-8B-Instruct: the geometry of bundled llama3.1-8b"
+    )
+    assert read_log("\n".join([line, *ENTRIES[entry_id]["lines"]])).model_id == "meta-llama/Llama-3.1-8B-Instruct"
+    log = _with_lines(tmp_path, entry_id, [line])
+    code, out, err = cli("fit", "--from-log", log, "--json")
+    assert (code, err) == (0, warning)  # the same warning, once
+    d = json.loads(out)
+    assert d["model"] == "meta-llama/Llama-3.1-8B-Instruct" and d["differs"] == 0
+    # the engine's printed figures come back as with MODEL given (the corpus entry's model_ref, llama3.1-8b)
+    given, _ = _json(cli, "fit", "llama3.1-8b", "--from-log", _log(tmp_path, entry_id))
+    assert d["budget_bytes"] == given["budget_bytes"] and d["reproduced"] == given["reproduced"] >= 1
+    assert ENTRIES[entry_id]["model_ref"] == "llama3.1-8b"

@@ -232,3 +232,22 @@ def test_k_and_v_cache_types_that_differ(cli, tmp_path, row_id):
     head, first = out.splitlines()[:2]
     cells = dict(zip(head.split(","), first.split(","), strict=True))
     assert (cells["kv_dtype"], int(cells["kv_bytes_per_request"])) == (label, row["memory_bytes"])
+
+
+def test_the_settings_echo_pastes_back(cli):
+    # A new user's finding: the echo read "-c 32,768 ... -b 2,048 -ub 512", which llama-server cannot take. Its flags
+    # carry no thousands separators now, and pasted back (parentheses dropped) they plan the same configuration.
+    import re
+
+    code, out, err = cli("fit", "llama3.1-8b", "--gpu", "h100", "--engine", "llamacpp", "-c", "32768")
+    assert code == 0, err
+    echo = next(line for line in out.splitlines() if ", llama-server defaults: " in line)
+    flags = echo.split(", llama-server defaults: ", 1)[1]
+    assert flags == "-c 32768 -np 4 (auto) -kvu -ctk f16 -ctv f16 -fa auto (on) -b 2048 -ub 512"
+    assert "-c 32768, 4 slots" in out and "-ub 512, -fa auto" in out  # the table's notes too
+    pasted = re.sub(r" \([^)]*\)", "", flags).split()
+    again = fit_json(cli, "llama3.1-8b", "--gpu", "h100", "--engine", "llamacpp", *pasted)
+    first = fit_json(cli, "llama3.1-8b", "--gpu", "h100", "--engine", "llamacpp", "-c", "32768")
+    assert again["engine_settings"].pop("parallel_auto") is False  # -np given now, not llama-server's own choice
+    first["engine_settings"].pop("parallel_auto")
+    assert again == first

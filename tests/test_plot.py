@@ -65,6 +65,10 @@ def test_each_models_budget_is_fits_on_each_gpu(cli):
             code, out, _ = cli("fit", m, "--gpu", g, "--max-model-len", "4k", "--json")
             assert json.loads(out)["kv_budget_bytes"] == b.budget_bytes, (m, g)
             assert b.fits == (b.budget_bytes > 0)
+            if b.fits:  # the line drawn against the budget is fit's per-request bytes, and crosses it where fit refuses
+                code, out, _ = cli("fit", m, "--gpu", g, "--max-model-len", "128k", "--json")
+                assert json.loads(out)["kv_bytes_per_request"] == b.request_bytes[-1], (m, g)
+                assert (code == 0) == (b.request_bytes[-1] <= b.budget_bytes) == b.request_fits[-1], (m, g)
     # llama3.1-70b: 70.6e9 parameters × 2 B = 141.2e9 B = 131.5 GiB of bf16 weights, more than an H100's
     # 79.2 GiB (or an H200's 139.8 GiB × 0.9): no KV budget on any of the three GPUs, each one marked
     seventy = data.budgets_of("llama3.1-70b")
@@ -77,6 +81,85 @@ def test_each_models_budget_is_fits_on_each_gpu(cli):
     # the small model still fits all three, each with its own budget
     eight = data.budgets_of("llama3.1-8b")
     assert all(b.fits for b in eight) and len({b.budget_bytes for b in eight}) == 3
+    # sliding-window gemma3-27b on an H100: its exact cache (10.4 GiB) lies under the budget, but what vLLM counts
+    # per request at 128k (window − 1 + in-flight tokens per sliding layer, whole blocks: 17.98 GiB) does not, and
+    # fit refuses: the line drawn is the latter
+    (gemma,) = [b for b in data.budgets_of("gemma3-27b") if b.gpu == "h100-sxm-80gb"]
+    exact = data.curves[MODELS.index("gemma3-27b")].bytes[-1]
+    assert exact == 11_173_625_856 < gemma.budget_bytes < gemma.request_bytes[-1] == 19_301_662_720
+
+
+def _vllm_request_bytes(geometry: str, max_num_batched_tokens: int) -> dict[int, int]:
+    """{max_model_len: bytes of one request} as vLLM 0.33's own get_kv_cache_configs counts them (whole blocks of
+    every KV cache group), default settings, TP = PP = 1, bf16 (tests/fixtures/vllm_golden.json)."""
+    golden = json.loads((Path(__file__).resolve().parent / "fixtures" / "vllm_golden.json").read_text())
+    return {
+        c["max_model_len"]: sum(c["request_bytes"])
+        for c in golden["configs"]
+        if c["geometry"] == geometry and (c["tp"], c["pp"], c["kv_dtype"]) == (1, 1, "bf16")
+        and c["max_num_batched_tokens"] == max_num_batched_tokens and not c.get("speculative")
+        and c["async_scheduling"] and c["prefix_caching"] and c["hybrid_kv_cache_manager"]
+    }  # fmt: skip
+
+
+def test_per_request_line_is_what_fit_counts_for_a_sliding_window_model(cli):
+    # The README user's command drew gemma3-27b's exact cache (10.4 GiB at 128k, kvplan estimate) under its
+    # 17.5 GiB budget on an H100 while 'kvplan fit --max-model-len 128k' refused: vLLM 0.33 holds window − 1 +
+    # in-flight tokens per sliding layer, in whole blocks of every group. The line drawn against the budget is now
+    # what fit counts, equal to vLLM's own count (an H100's defaults: 8,192 batched tokens, async scheduling).
+    from kvplan.fit import FitOptions, plan_fit
+
+    gemma = load_bundled("gemma3-27b")
+    data = plot_data([gemma, load_bundled("llama3-8b")], [get_gpu("h100")], max_seq=131072)
+    line = data.budgets_of("gemma3-27b")[0]
+    at = dict(zip(data.points, line.request_bytes, strict=True))
+    vllm = _vllm_request_bytes("gemma3-27b", 8192)
+    assert at[4096] == vllm[4096] and at[131072] == vllm[131072] == 19_301_662_720  # 17.98 GiB
+    exact = dict(zip(data.points, data.curves[0].bytes, strict=True))
+    assert exact[131072] == 11_173_625_856  # the exact cache, kept as its own (thin) line: README's figure
+    assert exact[131072] < line.budget_bytes < at[131072]  # the exact line is under the budget, vLLM's is not
+    code, out, err = cli("fit", "gemma3-27b", "--gpu", "h100", "--max-model-len", "128k", "--json")
+    fit = json.loads(out)
+    assert code == 1 and fit["kv_bytes_per_request"] == at[131072] and fit["kv_budget_bytes"] == line.budget_bytes
+    assert "needs 17.9761 GiB of KV per GPU" in err
+    # point by point, the line lies under the budget exactly where fit takes one request (vLLM: one pool)
+    h100 = get_gpu("h100")
+    for s in data.points:
+        fits = plan_fit(gemma, h100, FitOptions(max_model_len=s)).fits
+        assert fits == (at[s] <= line.budget_bytes), s
+    assert line.refused_under_budget() == ()
+    assert line.request_fits[-1] is False and line.request_fits[0] is True
+    # a full-attention model: vLLM's count is whole 16-token blocks of the exact cache
+    llama = data.budgets_of("llama3-8b")[0]
+    assert dict(zip(data.points, llama.request_bytes, strict=True))[4096] == 536_870_912  # 4096 × 131,072 B
+
+
+def test_the_figure_says_which_line_is_which_and_crosses_what_fit_refuses_under_the_budget(cli):
+    pytest.importorskip("matplotlib")
+    from kvplan.plot import figure
+
+    data = plot_data([load_bundled("gemma3-27b")], [get_gpu("h100"), get_gpu("a100")], max_seq=131072)
+    ax = next(a for a in figure(data).axes if a.get_visible())
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "gemma3-27b (GQA, KV bf16): exact cache (kvplan estimate)" in legend
+    # an A100's vLLM defaults (2,048 batched tokens) reserve fewer sliding tokens than an H100's: two lines
+    assert "per request as vllm counts it (kvplan fit): h100-sxm-80gb" in legend
+    assert "per request as vllm counts it (kvplan fit): a100-sxm-80gb" in legend
+    h100, a100 = data.budgets_of("gemma3-27b")
+    assert a100.request_bytes[-1] == _vllm_request_bytes("gemma3-27b", 2048)[131072] < h100.request_bytes[-1]
+    solid = next(ln for ln in ax.get_lines() if ln.get_label().endswith(": h100-sxm-80gb"))
+    assert list(solid.get_ydata()) == [b / (1 << 30) for b in h100.request_bytes]
+    # SGLang's hybrid-SWA pools: gpt-oss-120b at 84,990 tokens lies under its budget in bytes, but its full-layer
+    # pool is short and fit refuses (exit 1); the point is crossed
+    gpt = plot_data([load_bundled("gpt-oss-120b")], [get_gpu("h100")], max_seq=131072, engine="sglang")
+    (line,) = gpt.budgets
+    refused = [gpt.points[j] for j in line.refused_under_budget()]
+    assert 84990 in refused
+    code, _, err = cli("fit", "gpt-oss-120b", "--gpu", "h100", "--engine", "sglang", "--max-model-len", "84990")
+    assert code == 1 and "needs 84,990 tokens of the full-layer pool" in err
+    ax = next(a for a in figure(gpt).axes if a.get_visible())
+    crosses = [ln for ln in ax.get_lines() if ln.get_marker() == "x" and len(ln.get_xdata())]
+    assert [list(c.get_xdata()) for c in crosses] == [refused]
 
 
 def test_does_not_fit_is_drawn_in_the_models_panel():
@@ -356,6 +439,36 @@ def test_throughput_limits_are_drawn_above_the_bounds_and_wall_labels_on_a_box(t
 
     fits = [plan_fit(load_bundled("llama3.1-70b"), g, FitOptions(tensor_parallel_size=4, max_model_len=8192))
             for g in gpus]  # fmt: skip
-    assert [t.get_text() for t in walls] == [f"{g.id}: {f.max_concurrent_requests} requests fit" for g, f in zip(gpus, fits, strict=True)]
+    assert [t.get_text() for t in walls] == [
+        f"{g.id}: {f.max_concurrent_requests} requests fit" for g, f in zip(gpus, fits, strict=True)
+    ]
     assert fits[0].max_concurrent_requests < fits[1].max_concurrent_requests
     assert all(t.get_bbox_patch() is not None for t in walls)
+
+
+def test_plot_help_and_throughput_axis_say_what_is_drawn(cli, tmp_path, monkeypatch):
+    # --mbu / --mfu said "(0.7)" / "(0.5)" while the estimate line uses the calibrated efficiencies (MBU 0.51, MFU
+    # 0.28 for vLLM on an H100); the y axis said "upper bound" of the estimate line too
+    from kvplan import perf
+    from kvplan import plot as plotmod
+
+    code, out, _ = cli("plot", "--help")
+    flat = " ".join(out.split())
+    assert code == 0 and "(0.7)" not in flat and "(0.5)" not in flat
+    assert (
+        "--mbu <float> With --throughput: the estimate's fraction of peak memory bandwidth (default: calibrated "
+        in flat
+    )
+    eff = perf.estimate_efficiency("vllm", get_gpu("h100"))
+    captured = {}
+    real = plotmod._write_atomic
+    monkeypatch.setattr(
+        plotmod,
+        "_write_atomic",
+        lambda fig, out, force=False: captured.setdefault("fig", fig) and real(fig, out, force),
+    )
+    _, data = plotmod.plot_throughput(load_bundled("llama3.1-8b"), [get_gpu("h100")], 4096, tmp_path / "t.png")
+    assert (data.mbu, data.mfu) == (eff.mbu, eff.mfu)  # the calibrated figures, not 0.7 / 0.5
+    ax = captured["fig"].axes[0]
+    assert "upper bound" not in ax.get_ylabel() and "estimate" in ax.get_ylabel() and "limit" in ax.get_ylabel()
+    assert any(f"MBU {eff.mbu:.2g}, MFU {eff.mfu:.2g}" in t.get_text() for t in ax.get_legend().get_texts())

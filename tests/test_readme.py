@@ -47,3 +47,17 @@ def test_readme_is_short():
 def test_readme_links_resolve():
     for link in re.findall(r"\]\((docs/[^)#]+)", README):
         assert (ROOT / link).is_file(), link
+
+
+def test_docs_links_resolve_from_their_own_folder():
+    # docs/sweep.md linked its figure as docs/kv-vs-context.png, which from docs/ is docs/docs/...: broken
+    for page in PAGES:
+        for link in re.findall(r"\]\(([^)#\s]+)", page.read_text()):
+            if not link.startswith(("http://", "https://", "mailto:")):
+                assert (page.parent / link).exists(), f"{page.name}: {link}"
+
+
+def test_docs_name_no_path_of_this_machine():
+    # docs/engines-llamacpp.md told readers to run /work/main/.venv/bin/python, a path only the authors had
+    for page in PAGES:
+        assert "/work/" not in page.read_text(), page.name

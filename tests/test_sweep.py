@@ -166,7 +166,9 @@ def test_hand_checked_row_llama3_8b_h100():
         "kv_bytes_per_request": 1_073_741_824,
         "max_concurrent_requests": 55,  # 59,652,241,337 // 1,073,741,824
         "limit": "memory",  # 55 < max_num_seqs 1,024
-        "max_concurrency": 55.5546875,  # 28,444 blocks × 2 MiB / 1 GiB = 28,444 / 512
+        # kvplan fit's "Maximum concurrency: 55.55x": 28,443 blocks (the null block left out) / 512 per request;
+        # vLLM's log would say 28,444 / 512 = 55.5546875 → "55.55x" too
+        "max_concurrency": 28_443 / 512,
         "kv_capacity_tokens": 455_104,  # 28,444 × 16
         "fits": True,
     }
@@ -329,7 +331,7 @@ def test_cli_csv_all_rows_and_skip_note(cli):
     assert list(rows[0]) == list(OUTPUT_COLUMNS)
     assert len(rows) == 6  # 2 models × 2 seqs × 2 TPs, less falcon-7b's two TP=2 rows
     # the budget of tests/test_sweep.py::test_hand_checked_row_llama3_8b_h100
-    assert rows[0]["kv_budget_bytes"] == "59652241337" and rows[0]["max_concurrency"] == "55.5546875"
+    assert rows[0]["kv_budget_bytes"] == "59652241337" and rows[0]["max_concurrency"] == str(28_443 / 512)
     assert err == (
         "kvplan: warning: skipped 2 rows: --tp does not divide the heads of falcon-7b (TP 2)\n"
         # beyond: llama3-8b (8,192 max) at 128k × 2 TPs, falcon-7b (2,048 max) at 8192 and 128k, TP 1
@@ -358,7 +360,7 @@ def test_cli_json_rows_are_objects_with_int_bytes(cli):
         "kv_bytes_per_request": ref.kv_bytes_per_request,
         "max_concurrent_requests": ref.max_concurrent_requests,
         "limit": "max_num_seqs" if ref.limited_by_max_num_seqs else "memory",
-        "max_concurrency": ref.max_concurrency,
+        "max_concurrency": ref.max_requests_ratio,  # what fit prints as "Maximum concurrency"
         "kv_capacity_tokens": ref.kv_capacity_tokens,
         "fits": True,
     }
@@ -397,18 +399,30 @@ def test_cli_table_singulars_and_cut_concurrency(cli):
     assert row.split()[7:12] == ["2", "memory", "2.68x", f"{ref.num_blocks:,}", "yes"]
 
 
-def test_cli_table_vllm_columns_are_the_logs_figures(cli):
+def test_cli_table_vllm_concurrency_is_fits_and_tokens_the_logs(cli):
     # llama3.1-70b at TP 2, 32k: 163,840 B per token per GPU, blocks of 16 = 2,621,440 B, 2,048 per request.
     # A budget of 14,329 blocks (37,562,613,760 B): vLLM logs 14,329 / 2,048 = 6.9966 → "7.00x" and
-    # int(6.9966 × 32,768) = 229,264 tokens, but beside the null block 14,328 blocks hold 6 requests
+    # int(6.9966 × 32,768) = 229,264 tokens, but beside the null block 14,328 blocks hold 6 requests: kvplan fit
+    # prints "Maximum concurrency: 6.99x" (14,328 / 2,048 = 6.9960, cut), and so does the sweep (it printed 7.00x,
+    # vLLM's figure, beside fit's 6.99 and 6 whole requests)
     budget = str(14_329 * 2_621_440)
-    code, out, _ = cli("sweep", "llama3.1-70b", "--seq", "32k", "--gpu", "h100", "--tp", "2", "--kv-cache-memory", budget)
+    code, out, _ = cli("fit", "llama3.1-70b", "--max-model-len", "32k", "--gpu", "h100", "--tp", "2",
+                       "--kv-cache-memory", budget)  # fmt: skip
+    assert code == 0 and "Maximum concurrency: 6.99x (vLLM's log rounds it to 7.00x; 6 whole requests fit)" in out
+    code, out, _ = cli(
+        "sweep", "llama3.1-70b", "--seq", "32k", "--gpu", "h100", "--tp", "2", "--kv-cache-memory", budget
+    )
     assert code == 0
     assert "vLLM log" in out and "concurrency" in out and "cache tokens" in out
     row = next(line for line in out.splitlines() if line.lstrip().startswith("llama3.1-70b"))
-    assert row.split()[7:12] == ["6", "memory", "7.00x", "229,264", "yes"]
-    assert 'vLLM log columns: "Maximum concurrency" (rounded, the null block counted)' in out
+    assert row.split()[7:12] == ["6", "memory", "6.99x", "229,264", "yes"]
+    assert (
+        "concurrency: kvplan fit's \"Maximum concurrency\" (the null block left out; vLLM's log rounds its own" in out
+    )
     assert "not the tokens of context that fit; whole requests: what fits" in out
+    code, out, _ = cli("sweep", "llama3.1-70b", "--seq", "32k", "--gpu", "h100", "--tp", "2",
+                       "--kv-cache-memory", budget, "--json")  # fmt: skip
+    assert json.loads(out)[0]["max_concurrency"] == 14_328 / 2_048
 
 
 @pytest.mark.parametrize(

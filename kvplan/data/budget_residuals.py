@@ -1,8 +1,8 @@
 """Measured error of kvplan's budget model: for each engine (vLLM by generation) and modelled term, the
 lowest and highest ratio of the engine's printed figure to kvplan's figure over the public start-up logs of
 ``tests/fixtures/engine_logs/`` (``RESIDUALS``), written by ``python scripts/budget_table.py --write`` (a test
-checks it is current). ``kvplan fit`` multiplies each modelled term by these ratios to print the budget as a
-range (:class:`kvplan.engines.base.Term`).
+checks it is current). ``kvplan fit`` multiplies each modelled term by these ratios, widened to take in 1 (its own
+figure: :func:`kvplan.engines.base.modelled_term`), to print the budget as a range (:class:`kvplan.engines.base.Term`).
 
 A term no log printed for an engine gets :data:`DEFAULT_FACTORS` (no measurement: the range is kvplan's
 assumption, and the output's source says "assumed"). Generated data below the marker; edit the script, not it.

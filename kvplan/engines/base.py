@@ -128,9 +128,10 @@ def exact_term(name: str, value: int, source: str) -> Term:
 
 
 def modelled_term(name: str, value: int, factors: tuple[float, float], source: str) -> Term:
-    """A modelled term with its range ``value × factors`` (the residuals' low and high ratios, printed over
-    modelled, measured on the corpus)."""
-    lo, hi = factors
+    """A modelled term with its range ``value × (min(low, 1), max(high, 1))``: the residuals' low and high ratios
+    (printed over modelled, measured on the corpus), widened to take in kvplan's own figure (a range whose
+    measured ratios all lie on one side of 1 would otherwise leave the point estimate outside it)."""
+    lo, hi = min(factors[0], 1.0), max(factors[1], 1.0)
     return Term(name, value, int(value * lo), -(-int(value * hi * 10**6) // 10**6), source)
 
 

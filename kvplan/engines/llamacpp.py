@@ -888,9 +888,9 @@ class LlamacppEngine(EngineRules):
             return None
         if result.max_model_len > s["slot_ctx"]:
             return (f"a request of {result.max_model_len:,} tokens is longer than a slot's context of "
-                    f"{s['slot_ctx']:,} (-c {s['n_ctx']:,} for {s['n_parallel']} slots; llama-server caps a slot at "
+                    f"{s['slot_ctx']:,} (-c {s['n_ctx']} for {s['n_parallel']} slots; llama-server caps a slot at "
                     f"the model's {s['n_ctx_train']:,})")  # fmt: skip
-        return (f"llama.cpp's caches for -c {s['n_ctx']:,} with {s['n_parallel']} slots take "
+        return (f"llama.cpp's caches for -c {s['n_ctx']} with {s['n_parallel']} slots take "
                 f"{s['kv_total_bytes']:,} B ({fmt_gib(s['kv_total_bytes'])}) but the KV budget is "
                 f"{fmt_gib(result.kv_budget_bytes)}")  # fmt: skip
 

@@ -149,28 +149,30 @@ def read_log_file(path: str | Path) -> str:
 
 
 def model_from_id(model_id: str):
-    """(spec, how) of the model a log names, without the network: a bundled model whose ``hf_repo`` is the id,
-    a bundled model named as the id's last path component, or a config.json in the local Hugging Face cache;
-    None when none of these has it."""
-    from kvplan.loader import bundled_names, load_bundled
-    from kvplan.readers.hub import _cached, bundled_name, is_repo_id, load_repo, parse_repo_id
+    """(spec, how) of the model a log names: a Hugging Face repo id resolved as MODEL is
+    (:func:`kvplan.loader.load_model`: a bundled model's ``hf_repo``, the local Hugging Face cache, a known tune of
+    a bundled base with the warning that says so in ``spec.warnings``, the Hub), else (a local path, or an id none
+    of those has) the bundled model named as its last path component; None when neither has it."""
+    from kvplan.errors import SpecError
+    from kvplan.loader import bundled_names, load_bundled, load_model
+    from kvplan.readers.hub import bundled_name, is_repo_id, tune_base
 
     text = model_id.strip().rstrip("/")
     if is_repo_id(text):
-        name = bundled_name(text)
-        if name is not None:
-            return load_bundled(name), f"the log's model {text} (bundled as {name}, its hf_repo)"
+        try:
+            spec = load_model(text)
+        except SpecError:
+            spec = None
+        if spec is not None:
+            name = bundled_name(text)
+            if name is not None:
+                return spec, f"the log's model {text} (bundled as {name}, its hf_repo)"
+            if tune_base(text) is not None and spec.warnings:
+                return spec, f"the log's model {text}, read as MODEL is: bundled {tune_base(text)[0]}'s geometry"
+            return spec, f"the log's model {text}, read as MODEL is: its config.json"
     base = text.replace("\\", "/").rsplit("/", 1)[-1].lower()
     if base in bundled_names():
         return load_bundled(base), f"the log's model {text} (the bundled model of that name)"
-    if is_repo_id(text):
-        repo, revision = parse_repo_id(text)
-        try:
-            cached = _cached(repo, "config.json", revision)
-        except Exception:  # noqa: BLE001 - huggingface_hub missing or its cache unreadable: not found
-            cached = None
-        if cached is not None:
-            return load_repo(text), f"the log's model {text} (its config.json in the Hugging Face cache)"
     return None
 
 
@@ -303,7 +305,7 @@ def reproduce(text: str, model=None, given: dict | None = None, source: str = "t
         if found is None:
             raise UsageError(
                 f"--from-log {source}: the log names the model {reading.model_id!r}, which kvplan cannot load "
-                "(not a bundled model's hf_repo or name, nor in the Hugging Face cache); give it as MODEL: "
+                "(not a bundled model's hf_repo or name, nor a repo id it resolves as MODEL); give it as MODEL: "
                 "kvplan fit MODEL --from-log FILE"
             )
         spec, model_source = found

@@ -43,7 +43,7 @@ KV_FIGURES = ("kv_tokens", "num_gpu_blocks", "available_kv_gib", "kv_cache_size_
               "kv_cache_memory_bytes", "max_concurrency", "estimated_max_model_len")  # fmt: skip
 KV_LINES = ("'GPU KV cache size'", "'# GPU blocks'", "'Available KV cache memory'", "'Memory profiling results'",
             "'the rest of the memory reserved for KV Cache'")  # fmt: skip
-MODEL_LINES = "'non-default args', 'with config: model=', 'Starting to load model'"
+MODEL_LINES = "'non-default args', 'args: Namespace(... model=...)', 'with config: model=', 'Starting to load model'"
 
 LABELS = {
     "kv_cache_memory_bytes": "Current kv cache memory in use",

@@ -21,7 +21,8 @@ Formats (the release ranges are from vLLM's source, see ``/work/notes/vllm-budge
   ``To serve at least one request with the models's max seq len (S), (X GiB KV cache is needed, … (Y
   GiB). … the estimated maximum model length is L.`` (``_check_enough_kv_cache_memory``); ``Add N padding
   layers, may waste at most P% KV cache memory``; ``num_gpu_blocks is: N`` (the engine's cache config).
-- Settings: ``non-default args: {…}`` (0.10+), ``Initializing a V1 LLM engine (vX) with config: model=…,
+- Settings: ``non-default args: {…}`` (0.10+), the model of ``args: Namespace(…, model='…', …)`` (the API
+  server before it, 0.5–0.8), ``Initializing a V1 LLM engine (vX) with config: model=…,
   max_seq_len=…, tensor_parallel_size=…`` (V0: ``Initializing an LLM engine``), ``Chunked prefill is
   enabled with max_num_batched_tokens=N``, ``Setting attention block size to N tokens`` (hybrid models).
 
@@ -159,6 +160,10 @@ LINES: list[tuple[str, str, re.Pattern]] = [
         _re(r"Initializing (?:a|an) (?:(?P<gen>V[01]) )?LLM engine(?: \(v(?P<v>[\w.+-]+)\))? with config: (?P<cfg>.*)"),
     ),
     ("", "non_default", _re(r"non-default args: (?P<args>\{.*)")),
+    # the API server before the non-default args line prints its whole argparse namespace (``args: Namespace(host=
+    # None, port=8000, ..., model='...', ...)``, entrypoints/openai/api_server.py; seen in 0.5.0-0.8.4 logs); only
+    # the model is read from it (the rest are the parser's defaults, not what the engine resolved)
+    ("", "namespace", _re(r"\bargs: Namespace\((?P<args>.*)")),
     ("", "chunked", _re(r"Chunked prefill is enabled with max_num_batched_tokens=(?P<n>\d+)")),
     ("", "load_model", _re(r"Starting to load model (?P<m>\S+?)(?:\.\.\.)?$")),
     ("", "llm_call", _re(r"\bLLM\(\s*(?:model\s*=\s*)?[\"'](?P<m>[^\"']+)[\"']")),
@@ -549,6 +554,12 @@ def parse(lines: list[str]) -> LogReading:
                     k, v = _norm_setting(k, v)
                     if k in SETTING_KEYS or k == "model_tag":
                         r.setting(k, v)
+            elif kind == "namespace":
+                found = re.search(r"(?:^|[ ,])model='(?P<m>[^']+)'", g["args"]) or re.search(
+                    r"(?:^|[ ,])model_tag='(?P<m>[^']+)'", g["args"]
+                )
+                if found:
+                    r.setting("model", found.group("m"))
             elif kind == "chunked":
                 r.setting("max_num_batched_tokens", int(g["n"]))
             elif kind in ("load_model", "llm_call"):
