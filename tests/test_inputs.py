@@ -395,3 +395,19 @@ def test_printable_escapes_what_would_move_the_cursor():
 
     assert printable("a\nb\x1b[31m.png") == "a\\nb\\x1b[31m.png"
     assert printable("plain é ü 模型.png") == "plain é ü 模型.png"
+
+
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        (["estimate", "llama3-8b", "--seq", "9" * 4000],
+         "--seq: '99999999999999999999…9999' (4,000 digits) is not a token count; use e.g. 4096, 32k or 128k (k = 1024)"),
+        (["fit", "llama3-8b", "--gpu", "h100", "--kv-cache-memory", "x" * 4000],
+         "--kv-cache-memory: 'xxxxxxxxxxxxxxxxxxxx…xxxx' (4,000 characters) is not a size; use bytes or a unit: GB "
+         "(10^9), GiB (2^30), MB, MiB, TB, TiB"),
+    ],
+)  # fmt: skip
+def test_a_long_value_is_echoed_by_its_ends_and_length(cli, args, line):
+    # a 4,000-character value was echoed whole (cut only at 2,000 characters of message)
+    code, out, err = cli(*args)
+    assert (code, out, err) == (2, "", f"kvplan: error: {line}\n")
