@@ -411,3 +411,27 @@ def test_a_long_value_is_echoed_by_its_ends_and_length(cli, args, line):
     # a 4,000-character value was echoed whole (cut only at 2,000 characters of message)
     code, out, err = cli(*args)
     assert (code, out, err) == (2, "", f"kvplan: error: {line}\n")
+
+
+@pytest.mark.skipif(sys.gettrace() is not None, reason="a tracer (coverage, a debugger) is already installed")
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm", "llamacpp"])
+def test_the_advice_of_a_plan_that_does_not_fit_reuses_the_per_layer_work(engine):
+    # A 10,000-layer model on an L4 does not fit; the advice (fit.suggest) plans it at every TP and catalog GPU,
+    # about 140 plans. Each plan's per-layer work (vLLM's KV cache groups, the engines' bytes per token, llama.cpp's
+    # cache rows) is computed once per spec and TP and reused: the whole advice costs a few plans' work, not ~120x
+    # a plan as before (llama.cpp: 11x, its -fit and largest -c searches also repeated it).
+    from kvplan import api
+    from kvplan.fit import DoesNotFit, plan_fit, require_fit
+    from kvplan.gpus import get_gpu
+    from kvplan.specs import build_spec
+
+    data = dict(name="big", source="test", num_layers=10_000, num_q_heads=8, num_kv_heads=8, head_dim=128,
+                dtype="bf16", max_model_len=1 << 20, param_count=10**9)  # fmt: skip
+    opts, gpu = api.fit_options(engine=engine), get_gpu("l4")
+
+    def advice():
+        with pytest.raises(DoesNotFit):
+            require_fit(build_spec(data, "big.yaml"), gpu, opts)
+
+    one = _traced_events(lambda: plan_fit(build_spec(data, "big.yaml"), gpu, opts))
+    assert _traced_events(advice) <= 8 * one
