@@ -6,6 +6,7 @@ Data goes to stdout; warnings and chatter go to stderr.
 from __future__ import annotations
 
 import math
+import re
 import sys
 from dataclasses import asdict, is_dataclass
 from enum import Enum
@@ -210,11 +211,24 @@ def _finite(obj: Any) -> Any:
 _CSV_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
+# A cell left as it is although it starts with "-": a negative decimal number (a spreadsheet reads it as the
+# number it is; "+1" is quoted: a spreadsheet would show 1), or a command-line flag list (``--tp 2 --pp 2``:
+# "-" then a letter or "-", and only letters, digits, "-", "_", ".", ",", "=", "/", ":" and spaces; without
+# "(" "|" "!" "@" or quotes no function call, DDE link or sheet reference can be formed, so nothing can run).
+_CSV_NUMBER = re.compile(r"-[0-9]+(?:\.[0-9]+)?")
+_CSV_FLAGS = re.compile(r"-[-A-Za-z][A-Za-z0-9_.,=/: -]*")
+
+
 def csv_cell(value: Any) -> Any:
     """A CSV cell: a string a spreadsheet would run as a formula (it starts with ``=``, ``+``, ``-``, ``@``, a
     tab or a carriage return: OWASP's "CSV injection") gets a leading ``'``, which spreadsheets show as text;
-    numbers and other strings are written as they are."""
+    numbers and other strings are written as they are, and so are a string that is a negative decimal number
+    (``-0.5``) and a flag list of command-line tokens (``--tensor-parallel-size 2``: no character of a function
+    call, DDE link or sheet reference in it, see :data:`_CSV_FLAGS`), which CSV readers get verbatim (a
+    spreadsheet may show such a flag list as a formula error, never run it)."""
     if isinstance(value, str) and value.startswith(_CSV_FORMULA_START):
+        if _CSV_NUMBER.fullmatch(value) or _CSV_FLAGS.fullmatch(value):
+            return value
         return "'" + value
     return value
 

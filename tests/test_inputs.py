@@ -369,6 +369,40 @@ def test_fleet_csv_quotes_names_too(cli, tmp_path):
     assert (csv_cell("=1+1"), csv_cell("\t=1"), csv_cell("llama"), csv_cell(-1)) == ("'=1+1", "'\t=1", "llama", -1)
 
 
+@pytest.mark.parametrize(
+    "cell, written",
+    [
+        # kvplan's own flag lists and plain numbers are written as they are (they were quoted: '--tensor-...)
+        ("--tensor-parallel-size 2 --pipeline-parallel-size 2", "--tensor-parallel-size 2 --pipeline-parallel-size 2"),
+        ("-tp 2", "-tp 2"),
+        ("-0.5", "-0.5"),
+        ("+3", "'+3"),  # a spreadsheet would show 3
+        # a formula or DDE payload, even one that starts like a flag or a number, is quoted
+        ("-cmd|' /C calc'!A0", "'-cmd|' /C calc'!A0"),
+        ("-2+3+cmd|' /C calc'!A0", "'-2+3+cmd|' /C calc'!A0"),
+        ("-2+3", "'-2+3"),
+        ("--x=HYPERLINK(\"http://x\")", "'--x=HYPERLINK(\"http://x\")"),
+        ("@SUM(A1)", "'@SUM(A1)"),
+        ("-", "'-"),
+    ],
+)
+def test_csv_quotes_formulas_not_flags_or_numbers(cell, written):
+    from kvplan.render import csv_cell
+
+    assert csv_cell(cell) == written
+
+
+def test_fleet_csv_writes_its_parallel_flags_as_they_are(cli):
+    import csv
+    import io
+
+    code, out, err = cli("fleet", "llama3.1-70b", "--concurrency", "64", "--seq", "8k", "--gpu", "h100", "--tp", "2",
+                         "--pp", "2", "--csv")  # fmt: skip
+    assert code == 0, err
+    row = next(csv.DictReader(io.StringIO(out)))
+    assert row["parallel_flags"] == "--tensor-parallel-size 2 --pipeline-parallel-size 2"
+
+
 @pytest.mark.parametrize("command", [["sweep", "--seq", "1k", "--gpu", "h100"], ["compare", "--seq", "1k"],
                                      ["fleet", "--concurrency", "2", "--seq", "1k", "--gpu", "h100"]])  # fmt: skip
 def test_brackets_in_a_name_are_text_not_rich_markup(cli, tmp_path, command):
