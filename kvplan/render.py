@@ -774,29 +774,32 @@ def fit_lines(r) -> list[str]:
             out.append(
                 f"One request of {fmt_tokens(r.max_model_len)} takes {plural(r.blocks_per_request, 'block')}{null}"
             )
-        out.append(f"Engine log: {r.engine_log}")
-        if r.kv_cache_groups and r.kv_tokens_rule == "groups" and len(r.kv_cache_groups) > 1:
+        if r.kv_cache_groups and r.kv_tokens_rule != "groups":  # one line: it is printed by every vLLM fit
+            # (the log's "Maximum concurrency" figure is on the line "Maximum concurrency: ..." below)
             out.append(
-                f'  "GPU KV cache size" is num_blocks // {plural(len(r.kv_cache_groups), "group")} × block_size '
-                f"(vLLM {r.engine_version} kv_cache_utils.py): one group's tokens, a token counted in every layer"
-            )
-        elif r.kv_cache_groups and r.kv_tokens_rule == "groups":
-            out.append('  "GPU KV cache size" is num_blocks × block_size (one KV cache group)')
-        elif r.kv_cache_groups:
-            out.append(  # one short line: it is printed by every vLLM fit
-                '  "GPU KV cache size" = int(concurrency × max_model_len) (vLLM get_kv_cache_capacity), not the '
-                "tokens that fit"
+                f'Engine log: "GPU KV cache size: {r.kv_capacity_tokens:,} tokens" = int(concurrency × '
+                "max_model_len), not the tokens that fit"
             )
         else:
-            what = 'the log\'s "GPU KV cache size", ' if r.engine_version != "0.6" else ""
-            tokens_note = (
-                f"  {what}num_blocks × block_size = {fmt_tokens(r.kv_capacity_tokens)}, counts a token in every layer"
-            )
-            if _windowed_note(r):
-                tokens_note += (
-                    "; sliding-window, chunked and state layers hold less per request, so a request can be longer"
+            out.append(f"Engine log: {r.engine_log}")
+            if r.kv_cache_groups and len(r.kv_cache_groups) > 1:
+                out.append(
+                    f'  "GPU KV cache size" is num_blocks // {plural(len(r.kv_cache_groups), "group")} × block_size '
+                    f"(vLLM {r.engine_version} kv_cache_utils.py): one group's tokens, a token counted in every layer"
                 )
-            out.append(tokens_note)
+            elif r.kv_cache_groups:
+                out.append('  "GPU KV cache size" is num_blocks × block_size (one KV cache group)')
+            else:
+                what = 'the log\'s "GPU KV cache size", ' if r.engine_version != "0.6" else ""
+                tokens_note = (
+                    f"  {what}num_blocks × block_size = {fmt_tokens(r.kv_capacity_tokens)}, counts a token in every "
+                    "layer"
+                )
+                if _windowed_note(r):
+                    tokens_note += (
+                        "; sliding-window, chunked and state layers hold less per request, so a request can be longer"
+                    )
+                out.append(tokens_note)
     else:
         if r.engine == "trtllm" and r.engine_version:
             out.append(
