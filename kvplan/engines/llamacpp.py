@@ -1079,7 +1079,9 @@ def swa_cells(n_ctx: int, n_swa: int, n_seq: int, n_ubatch: int, flash_attn: boo
     """Cells of the sliding-window cache of the builds of mid-2025 (b6000–b6200, the corpus's llama.cpp logs):
     ``n_ctx`` with ``--swa-full``, else ``min(n_ctx, GGML_PAD(n_swa × n_seq + n_ubatch, n_pad))`` with
     ``n_pad`` 256 under flash attention and 32 without (``llama-kv-cache-unified-iswa.cpp``,
-    ``llama_kv_cache_unified::get_padding``; the later commit of ``../shared/reference`` pads to 256 always)."""
+    ``llama_kv_cache_unified::get_padding``). Later builds pad it to 256 always (llama.cpp issue #17037,
+    ``src/llama-kv-cache-iswa.cpp``: "the SWA cache is always padded to 256"), as :func:`memory` does for the
+    commit kvplan follows, :data:`LLAMA_CPP_COMMIT`)."""
     if swa_full:
         return n_ctx
     pad = 256 if flash_attn else 32
