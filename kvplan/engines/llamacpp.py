@@ -1081,7 +1081,7 @@ def swa_cells(n_ctx: int, n_swa: int, n_seq: int, n_ubatch: int, flash_attn: boo
     ``n_pad`` 256 under flash attention and 32 without (``llama-kv-cache-unified-iswa.cpp``,
     ``llama_kv_cache_unified::get_padding``). Later builds pad it to 256 always (llama.cpp issue #17037,
     ``src/llama-kv-cache-iswa.cpp``: "the SWA cache is always padded to 256"), as :func:`memory` does for the
-    commit kvplan follows, :data:`LLAMA_CPP_COMMIT`)."""
+    commit kvplan follows, :data:`LLAMA_CPP_COMMIT`."""
     if swa_full:
         return n_ctx
     pad = 256 if flash_attn else 32
