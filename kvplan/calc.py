@@ -74,6 +74,10 @@ _STATE_SPLIT_FIELDS = {
 
 def state_split_dims(spec: ModelSpec) -> tuple[tuple[str, int], ...]:
     """The distinct ``(kind.field, size)`` state dimensions TP must divide, e.g. ``("gdn.num_v_heads", 32)``."""
+    return spec.memo(("state_split_dims",), lambda: _state_split_dims(spec))
+
+
+def _state_split_dims(spec: ModelSpec) -> tuple[tuple[str, int], ...]:
     dims = set()
     for layer in spec.layers:
         state = layer.state
@@ -311,6 +315,10 @@ def kv_replication(
     tp = tensor_parallel_size
     if tp <= 1:
         return None
+    return spec.memo(("kv_replication", tp, sources), lambda: _kv_replication(spec, tp, sources))
+
+
+def _kv_replication(spec: ModelSpec, tp: int, sources: tuple[str, str]) -> KVReplication | None:
     best: tuple[int, int, str] | None = None  # (factor, H_kv, kind)
     for layer in spec.layers:
         if layer.kind in KV_HEAD_KINDS and layer.num_kv_heads < tp:

@@ -1009,7 +1009,12 @@ def plot(
     ),
     topologies: bool = typer.Option(False, "--topologies", help="Also draw the first model as MHA and MQA (dashed)."),
     kv_dtype: str = typer.Option("auto", "--kv-dtype", help="KV dtype (auto = each model's dtype)."),
-    tp: int = typer.Option(1, "--tp", help="tensor_parallel_size of the budgets; curves are bytes per GPU."),
+    tp: Optional[int] = typer.Option(
+        None,
+        "--tp",
+        help="tensor_parallel_size of the budgets; curves are bytes per GPU (default: per model, the smallest TP "
+        "with KV memory on each --gpu; 1 without --gpu).",
+    ),
     engine: str = typer.Option("vllm", "--engine", "-e", help="Convention: vllm, sglang, trtllm, llamacpp."),
     weights_dtype: Optional[str] = typer.Option(
         None, "--weights-dtype", help="bf16, fp16, fp8, int8, int4, mxfp4, nvfp4 (default: each model's)."
@@ -1045,7 +1050,7 @@ def plot(
     if throughput:
         written, tdata = plotmod.plot_throughput(
             specs[0], gpus_, parse_tokens(context, "--context"), path, force, kv_dtype=kv_dtype,
-            tensor_parallel_size=tp, engine=engine, weights_dtype=weights_dtype, mbu=mbu, mfu=mfu,
+            tensor_parallel_size=1 if tp is None else tp, engine=engine, weights_dtype=weights_dtype, mbu=mbu, mfu=mfu,
         )  # fmt: skip
         for note in tdata.notes:
             render.warn(note)

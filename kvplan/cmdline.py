@@ -74,6 +74,7 @@ from pathlib import PurePath
 from typing import Callable
 
 from kvplan.errors import UsageError
+from kvplan.units import check_ascii_number, shorten
 
 # --- the engines' command lines ------------------------------------------------------------------------------
 
@@ -317,7 +318,7 @@ def parse(tool: Tool, args: list[str], kvplan_names=frozenset()) -> tuple[list[I
                 value, i = args[i], i + 1
             else:
                 raise UsageError(f"{tok}: expects a value")
-            items.append(Item(flag, name, [json.dumps(_nested(dotted.split("."), value))]))
+            items.append(Item(flag, name, [json.dumps(_nested(dotted.split("."), value, tok.partition("=")[0]))]))
             continue
         takes = flag.takes
         if takes == 0:
@@ -344,9 +345,57 @@ def parse(tool: Tool, args: list[str], kvplan_names=frozenset()) -> tuple[list[I
     return items, positionals
 
 
-def _nested(keys: list[str], value: str) -> dict:
+MAX_COUNT_DIGITS = 18  # a count or size in a pasted command is below 10^18 (kvplan's own bounds are far lower)
+
+
+class _NumberBeyond(ValueError):
+    """A number in a pasted JSON value that no engine setting holds (the text as typed)."""
+
+
+def _json_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_COUNT_DIGITS:
+        raise _NumberBeyond(text)
+    return int(text)
+
+
+def _json_float(text: str) -> float:
+    import math
+
+    value = float(text)
+    if not math.isfinite(value) or abs(value) >= 10**MAX_COUNT_DIGITS:
+        raise _NumberBeyond(text)
+    return value
+
+
+def _json_constant(text: str):
+    raise _NumberBeyond(text)  # NaN, Infinity, -Infinity: Python's json reads them, JSON has no such numbers
+
+
+def _json(text: str, typed: str):
+    """A pasted JSON value (``--speculative-config '{...}'``, ``--speculative-config.key VALUE``), as vLLM's
+    ``json.loads`` reads it, with the numbers bounded: integers of at most :data:`MAX_COUNT_DIGITS` digits
+    (``int()`` of 4,300+ digits is Python's ValueError), finite floats below 10^18, no NaN/Infinity.
+
+    Raises:
+        json.JSONDecodeError: not JSON (each caller says what it expected).
+        UsageError: a number beyond those bounds, or arrays/objects nested past Python's recursion limit
+            (naming ``typed``).
+    """
     try:
-        parsed = json.loads(value)
+        return json.loads(text, parse_int=_json_int, parse_float=_json_float, parse_constant=_json_constant)
+    except _NumberBeyond as e:
+        if str(e) in ("NaN", "Infinity", "-Infinity"):
+            raise UsageError(f"{typed}: {e} is not a number JSON has; give a finite number") from None
+        raise UsageError(
+            f"{typed}: the number {shorten(str(e))} is beyond any setting kvplan reads (a finite number below 10^18)"
+        ) from None
+    except RecursionError:
+        raise UsageError(f"{typed}: JSON nested too deep ({len(text):,} characters); give a flat object") from None
+
+
+def _nested(keys: list[str], value: str, typed: str) -> dict:
+    try:
+        parsed = _json(value, typed)
     except json.JSONDecodeError:
         parsed = value
     out: object = parsed
@@ -414,10 +463,27 @@ class _Ctx:
         return target in self.names
 
 
+def _number_text(item: Item, value: str | None = None) -> str:
+    """A number's text as typed, stripped: ASCII digits only (one rule for every flag, pasted or kvplan's:
+    :func:`kvplan.units.check_ascii_number`; Python's ``int()``/``float()`` would read ``٤`` as 4) and at
+    most :data:`MAX_COUNT_DIGITS` digits before any decimal point.
+
+    Raises:
+        UsageError: naming the flag.
+    """
+    v = (item.value if value is None else value).strip()
+    check_ascii_number(item.typed, v)
+    if len(re.match(r"[-+]?[0-9_]*", v).group().lstrip("+-")) > MAX_COUNT_DIGITS:
+        raise UsageError(f"{item.typed}: {shorten(v)} is beyond any setting kvplan reads (below 10^18)")
+    return v
+
+
 def _int(item: Item, tool: Tool) -> str:
-    v = item.value.strip()
+    v = _number_text(item)
     if not re.fullmatch(r"-?[0-9]+", v):
-        raise UsageError(f"{item.typed}: {item.value!r} is not an integer ({tool.label} reads an integer here)")
+        raise UsageError(
+            f"{item.typed}: {shorten(item.value, quote=True)} is not an integer ({tool.label} reads an integer here)"
+        )
     return str(int(v))
 
 
@@ -432,6 +498,7 @@ def human_readable_int(item: Item, allow_auto: bool = False) -> int:
     v = item.value.strip()
     if allow_auto and (v == "-1" or v.lower() == "auto"):
         return -1
+    v = _number_text(item, v)
     m = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgGtT])", v)
     if m:
         number, suffix = m.groups()
@@ -443,7 +510,9 @@ def human_readable_int(item: Item, allow_auto: bool = False) -> int:
             raise UsageError(f"{item.typed}: {v!r}: vLLM allows no decimals with binary suffixes like {suffix}")
         return int(number) << (10 * ("KMGT".index(suffix) + 1))
     if not re.fullmatch(r"-?[0-9]+", v):
-        raise UsageError(f"{item.typed}: {v!r} is not an integer (vLLM: 4096, 32k = 32,000, 32K = 32,768)")
+        raise UsageError(
+            f"{item.typed}: {shorten(v, quote=True)} is not an integer (vLLM: 4096, 32k = 32,000, 32K = 32,768)"
+        )
     return int(v)
 
 
@@ -452,9 +521,11 @@ def _convert(item: Item, conv: str, tool: Tool) -> str:
         return _int(item, tool)
     if conv == "frac":
         try:
-            return str(float(item.value))
+            return str(float(_number_text(item)))
         except ValueError:
-            raise UsageError(f"{item.typed}: {item.value!r} is not a number ({tool.label})") from None
+            raise UsageError(
+                f"{item.typed}: {shorten(item.value, quote=True)} is not a number ({tool.label})"
+            ) from None
     if conv == "vllm_int":
         return str(human_readable_int(item))
     if conv == "vllm_len":
@@ -520,7 +591,7 @@ def _h_fraction_dependent(ctx: _Ctx, item: Item) -> None:
 def _h_spec_config(ctx: _Ctx, item: Item) -> None:
     for value in item.values:
         try:
-            data = json.loads(value)
+            data = _json(value, item.typed)
         except json.JSONDecodeError as e:
             raise UsageError(
                 f"{item.typed}: not JSON ({e.msg} at column {e.colno}); e.g. "
@@ -601,8 +672,11 @@ def _h_ngl(ctx: _Ctx, item: Item) -> None:
     if v in ("auto", "all", "-1"):
         ctx.out.ignored.append(item.typed)
         return
+    v = _number_text(item, v)
     if not re.fullmatch(r"[0-9]+", v):
-        raise UsageError(f"{item.typed}: {item.value!r}: a layer count, 'auto' or 'all' (common/arg.cpp)")
+        raise UsageError(
+            f"{item.typed}: {shorten(item.value, quote=True)}: a layer count, 'auto' or 'all' (common/arg.cpp)"
+        )
     n = int(v)
 
     def check(spec, tp, typed=item.typed, n=n):

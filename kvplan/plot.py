@@ -61,10 +61,11 @@ class Curve:
     Attributes:
         label: legend text.
         bytes: KV bytes of one request at each point of :attr:`PlotData.points` (ints, exact; per GPU at
-            :attr:`PlotData.tensor_parallel_size`).
+            :attr:`tensor_parallel_size`).
         max_context: tokens beyond which the line is dotted (the model's max_model_len), or None.
         variant: True for an MHA/MQA variant (dashed).
         model: the model's name (a variant's: the model it varies).
+        tensor_parallel_size: the TP the bytes are per GPU at (the model's panel's, :meth:`PlotData.tp_of`).
     """
 
     label: str
@@ -72,6 +73,7 @@ class Curve:
     max_context: int | None
     variant: bool = False
     model: str = ""
+    tensor_parallel_size: int = 1
 
 
 @dataclass(frozen=True)
@@ -125,11 +127,14 @@ class PlotData:
         budgets: one per (model, GPU), models in order, then GPUs in order; those that do not fit included.
         kv_dtype: the KV dtype asked for (``auto``: each model's own).
         notes: what was left out or does not fit, and why (one line each).
-        tensor_parallel_size: TP of the budgets; the curves are bytes per GPU at this TP.
+        tensor_parallel_size: TP of the budgets as asked; the curves are bytes per GPU at this TP. None: not
+            asked, each model's panel at the smallest TP that leaves it KV memory on every GPU
+            (:attr:`model_tp`).
         engine: the engine convention of the budgets.
         weights_dtype: the weights dtype asked for (None: each model's own).
         no_budget: (model, GPU id, reason) for each (model, GPU) whose budget could not be computed at all
             (weights unknown: no param_count); marked in the model's panel.
+        model_tp: (model, TP) of each model: its curve's and budgets' TP (the asked one, or the one chosen).
     """
 
     points: tuple[int, ...]
@@ -137,10 +142,15 @@ class PlotData:
     budgets: tuple[BudgetLine, ...]
     kv_dtype: str
     notes: tuple[str, ...]
-    tensor_parallel_size: int = 1
+    tensor_parallel_size: int | None = 1
     engine: str = "vllm"
     weights_dtype: str | None = None
     no_budget: tuple[tuple[str, str, str], ...] = ()
+    model_tp: tuple[tuple[str, int], ...] = ()
+
+    def tp_of(self, model: str) -> int:
+        """The TP of a model's curve and budgets (the asked TP, or the one chosen for it; 1 when unknown)."""
+        return dict(self.model_tp).get(model, self.tensor_parallel_size or 1)
 
     def budgets_of(self, model: str) -> tuple[BudgetLine, ...]:
         """The budget lines of one model (by name)."""
@@ -188,7 +198,7 @@ def plot_data(
     kv_dtype: str = "auto",
     topologies: bool = False,
     *,
-    tensor_parallel_size: int = 1,
+    tensor_parallel_size: int | None = 1,
     engine: str = "vllm",
     weights_dtype: str | None = None,
 ) -> PlotData:
@@ -200,7 +210,10 @@ def plot_data(
         max_seq: last context length of the axis (tokens).
         kv_dtype: KV dtype name (``auto``: each model's own).
         topologies: also the first model as MHA and MQA.
-        tensor_parallel_size: TP of the budgets; the curves are bytes per GPU at this TP.
+        tensor_parallel_size: TP of the budgets; the curves are bytes per GPU at this TP. None (``kvplan plot``
+            without ``--tp``): per model, the smallest TP its heads allow (:func:`kvplan.calc.valid_tp_sizes`)
+            at which it leaves KV memory on every GPU given (else on any of them; else TP 1): a 70B model is
+            drawn at the TP it needs, not as "does not fit" at TP 1. Without GPUs, TP 1.
         engine: engine convention (:func:`kvplan.fit.get_engine`: vllm, sglang, trtllm, llamacpp).
         weights_dtype: weights dtype for the budgets (None: each model's own).
 
@@ -211,35 +224,62 @@ def plot_data(
     from dataclasses import replace
 
     from kvplan.api import fit_options
-    from kvplan.calc import check_tp
+    from kvplan.calc import check_tp, valid_tp_sizes
     from kvplan.fit import get_engine, plan_fit
 
     if not specs:
         raise UsageError("MODEL: give at least one model")
     check_max_seq(max_seq)
     eng = get_engine(engine)
-    tp = tensor_parallel_size
-    for spec in specs:
-        check_tp(spec, tp)
+    auto = tensor_parallel_size is None
+    if not auto:
+        for spec in specs:
+            check_tp(spec, tensor_parallel_size)
     points = sample_points(max_seq)
     notes: list[str] = []
     curves = []
 
-    def per_gpu(spec: ModelSpec) -> tuple[int, ...]:
+    def has_budget(spec: ModelSpec, g: GPU, t: int) -> bool:
+        try:
+            opts = fit_options(engine=eng, tp=t, kv_dtype=kv_dtype, weights_dtype=weights_dtype)
+            return plan_fit(spec, g, opts).kv_budget_bytes > 0
+        except UsageError:  # weights unknown, or the engine refuses this TP
+            return False
+
+    def panel_tp(spec: ModelSpec) -> int:
+        """The TP of a model's panel: as asked; else the smallest with KV memory on every GPU (or on any)."""
+        if not auto:
+            return tensor_parallel_size
+        if not gpus:
+            return 1
+        some = None
+        for t in valid_tp_sizes(spec):
+            fits = [has_budget(spec, g, t) for g in gpus]
+            if all(fits):
+                return t
+            if some is None and any(fits):
+                some = t
+        return some or 1
+
+    model_tp = {spec.name: panel_tp(spec) for spec in specs}
+
+    def per_gpu(spec: ModelSpec, tp: int) -> tuple[int, ...]:
         return tuple(estimate(spec, s, kv_dtype=kv_dtype, tensor_parallel_size=tp).bytes_per_request for s in points)
 
     for spec in specs:
         dtype = resolve_kv_dtype(spec, kv_dtype).name
         label = f"{spec.name} ({spec.topology}, KV {dtype})"
-        curves.append(Curve(label, per_gpu(spec), spec.max_model_len, model=spec.name))
+        tp = model_tp[spec.name]
+        curves.append(Curve(label, per_gpu(spec, tp), spec.max_model_len, model=spec.name, tensor_parallel_size=tp))
     first = specs[0]
     if topologies:
         own = curves[0].bytes
+        tp = model_tp[first.name]
         for label, h in (("MHA", first.num_q_heads), ("MQA", 1)):
             if h == first.num_kv_heads and set(first.kv_head_counts) <= {h}:  # every attention layer already h
                 continue
             variant = first.with_kv_heads(h)
-            b = per_gpu(variant)
+            b = per_gpu(variant, tp)
             if b == own:
                 notes.append(
                     f"--topologies: {first.name} as {label} caches the same bytes ({first.topology} layers "
@@ -247,11 +287,12 @@ def plot_data(
                 )
                 continue
             label = f"{first.name} as {label} ({h} KV heads)"
-            curves.append(Curve(label, b, first.max_model_len, variant=True, model=first.name))
+            curves.append(Curve(label, b, first.max_model_len, variant=True, model=first.name, tensor_parallel_size=tp))
     budgets = []
     no_budget = []
-    where = f"{eng.value}, TP={tp}" + (f", {weights_dtype} weights" if weights_dtype else "")
     for spec in specs:
+        tp = model_tp[spec.name]
+        where = f"{eng.value}, TP={tp}" + (f", {weights_dtype} weights" if weights_dtype else "")
         for g in gpus:
             gid = g.name if g.is_custom else g.id
             opts = fit_options(engine=eng, tp=tp, kv_dtype=kv_dtype, weights_dtype=weights_dtype)
@@ -285,8 +326,8 @@ def plot_data(
                     f"memory ({where}); marked in its panel"
                 )
     return PlotData(
-        tuple(points), tuple(curves), tuple(budgets), kv_dtype, tuple(notes), tp, eng.value, weights_dtype,
-        tuple(no_budget),
+        tuple(points), tuple(curves), tuple(budgets), kv_dtype, tuple(notes), tensor_parallel_size, eng.value,
+        weights_dtype, tuple(no_budget), tuple(model_tp.items()),
     )  # fmt: skip
 
 
@@ -419,8 +460,9 @@ def _draw_requests(ax, xs, budgets: tuple[BudgetLine, ...], color: str, max_cont
             groups.setdefault(b.request_bytes, []).append(b)
     dotted = False
     for k, (byts, lines) in enumerate(groups.items()):
-        gpus = ", ".join(b.gpu for b in lines)
-        label = f"per request as {lines[0].engine} counts it (kvplan fit): {gpus}"
+        label = f"per request as {lines[0].engine} counts it (kvplan fit)"
+        if len(groups) > 1:  # GPUs whose engine defaults differ: say which line is whose (else each GPU is named once,
+            label += ": " + ", ".join(b.gpu for b in lines)  # on its budget line)
         marker = REQUEST_MARKERS[k % len(REQUEST_MARKERS)]
         extra = {"marker": marker, "markevery": 8, "ms": 4} if marker else {}
         dotted |= _draw_line(ax, xs, byts, max_context, "-", color, 2.2, label, **extra)
@@ -449,12 +491,12 @@ def gib_tick(gib: float) -> str:
 def _draw_budgets(
     ax, budgets: tuple[BudgetLine, ...], gpu_order: list[str], no_budget: tuple[tuple[str, str], ...] = ()
 ) -> None:
-    """One horizontal line per GPU the model fits; a red "does not fit" line of text per GPU it does not,
-    and a red "no KV budget" line per GPU whose budget is unknown (weights unknown)."""
+    """One horizontal line per GPU the model fits, labelled with the GPU and its budget; a red "does not fit"
+    line of text per GPU it does not, and a red "no KV budget" line per GPU whose budget is unknown (weights
+    unknown). Each GPU is named once: the legend holds the curves only."""
     no_fit = []
     for gid, why in no_budget:
         no_fit.append(f"{gid}: no KV budget: {why}")
-        ax.plot([], [], "x", color=NO_FIT_COLOR, label=f"{gid}: no KV budget")
     for b in budgets:
         k = gpu_order.index(b.gpu)
         if not b.fits:
@@ -462,13 +504,11 @@ def _draw_budgets(
                 f"{b.gpu}: does not fit: weights {b.weights_bytes / GIB:,.1f} GiB/GPU, "
                 f"usable {b.usable_bytes / GIB:,.1f} GiB"
             )
-            ax.plot([], [], "x", color=NO_FIT_COLOR, label=f"{b.gpu}: does not fit (no KV memory)")
             continue
         y = b.budget_bytes / GIB
         shade = GPU_SHADES[k % 2]
-        ax.axhline(  # named by its id, as on the line's own label: one name per GPU in a panel
-            y, color=shade, lw=1.4, ls=GPU_STYLES[k % len(GPU_STYLES)], label=f"{b.gpu}: KV budget {y:,.1f} GiB"
-        )
+        # each GPU is named once in a panel: on its line (or in the red box), not in the legend as well
+        ax.axhline(y, color=shade, lw=1.4, ls=GPU_STYLES[k % len(GPU_STYLES)])
         ax.annotate(
             f"{b.gpu}: {y:,.1f} GiB",
             xy=(0.005, y),
@@ -540,7 +580,15 @@ def figure(data: PlotData):
                 title = f"{model}: no KV budget" + (f": {WEIGHTS_UNKNOWN}" if unknown else "")
                 ax.set_title(title, loc="left", fontsize=10.5)
             else:
-                ax.set_title(f"{model}: KV budget per GPU with {weights} weights", loc="left", fontsize=10.5)
+                tp = data.tp_of(model)
+                title = f"{model}: KV budget per GPU with {weights} weights"
+                if data.tensor_parallel_size is None and tp > 1:  # chosen, not asked: say so
+                    each = "each GPU" if all(b.fits for b in b0) else "one of the GPUs"
+                    title = (
+                        f"{model} at TP={tp}: KV budget per GPU with {weights} weights\n"
+                        f"TP={tp}: the smallest TP with KV memory on {each} (no --tp given)"
+                    )
+                ax.set_title(title, loc="left", fontsize=10.5)
         handles, labels = ax.get_legend_handles_labels()
         if dotted_any:
             handles.append(Line2D([], [], ls=":", color="0.4"))
@@ -568,8 +616,9 @@ def figure(data: PlotData):
         ax.minorticks_off()
         ax.grid(True, which="major", color="0.9", lw=0.8)
         ax.tick_params(labelbottom=True, labelleft=True)
-    tp = data.tensor_parallel_size
-    per = f", per GPU at TP={tp}" if tp > 1 else ""
+    tps = sorted({data.tp_of(c.model) for c in data.curves})
+    tp = tps[0] if len(tps) == 1 else None  # one TP for every panel, else each panel's own
+    per = f", per GPU at TP={tp}" if tp is not None and tp > 1 else " per GPU" if tp is None else ""
     xlabel = "context length per request (tokens, log₂ scale; 1k = 1,024)"
     ylabel = f"KV cache per request{per} (GiB = 2³⁰ B, log₂ scale)"  # ticks below 1 GiB say MiB
     if n == 1:
@@ -582,7 +631,8 @@ def figure(data: PlotData):
     title = f"KV cache per request vs context length (KV dtype: {dtype}; bytes from kvplan)"
     if data.budgets:
         title += (
-            f"\nhorizontal lines: each model's KV budget on each GPU ({data.engine}, TP={tp}), "
+            f"\nhorizontal lines: each model's KV budget on each GPU ({data.engine}, "
+            f"{'TP=' + str(tp) if tp is not None else 'TP as in each panel'}), "
             "after its own weights, activation and overhead"
         )
     if any(b.request_bytes for b in data.budgets):
@@ -645,7 +695,7 @@ def plot_kv_vs_context(
     out: str | os.PathLike = "kvplan-plot.png",
     force: bool = False,
     *,
-    tensor_parallel_size: int = 1,
+    tensor_parallel_size: int | None = 1,
     engine: str = "vllm",
     weights_dtype: str | None = None,
 ) -> tuple[Path, PlotData]:

@@ -6,6 +6,7 @@ Data goes to stdout; warnings and chatter go to stderr.
 from __future__ import annotations
 
 import math
+import re
 import sys
 from dataclasses import asdict, is_dataclass
 from enum import Enum
@@ -32,7 +33,21 @@ def console(file: TextIO | None = None, width: int | None = None):
     its natural width and every line stays one line (:data:`PIPE_WIDTH`). A table's title is printed as its
     own line before the table, never wrapped to the table's width (rich would break it mid-phrase); on a
     terminal a title longer than the screen is left to the terminal to wrap.
+
+    Piped or redirected (and no ``FORCE_COLOR`` / ``TTY_*`` variable making rich treat it as a terminal), the
+    console is a :class:`PlainConsole`: it writes the text rich would write for kvplan's lines and plain
+    tables itself (rich's console module and its layout cost a planning command ~11 ms of its ~50 ms) and
+    hands anything else to a rich Console on the same file.
     """
+    out = file or sys.stdout
+    if width is None and not out.isatty():
+        if PlainConsole.usable(out):
+            return PlainConsole(out)
+        width = PIPE_WIDTH
+    return _rich_console(out, width)
+
+
+def _rich_console(out: TextIO, width: int | None):
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
@@ -60,10 +75,105 @@ def console(file: TextIO | None = None, width: int | None = None):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             raise BrokenPipeError
 
-    out = file or sys.stdout
-    if width is None and not out.isatty():
-        width = PIPE_WIDTH
     return _Console(file=out, width=width, highlight=False, soft_wrap=False, emoji=False, markup=False)
+
+
+class PlainConsole:
+    """What the rich Console of :func:`console` prints on a file that is not a terminal, written directly for
+    what kvplan prints most: one line of printable text (a ``str`` or a rich ``Text``: its plain text; no
+    style shows off a terminal), and a rich ``Table`` of the default heavy-head box with left / right columns
+    and printable cells, laid out at its natural width as rich lays it out then (each column as wide as its
+    widest cell, one space of padding each side, the box lines from ``rich.box.HEAVY_HEAD``). Anything else
+    (other objects, options, boxes, control characters, tabs) goes to a rich Console on the same file, made
+    on first use. tests/test_render.py checks the two print the same text."""
+
+    width = PIPE_WIDTH
+
+    def __init__(self, file: TextIO):
+        self.file = file
+        self._rich = None
+
+    @staticmethod
+    def usable(file: TextIO) -> bool:
+        """True when rich would print plain text on ``file``: UTF-8 (else rich swaps in ASCII boxes), and no
+        variable that makes rich colour a pipe or take it for a terminal."""
+        import os
+
+        if any(os.environ.get(v) for v in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE")):
+            return False
+        return str(getattr(file, "encoding", None) or "").lower().replace("-", "") in ("utf8", "utf8sig")
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        text = None
+        if len(objects) == 1 and set(kwargs) <= {"soft_wrap", "highlight", "markup"}:
+            text = _plain_text(objects[0])
+        if text is None:
+            if self._rich is None:
+                self._rich = _rich_console(self.file, PIPE_WIDTH)
+            self._rich.print(*objects, **kwargs)
+            return
+        self.file.write(text)
+
+
+def _plain_line(obj: Any) -> str | None:
+    """The plain text of a ``str`` or rich ``Text`` that rich prints unchanged (printable, no tabs), else None."""
+    from rich.text import Text
+
+    text = obj if isinstance(obj, str) else obj.plain if isinstance(obj, Text) else None
+    if text is None or not all(part.isprintable() for part in text.split("\n")):
+        return None
+    return text
+
+
+def _plain_text(obj: Any) -> str | None:
+    """What rich prints for ``obj`` off a terminal, with its final newline; None for what :class:`PlainConsole`
+    leaves to rich."""
+    line = _plain_line(obj)
+    if line is not None:
+        return line + "\n"
+    from rich import box
+    from rich.table import Table
+
+    if not isinstance(obj, Table):
+        return None
+    t = obj
+    simple = (
+        t.box is box.HEAVY_HEAD and t.show_header and not t.show_footer and t.show_edge and not t.show_lines
+        and t.padding == (0, 1, 0, 1) and t.pad_edge and not t.collapse_padding and not t.expand
+        and t.width is None and t.min_width is None and not t.caption and not t.leading
+    )  # fmt: skip
+    if not simple or any(
+        c.justify not in ("left", "right") or c.width or c.min_width or c.max_width or c.ratio for c in t.columns
+    ):
+        return None
+    title = "" if not t.title else _plain_line(t.title)
+    columns = []
+    for c in t.columns:
+        cells = [_plain_line(x) for x in (c.header, *c._cells)]
+        if title is None or any(x is None or "\n" in x for x in cells):
+            return None
+        columns.append(cells)
+    from rich.cells import cell_len
+
+    widths = [max(cell_len(x) for x in cells) for cells in columns]
+    b = box.HEAVY_HEAD
+
+    def line(k: int, left: str, vertical: str, right: str) -> str:
+        parts = []
+        for cells, w, c in zip(columns, widths, t.columns, strict=True):
+            pad = " " * (w - cell_len(cells[k]))
+            parts.append(f" {pad}{cells[k]} " if c.justify == "right" else f" {cells[k]}{pad} ")
+        return left + vertical.join(parts) + right
+
+    padded = [w + 2 for w in widths]
+    lines = [title] if title else []
+    lines += [b.get_top(padded), line(0, b.head_left, b.head_vertical, b.head_right), b.get_row(padded, "head")]
+    for i, row in enumerate(t.rows):
+        lines.append(line(i + 1, b.mid_left, b.mid_vertical, b.mid_right))
+        if row.end_section and i < len(t.rows) - 1:
+            lines.append(b.get_row(padded, "row"))
+    lines.append(b.get_bottom(padded))
+    return "\n".join(lines) + "\n"
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -101,11 +211,24 @@ def _finite(obj: Any) -> Any:
 _CSV_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
+# A cell left as it is although it starts with "-": a negative decimal number (a spreadsheet reads it as the
+# number it is; "+1" is quoted: a spreadsheet would show 1), or a command-line flag list (``--tp 2 --pp 2``:
+# "-" then a letter or "-", and only letters, digits, "-", "_", ".", ",", "=", "/", ":" and spaces; without
+# "(" "|" "!" "@" or quotes no function call, DDE link or sheet reference can be formed, so nothing can run).
+_CSV_NUMBER = re.compile(r"-[0-9]+(?:\.[0-9]+)?")
+_CSV_FLAGS = re.compile(r"-[-A-Za-z][A-Za-z0-9_.,=/: -]*")
+
+
 def csv_cell(value: Any) -> Any:
     """A CSV cell: a string a spreadsheet would run as a formula (it starts with ``=``, ``+``, ``-``, ``@``, a
     tab or a carriage return: OWASP's "CSV injection") gets a leading ``'``, which spreadsheets show as text;
-    numbers and other strings are written as they are."""
+    numbers and other strings are written as they are, and so are a string that is a negative decimal number
+    (``-0.5``) and a flag list of command-line tokens (``--tensor-parallel-size 2``: no character of a function
+    call, DDE link or sheet reference in it, see :data:`_CSV_FLAGS`), which CSV readers get verbatim (a
+    spreadsheet may show such a flag list as a formula error, never run it)."""
     if isinstance(value, str) and value.startswith(_CSV_FORMULA_START):
+        if _CSV_NUMBER.fullmatch(value) or _CSV_FLAGS.fullmatch(value):
+            return value
         return "'" + value
     return value
 
@@ -660,29 +783,32 @@ def fit_lines(r) -> list[str]:
             out.append(
                 f"One request of {fmt_tokens(r.max_model_len)} takes {plural(r.blocks_per_request, 'block')}{null}"
             )
-        out.append(f"Engine log: {r.engine_log}")
-        if r.kv_cache_groups and r.kv_tokens_rule == "groups" and len(r.kv_cache_groups) > 1:
+        if r.kv_cache_groups and r.kv_tokens_rule != "groups":  # one line: it is printed by every vLLM fit
+            # (the log's "Maximum concurrency" figure is on the line "Maximum concurrency: ..." below)
             out.append(
-                f'  "GPU KV cache size" is num_blocks // {plural(len(r.kv_cache_groups), "group")} × block_size '
-                f"(vLLM {r.engine_version} kv_cache_utils.py): one group's tokens, a token counted in every layer"
-            )
-        elif r.kv_cache_groups and r.kv_tokens_rule == "groups":
-            out.append('  "GPU KV cache size" is num_blocks × block_size (one KV cache group)')
-        elif r.kv_cache_groups:
-            out.append(  # one short line: it is printed by every vLLM fit
-                '  "GPU KV cache size" = int(concurrency × max_model_len) (vLLM get_kv_cache_capacity), not the '
-                "tokens that fit"
+                f'Engine log: "GPU KV cache size: {r.kv_capacity_tokens:,} tokens" = int(concurrency × '
+                "max_model_len), not the tokens that fit"
             )
         else:
-            what = 'the log\'s "GPU KV cache size", ' if r.engine_version != "0.6" else ""
-            tokens_note = (
-                f"  {what}num_blocks × block_size = {fmt_tokens(r.kv_capacity_tokens)}, counts a token in every layer"
-            )
-            if _windowed_note(r):
-                tokens_note += (
-                    "; sliding-window, chunked and state layers hold less per request, so a request can be longer"
+            out.append(f"Engine log: {r.engine_log}")
+            if r.kv_cache_groups and len(r.kv_cache_groups) > 1:
+                out.append(
+                    f'  "GPU KV cache size" is num_blocks // {plural(len(r.kv_cache_groups), "group")} × block_size '
+                    f"(vLLM {r.engine_version} kv_cache_utils.py): one group's tokens, a token counted in every layer"
                 )
-            out.append(tokens_note)
+            elif r.kv_cache_groups:
+                out.append('  "GPU KV cache size" is num_blocks × block_size (one KV cache group)')
+            else:
+                what = 'the log\'s "GPU KV cache size", ' if r.engine_version != "0.6" else ""
+                tokens_note = (
+                    f"  {what}num_blocks × block_size = {fmt_tokens(r.kv_capacity_tokens)}, counts a token in every "
+                    "layer"
+                )
+                if _windowed_note(r):
+                    tokens_note += (
+                        "; sliding-window, chunked and state layers hold less per request, so a request can be longer"
+                    )
+                out.append(tokens_note)
     else:
         if r.engine == "trtllm" and r.engine_version:
             out.append(

@@ -85,7 +85,8 @@ Spec YAML format (unknown keys are errors)::
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from functools import cached_property
+from typing import Any, Callable
 
 from kvplan.dtypes import get_kv_dtype
 from kvplan.errors import SpecError
@@ -485,10 +486,26 @@ class ModelSpec:
             return self.param_count
         return self.param_count - self.moe.inactive_param_count
 
-    @property
+    @cached_property
     def layer_kinds(self) -> tuple[str, ...]:
-        """The kind of each layer, length num_layers."""
+        """The kind of each layer, length num_layers (computed once: the spec is frozen)."""
         return tuple(layer.kind for layer in self.layers)
+
+    @cached_property
+    def layer_kind_set(self) -> frozenset[str]:
+        """The kinds the layers have (computed once): ``kind in spec.layer_kind_set`` without a scan."""
+        return frozenset(self.layer_kinds)
+
+    def memo(self, key: tuple, compute: Callable[[], Any]) -> Any:
+        """``compute()``, computed once per ``key`` for this spec: values derived from its layers (a TP's
+        bytes per token, vLLM's KV cache groups) that a search planning the same model many times (``fit``'s
+        advice, ``fleet``, ``sweep``) would otherwise rebuild layer by layer each time. The spec is frozen,
+        so a value derived from it stays right; ``key`` must name every other input of ``compute`` (plain
+        values: ints, strings, dtypes, tuples), starting with the function's own name."""
+        cache = self.__dict__.setdefault("_memo", {})  # beside cached_property's values, outside the fields
+        if key not in cache:
+            cache[key] = compute()
+        return cache[key]
 
     @property
     def attention_free(self) -> bool:
@@ -511,9 +528,9 @@ class ModelSpec:
         """Query heads served by one KV head (H_q / H_kv) in the default geometry."""
         return self.num_q_heads // self.num_kv_heads
 
-    @property
+    @cached_property
     def kv_head_counts(self) -> tuple[int, ...]:
-        """The distinct H_kv of the model's attention layers (per-head kinds), ascending."""
+        """The distinct H_kv of the model's attention layers (per-head kinds), ascending (computed once)."""
         return tuple(
             sorted(
                 {

@@ -20,7 +20,8 @@ division of "Maximum concurrency" rounds as Python's ``int / int`` does. Before 
 integer setting is checked against :data:`LIMITS`, each GPU against :data:`MAX_GPU_BYTES`, and the cross
 product against :data:`MAX_CONFIGURATIONS`. Rows whose TP the model's heads do not allow
 (:func:`kvplan.calc.valid_tp_sizes`), and rows the engine refuses (a KV dtype its backends do not take for
-that model), are left out and counted in :attr:`SweepResult.skipped_rows`.
+that model; a checkpoint it will not load at that TP, :meth:`~kvplan.engines.base.EngineRules.load_check`),
+are left out and counted in :attr:`SweepResult.skipped_rows`.
 
 numpy is imported inside the functions: ``kvplan estimate`` and ``kvplan fit`` never import this module.
 """
@@ -388,6 +389,12 @@ def sweep(
                 skipped_tp.append((spec.name, tp))
                 continue
             base = replace(opts, tensor_parallel_size=tp)
+            try:  # the engine's load-time checks at this layout, as plan_fit runs them (no KV dtype or GPU in them)
+                eng.load_check(spec, base, eng.parallel(spec, base))
+            except UsageError as e:
+                for kv in kvs:
+                    refused.setdefault((spec.name, kv.name, tp), str(e))
+                continue
             # an engine whose settings follow the request length (llama.cpp sizes -c from it; SGLang's
             # mem_fraction_static on ROCm) plans each length on its own; the others plan once for all lengths
             per_length = eng.plan_depends_on_length(base) or eng.settings_depend_on_seq

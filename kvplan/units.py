@@ -33,6 +33,22 @@ _BYTE_UNITS = {
 }
 
 
+def shorten(text, keep: int = 24, quote: bool = False) -> str:
+    """``text`` as a message echoes it: whole up to ``2 × keep`` characters, else its two ends and its length
+    (``99999999999999999999…9999 (5,000 digits)``), so that an error stays one short line whatever was typed
+    or read. With ``quote``, the text is quoted as ``repr`` quotes it (``'128q'``)."""
+    quote = quote and isinstance(text, str)  # a number (from the Python API) is echoed bare, as repr writes it
+    try:
+        text = str(text)
+    except ValueError:  # an int over Python's 4,300-digit limit on str()
+        return f"an integer of {text.bit_length():,} bits"
+    if len(text) <= 2 * keep:
+        return repr(text) if quote else text
+    cut = f"{text[: keep - 4]}…{text[-4:]}"
+    unit = "digits" if text.isdigit() else "characters"
+    return f"{repr(cut) if quote else cut} ({len(text):,} {unit})"
+
+
 def check_ascii_number(flag: str, value: str) -> str:
     """``value`` when it is written in ASCII: a number is ASCII digits for every flag and field. Python's
     ``int()`` and ``float()`` (which click calls for integer and float flags) read other scripts' digits
@@ -43,7 +59,7 @@ def check_ascii_number(flag: str, value: str) -> str:
         UsageError: a character outside ASCII.
     """
     if not str(value).isascii():
-        raise UsageError(f"{flag}: {value!r}: numbers are written in ASCII digits (0-9) here")
+        raise UsageError(f"{flag}: {shorten(value, quote=True)}: numbers are written in ASCII digits (0-9) here")
     return value
 
 
@@ -60,14 +76,23 @@ def parse_tokens(text: str | int, flag: str = "--seq", allow_zero: bool = False)
         check_ascii_number(flag, text)
         m = re.fullmatch(r"\s*([0-9]{1,40}|[0-9]{1,3}(?:_[0-9]{3})+)\s*([kKmM]?)\s*", str(text))
         if not m and "," in str(text):  # commas separate --seq values; 32,768 would be ambiguous
-            raise UsageError(f"{flag}: {text!r}: a comma is not a thousands separator here; write 32768 or 32_768")
+            raise UsageError(
+                f"{flag}: {shorten(text, quote=True)}: a comma is not a thousands separator here; write 32768 or 32_768"
+            )
         if not m:
-            raise UsageError(f"{flag}: {text!r} is not a token count; use e.g. 4096, 32k or 128k (k = 1024)")
+            raise UsageError(
+                f"{flag}: {shorten(text, quote=True)} is not a token count; use e.g. 4096, 32k or 128k (k = 1024)"
+            )
         value = int(m.group(1).replace("_", "")) * _TOKEN_SUFFIX[m.group(2).lower()]
     if value < 1 and not (allow_zero and value == 0):
-        raise UsageError(f"{flag}: {text!r} must be at least {0 if allow_zero else 1} token{'s' if allow_zero else ''}")
+        raise UsageError(
+            f"{flag}: {shorten(text, quote=True)} must be at least "
+            f"{0 if allow_zero else 1} token{'s' if allow_zero else ''}"
+        )
     if value > MAX_TOKENS:
-        raise UsageError(f"{flag}: {text!r} is beyond kvplan's bound of {MAX_TOKENS:,} tokens (2^40)")
+        raise UsageError(
+            f"{flag}: {shorten(text, quote=True)} is beyond kvplan's bound of {MAX_TOKENS:,} tokens (2^40)"
+        )
     return value
 
 
@@ -85,14 +110,15 @@ def parse_bytes(text: str | int, flag: str) -> int:
         unit = m.group(2).lower() if m else ""
         if not m or unit not in _BYTE_UNITS:
             raise UsageError(
-                f"{flag}: {text!r} is not a size; use bytes or a unit: GB (10^9), GiB (2^30), MB, MiB, TB, TiB"
+                f"{flag}: {shorten(text, quote=True)} is not a size; use bytes or a unit: GB (10^9), GiB (2^30), MB, "
+                "MiB, TB, TiB"
             )
         try:
             value = int(Decimal(m.group(1)) * _BYTE_UNITS[unit])
         except InvalidOperation:  # pragma: no cover - the regex admits only plain decimals
-            raise UsageError(f"{flag}: {text!r} is not a number") from None
+            raise UsageError(f"{flag}: {shorten(text, quote=True)} is not a number") from None
     if value < 1:
-        raise UsageError(f"{flag}: {text!r} must be at least 1 byte")
+        raise UsageError(f"{flag}: {shorten(text, quote=True)} must be at least 1 byte")
     return value
 
 

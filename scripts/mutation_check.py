@@ -115,9 +115,9 @@ MUTANTS = (
         "fleet-cost-float",
         "kvplan/fleet.py",
         "cost = None if price is None else float(exact_usd(price) * gpus)  # exact: 2.49 × 112 = 278.88",
-        "cost = None if price is None else gpus * float(price)",
-        ("tests/test_fleet.py",),
-        "fleet cost in float arithmetic (388.44000000000005)",
+        "cost = None if price is None else gpus * float(price)  # exact: 2.49 × 112 = 278.88",
+        ("tests/test_fleet.py::test_cost_is_exact_decimal_and_reason_null",),
+        "fleet's layout cost in float arithmetic (104 GPUs × $2.49 = 258.96000000000004)",
     ),
     Mutant(
         "gpus-reserve-dropped",
@@ -157,8 +157,9 @@ MUTANTS = (
     Mutant(
         "fleet-ttft-seconds-vs-ms",
         "kvplan/fleet.py",
-        "ms = perf.step_bound(spec, fit, hw, [(1, p)], prefill=True).seconds * 1e3",
-        "ms = perf.step_bound(spec, fit, hw, [(1, p)], prefill=True).seconds",
+        "ms = perf.step_bound(spec, fit, hw, [(1, p)], prefill=True).seconds * 1e3\n                if ms > target:",
+        "ms = perf.step_bound(spec, fit, hw, [(1, p)], prefill=True).seconds * 1e3\n"
+        "                if ms / 1e3 > target:",
         ("tests/test_fleet.py::test_a_ttft_target_in_milliseconds_is_compared_in_milliseconds",),
         "fleet compares a TTFT bound in seconds with --ttft-ms (a missed target is accepted)",
     ),

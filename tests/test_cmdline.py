@@ -602,3 +602,51 @@ def test_sglang_expert_and_attention_data_parallelism_are_kvplans(cli):
     # --dp-size alone: independent replicas, the plan is one replica's
     a, err = fit_json(cli, "--gpu", "h200", "--", *cmd, "--dp-size", "2")
     assert a["data_parallel_size"] == 1 and "SGLang runs 2 independent replicas" in err
+
+
+# --- values no engine setting holds (issue 20 audit) ----------------------------------------------------------
+
+_BIG = "9" * 5000
+
+
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        (["--speculative-config", '{"num_speculative_tokens": ' + _BIG + "}"],
+         "--speculative-config: the number 99999999999999999999…9999 (5,000 digits) is beyond any setting kvplan "
+         "reads (a finite number below 10^18)"),
+        (["--speculative-config.num_speculative_tokens", _BIG],
+         "--speculative-config.num_speculative_tokens: the number 99999999999999999999…9999 (5,000 digits) is "
+         "beyond any setting kvplan reads (a finite number below 10^18)"),
+        (["--hf-overrides.num_hidden_layers", _BIG],
+         "--hf-overrides.num_hidden_layers: the number 99999999999999999999…9999 (5,000 digits) is beyond any "
+         "setting kvplan reads (a finite number below 10^18)"),
+        (["--speculative-config", "[" * 20000],
+         "--speculative-config: JSON nested too deep (20,000 characters); give a flat object"),
+        (["--speculative-config.num_speculative_tokens", "[" * 20000],
+         "--speculative-config.num_speculative_tokens: JSON nested too deep (20,000 characters); give a flat object"),
+        (["--speculative-config", '{"num_speculative_tokens": 1e400}'],
+         "--speculative-config: the number 1e400 is beyond any setting kvplan reads (a finite number below 10^18)"),
+        (["--speculative-config", '{"num_speculative_tokens": NaN}'],
+         "--speculative-config: NaN is not a number JSON has; give a finite number"),
+        (["--max-model-len", _BIG],
+         "--max-model-len: 99999999999999999999…9999 (5,000 digits) is beyond any setting kvplan reads (below 10^18)"),
+        # one rule for digits: ASCII only, for integer and fractional flags alike (float('٠.٩') is 0.9)
+        (["--gpu-memory-utilization", "٠.٩"],
+         "--gpu-memory-utilization: '٠.٩': numbers are written in ASCII digits (0-9) here"),
+        (["--tensor-parallel-size", "٤"], "--tensor-parallel-size: '٤': numbers are written in ASCII digits (0-9) here"),
+        (["--max-model-len", "٤٠٩٦"], "--max-model-len: '٤٠٩٦': numbers are written in ASCII digits (0-9) here"),
+    ],
+)  # fmt: skip
+def test_pasted_values_beyond_any_setting_are_one_line(cli, args, line):
+    code, out, err = cli("fit", "--gpu", "h100", "--", "vllm", "serve", "meta-llama/Meta-Llama-3-8B", *args)
+    assert (code, out, err) == (2, "", f"kvplan: error: {line}\n")
+
+
+def test_pasted_ascii_rule_covers_sglang_and_llamacpp(cli):
+    code, _, err = cli("fit", "--gpu", "h100", "--", "python", "-m", "sglang.launch_server", "--model-path",
+                       "llama3.1-8b", "--mem-fraction-static", "٠.٨")  # fmt: skip
+    line = "kvplan: error: --mem-fraction-static: '٠.٨': numbers are written in ASCII digits (0-9) here\n"
+    assert (code, err) == (2, line)
+    code, _, err = cli("fit", "--gpu", "h100", "--", "llama-server", "-m", "llama3.1-8b", "-ngl", "٤")
+    assert (code, err) == (2, "kvplan: error: -ngl: '٤': numbers are written in ASCII digits (0-9) here\n")

@@ -415,3 +415,48 @@ def test_the_logs_model_id_resolves_as_model_does(cli, tmp_path, entry_id, line)
     given, _ = _json(cli, "fit", "llama3.1-8b", "--from-log", _log(tmp_path, entry_id))
     assert d["budget_bytes"] == given["budget_bytes"] and d["reproduced"] == given["reproduced"] >= 1
     assert ENTRIES[entry_id]["model_ref"] == "llama3.1-8b"
+
+
+# --- numbers no engine prints (issue 20 audit): one line naming the log line, exit 2 --------------------------
+
+_NINES = "9" * 5000
+
+
+@pytest.mark.parametrize(
+    "lines, line_no, shown",
+    [
+        # vLLM V0's executor line (int() of 5,000 digits raised ValueError: Exceeds the limit (4300 digits))
+        ([f"INFO 01-01 [executor_base.py:100] # GPU blocks: {_NINES}, # CPU blocks: 2048"], 1,
+         "the number 99999999999999999999…9999 (5,000 digits)"),
+        # llama.cpp's cache line (the same ValueError, in the readers' shared num())
+        (["llama_kv_cache:      CUDA0 KV buffer size =  1024.00 MiB",
+          f"llama_kv_cache: size = {'1' * 5000} MiB (  4096 cells,  32 layers,  1/1 seqs), K (f16):  512.00 MiB, "
+          "V (f16):  512.00 MiB"], 2, "the number 11111111111111111111…1111 (5,000 digits)"),
+        # vLLM 0.6.4's profiling line: 400 nines of GiB overflowed a float (OverflowError in fromlog/vllm.py)
+        (["INFO 01-01 [worker.py:100] Memory profiling results: total_gpu_memory=" + "9" * 400 + "GiB "
+          "initial_memory_usage=1.0GiB peak_torch_memory=17.0GiB memory_usage_post_profile=1.0GiB "
+          "non_torch_memory=0.5GiB kv_cache_size=50.0GiB gpu_memory_utilization=0.90"], 1,
+         "the number 99999999999999999999…9999 (400 digits)"),
+        # a setting parsed from vLLM's non-default args (ast.literal_eval, not num()): bounded where it is kept
+        (["INFO 06-01 [utils.py:278] non-default args: {'model': 'meta-llama/Llama-3.1-8B', 'max_model_len': "
+          + "9" * 4000 + "}", "INFO 01-01 [executor_base.py:100] # GPU blocks: 1478, # CPU blocks: 2048"], 1,
+         "max_model_len = 99999999999999999999…9999 (4,000 digits)"),
+        # 10^18 itself: the bound, in figures (a GPU block count) and in exponent form
+        (["INFO 01-01 [executor_base.py:100] # GPU blocks: 1000000000000000000, # CPU blocks: 2048"], 1,
+         "the number 1000000000000000000"),
+    ],
+)  # fmt: skip
+def test_a_number_no_engine_prints_is_one_line_naming_the_log_line(cli, tmp_path, lines, line_no, shown):
+    p = tmp_path / "big.log"
+    p.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    code, out, err = cli("fit", "llama3.1-8b", "--from-log", str(p))
+    assert (code, out) == (2, "")
+    assert err == (
+        f"kvplan: error: --from-log {p}: line {line_no}: {shown} is beyond any figure an engine prints (below 10^18)\n"
+    )
+
+
+def test_the_largest_number_below_the_bound_is_read(tmp_path):
+    # 10^18 - 1 GPU blocks is read as printed (the bound refuses only what no engine prints)
+    r = read_log("INFO 01-01 [executor_base.py:100] # GPU blocks: 999999999999999999, # CPU blocks: 2048\n")
+    assert r.printed["num_gpu_blocks"] == 999_999_999_999_999_999

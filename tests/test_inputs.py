@@ -369,6 +369,40 @@ def test_fleet_csv_quotes_names_too(cli, tmp_path):
     assert (csv_cell("=1+1"), csv_cell("\t=1"), csv_cell("llama"), csv_cell(-1)) == ("'=1+1", "'\t=1", "llama", -1)
 
 
+@pytest.mark.parametrize(
+    "cell, written",
+    [
+        # kvplan's own flag lists and plain numbers are written as they are (they were quoted: '--tensor-...)
+        ("--tensor-parallel-size 2 --pipeline-parallel-size 2", "--tensor-parallel-size 2 --pipeline-parallel-size 2"),
+        ("-tp 2", "-tp 2"),
+        ("-0.5", "-0.5"),
+        ("+3", "'+3"),  # a spreadsheet would show 3
+        # a formula or DDE payload, even one that starts like a flag or a number, is quoted
+        ("-cmd|' /C calc'!A0", "'-cmd|' /C calc'!A0"),
+        ("-2+3+cmd|' /C calc'!A0", "'-2+3+cmd|' /C calc'!A0"),
+        ("-2+3", "'-2+3"),
+        ("--x=HYPERLINK(\"http://x\")", "'--x=HYPERLINK(\"http://x\")"),
+        ("@SUM(A1)", "'@SUM(A1)"),
+        ("-", "'-"),
+    ],
+)
+def test_csv_quotes_formulas_not_flags_or_numbers(cell, written):
+    from kvplan.render import csv_cell
+
+    assert csv_cell(cell) == written
+
+
+def test_fleet_csv_writes_its_parallel_flags_as_they_are(cli):
+    import csv
+    import io
+
+    code, out, err = cli("fleet", "llama3.1-70b", "--concurrency", "64", "--seq", "8k", "--gpu", "h100", "--tp", "2",
+                         "--pp", "2", "--csv")  # fmt: skip
+    assert code == 0, err
+    row = next(csv.DictReader(io.StringIO(out)))
+    assert row["parallel_flags"] == "--tensor-parallel-size 2 --pipeline-parallel-size 2"
+
+
 @pytest.mark.parametrize("command", [["sweep", "--seq", "1k", "--gpu", "h100"], ["compare", "--seq", "1k"],
                                      ["fleet", "--concurrency", "2", "--seq", "1k", "--gpu", "h100"]])  # fmt: skip
 def test_brackets_in_a_name_are_text_not_rich_markup(cli, tmp_path, command):
@@ -395,3 +429,43 @@ def test_printable_escapes_what_would_move_the_cursor():
 
     assert printable("a\nb\x1b[31m.png") == "a\\nb\\x1b[31m.png"
     assert printable("plain é ü 模型.png") == "plain é ü 模型.png"
+
+
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        (["estimate", "llama3-8b", "--seq", "9" * 4000],
+         "--seq: '99999999999999999999…9999' (4,000 digits) is not a token count; use e.g. 4096, 32k or 128k (k = 1024)"),
+        (["fit", "llama3-8b", "--gpu", "h100", "--kv-cache-memory", "x" * 4000],
+         "--kv-cache-memory: 'xxxxxxxxxxxxxxxxxxxx…xxxx' (4,000 characters) is not a size; use bytes or a unit: GB "
+         "(10^9), GiB (2^30), MB, MiB, TB, TiB"),
+    ],
+)  # fmt: skip
+def test_a_long_value_is_echoed_by_its_ends_and_length(cli, args, line):
+    # a 4,000-character value was echoed whole (cut only at 2,000 characters of message)
+    code, out, err = cli(*args)
+    assert (code, out, err) == (2, "", f"kvplan: error: {line}\n")
+
+
+@pytest.mark.skipif(sys.gettrace() is not None, reason="a tracer (coverage, a debugger) is already installed")
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm", "llamacpp"])
+def test_the_advice_of_a_plan_that_does_not_fit_reuses_the_per_layer_work(engine):
+    # A 10,000-layer model on an L4 does not fit; the advice (fit.suggest) plans it at every TP and catalog GPU,
+    # about 140 plans. Each plan's per-layer work (vLLM's KV cache groups, the engines' bytes per token, llama.cpp's
+    # cache rows) is computed once per spec and TP and reused: the whole advice costs a few plans' work, not ~120x
+    # a plan as before (llama.cpp: 11x, its -fit and largest -c searches also repeated it).
+    from kvplan import api
+    from kvplan.fit import DoesNotFit, plan_fit, require_fit
+    from kvplan.gpus import get_gpu
+    from kvplan.specs import build_spec
+
+    data = dict(name="big", source="test", num_layers=10_000, num_q_heads=8, num_kv_heads=8, head_dim=128,
+                dtype="bf16", max_model_len=1 << 20, param_count=10**9)  # fmt: skip
+    opts, gpu = api.fit_options(engine=engine), get_gpu("l4")
+
+    def advice():
+        with pytest.raises(DoesNotFit):
+            require_fit(build_spec(data, "big.yaml"), gpu, opts)
+
+    one = _traced_events(lambda: plan_fit(build_spec(data, "big.yaml"), gpu, opts))
+    assert _traced_events(advice) <= 8 * one

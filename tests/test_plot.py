@@ -178,9 +178,9 @@ def test_does_not_fit_is_drawn_in_the_models_panel():
     usable = data.budgets[1].usable_bytes / (1 << 30)  # 0.9 × 79.2 GiB = 71.3 GiB (vLLM)
     # no budget line but a note: 141.2e9 B of weights = 131.5 GiB
     assert texts[1] == [f"h100-sxm-80gb: does not fit: weights 131.5 GiB/GPU, usable {usable:,.1f} GiB"]
-    assert len(panels[1].lines) == 2  # the curve and the legend's red cross, no budget line
+    assert len(panels[1].lines) == 1  # the curve only: no budget line
     legend = [t.get_text() for t in panels[1].get_legend().get_texts()]
-    assert "h100-sxm-80gb: does not fit (no KV memory)" in legend
+    assert legend == ["llama3.1-70b (GQA, KV bf16)"]  # the GPU is named once, in the red note
 
 
 def test_unknown_weights_are_marked_in_the_models_panel(cli, tmp_path):
@@ -203,7 +203,7 @@ def test_unknown_weights_are_marked_in_the_models_panel(cli, tmp_path):
         "llama3-8b: KV budget per GPU with bf16 weights",
     ]
     assert [t.get_text() for t in panels[0].texts] == ["h100-sxm-80gb: no KV budget: weights unknown (no param_count)"]
-    assert "h100-sxm-80gb: no KV budget" in [t.get_text() for t in panels[0].get_legend().get_texts()]
+    assert not any("h100" in t.get_text() for t in panels[0].get_legend().get_texts())  # named once, above
     # one model alone, from a config.json kvplan does not count (a hybrid): still its own panel, marked
     config = Path(__file__).resolve().parent / "fixtures" / "hf_configs" / "jamba-1.5-mini.json"
     code, _, err = cli("plot", config, "--gpu", "h100", "--out", tmp_path / "k.png")
@@ -406,8 +406,10 @@ def test_a_panel_names_each_gpu_once_and_small_ticks_read_in_mib():
     fig = figure(data)
     ax = next(a for a in fig.axes if a.get_visible())
     names = [t.get_text() for t in ax.texts] + [t.get_text() for t in ax.get_legend().get_texts()]
-    assert not any("NVIDIA" in n for n in names)  # the id on the line and in the legend, not two names
-    assert any(n.startswith("h100-sxm-80gb: KV budget") for n in names)
+    assert not any("NVIDIA" in n for n in names)  # the catalog id, not the GPU's long name as well
+    # once: on its line (it was on the line and again in the legend)
+    assert sum("h100-sxm-80gb" in n for n in names) == 1
+    assert [t.get_text() for t in ax.texts] == [f"h100-sxm-80gb: {data.budgets[0].budget_bytes / (1 << 30):,.1f} GiB"]
     labels = [t.get_text() for t in ax.get_yticklabels()]
     # 512 tokens × 32 layers × 1 KV head × 128 × 2 × 1 B = 4 MiB per GPU at TP 8, fp8: ticks reach 2^-8 GiB
     assert "4 MiB" in labels and not any(label.startswith("0.00") for label in labels)
@@ -472,3 +474,33 @@ def test_plot_help_and_throughput_axis_say_what_is_drawn(cli, tmp_path, monkeypa
     ax = captured["fig"].axes[0]
     assert "upper bound" not in ax.get_ylabel() and "estimate" in ax.get_ylabel() and "limit" in ax.get_ylabel()
     assert any(f"MBU {eff.mbu:.2g}, MFU {eff.mfu:.2g}" in t.get_text() for t in ax.get_legend().get_texts())
+
+
+def test_without_tp_each_panel_takes_the_smallest_tp_that_leaves_kv_memory(cli, tmp_path):
+    # llama3.1-70b: 141.2e9 B of bf16 weights = 131.5 GiB, more than an H100 or an H200 has at TP 1 (its panel was
+    # "does not fit"); at TP 2, 65.7 GiB per GPU leaves KV memory on both. llama3.1-8b fits both at TP 1.
+    pytest.importorskip("matplotlib")
+    from kvplan.plot import figure
+
+    models, gpus = ["llama3.1-8b", "llama3.1-70b"], ["h100", "h200"]
+    data = plot_data([load_bundled(m) for m in models], [get_gpu(g) for g in gpus], max_seq=32768,
+                     tensor_parallel_size=None)  # fmt: skip
+    assert data.model_tp == (("llama3.1-8b", 1), ("llama3.1-70b", 2))
+    for m, tp in data.model_tp:  # each budget as `kvplan fit --tp` gives it
+        for g, b in zip(gpus, data.budgets_of(m), strict=True):
+            assert b.fits and b.tensor_parallel_size == tp
+            assert b.budget_bytes == _fit_budget(m, g, tensor_parallel_size=tp)
+    # the 70B curve is per GPU at TP 2: 4 of 8 KV heads, 80 layers × 2 × 4 × 128 × 2 B = 163,840 B per token
+    assert dict(zip(data.points, data.curves[1].bytes, strict=True))[4096] == 4096 * 163_840
+    assert data.notes == ()
+    panels = [ax for ax in figure(data).axes if ax.get_visible()]
+    assert [ax.get_title(loc="left") for ax in panels] == [
+        "llama3.1-8b: KV budget per GPU with bf16 weights",
+        "llama3.1-70b at TP=2: KV budget per GPU with bf16 weights\n"
+        "TP=2: the smallest TP with KV memory on each GPU (no --tp given)",
+    ]
+    # --tp given: every panel at it, as before (the 70B does not fit at TP 1)
+    code, _, err = cli("plot", *models, "--gpu", "h100", "--tp", "1", "--max-seq", "32k", "--out", tmp_path / "a.png")
+    assert code == 0 and "llama3.1-70b does not fit" in err
+    code, _, err = cli("plot", *models, "--gpu", "h100", "--max-seq", "32k", "--out", tmp_path / "b.png")
+    assert (code, err) == (0, "")

@@ -558,3 +558,17 @@ def test_a_row_capped_by_max_num_seqs_says_so_in_table_csv_and_json(cli):
     # the pool holds more (544 requests' worth at the modelled budget; the cap binds over its whole range)
     assert (fit["max_concurrent_requests"], fit["max_num_seqs"]) == (256, 256)
     assert fit["max_requests_by_memory"] > 256 and fit["max_requests_low"] == fit["max_requests_high"] == 256
+
+
+def test_a_layout_the_engine_will_not_load_is_skipped_as_fit_refuses_it():
+    # Qwen3-235B-A22B-FP8 (config.json: moe_intermediate_size 1536, weight_block_size [128, 128]) under SGLang:
+    # at TP 8 each rank's expert slice is 1536 / 8 = 192 columns, not whole 128-column blocks, and SGLang refuses
+    # to start (moe_ep_setup.py check_quantized_moe_compatibility); at TP 4, 384 = 3 × 128 loads. The sweep
+    # runs the engine's load check as plan_fit does (it gave the TP 8 row a plan before).
+    spec, opts = load_bundled("qwen3-235b-a22b-fp8"), FitOptions(engine=Engine.sglang)
+    result = sweep([spec], [4096], [get_gpu("h200")], ["auto"], [4, 8], opts)
+    assert result.tp.tolist() == [4] and result.skipped_rows == 1
+    with pytest.raises(UsageError) as refused:
+        plan_fit(spec, get_gpu("h200"), replace(opts, tensor_parallel_size=8))
+    assert result.skipped_refused == (("qwen3-235b-a22b-fp8", result.kv_dtype_names[0], 8, str(refused.value)),)
+    assert "(moe_intermediate_size=1536 / moe_tp_size=8) % weight_block_size_n=128 == 0" in str(refused.value)

@@ -331,7 +331,13 @@ class StageCache:
 
 def stage_cache(spec: ModelSpec, kv_dtype: KVDtype, tp: int, layers: range) -> StageCache:
     """Per-kind bytes per token of one stage's layers on one GPU at tensor parallel ``tp``
-    (:func:`kvplan.calc.layer_token_bytes`, :func:`kvplan.calc.layer_state_bytes`)."""
+    (:func:`kvplan.calc.layer_token_bytes`, :func:`kvplan.calc.layer_state_bytes`); computed once per spec
+    and key (the result is shared: do not change it)."""
+    return spec.memo(("stage_cache", kv_dtype, tp, layers.start, layers.stop),
+                     lambda: _stage_cache(spec, kv_dtype, tp, layers))  # fmt: skip
+
+
+def _stage_cache(spec: ModelSpec, kv_dtype: KVDtype, tp: int, layers: range) -> StageCache:
     per_kind: dict[str, tuple[int, int, int | None]] = {}
     state = 0
     for i in layers:
@@ -610,7 +616,7 @@ class EngineRules:
             UsageError: naming the engine, the kind and why.
         """
         for kind, reason in self.unplanned_kinds.items():
-            if kind in spec.layer_kinds:
+            if kind in spec.layer_kind_set:
                 raise UsageError(
                     f"--engine {self.engine.value}: {spec.name} has {kind} layers: {reason}; kvplan will not guess "
                     "how the engine caches them (kvplan estimate gives their bytes without an engine)"

@@ -340,6 +340,10 @@ def _layer_rows(spec: ModelSpec, tp: int) -> list[_Row | None]:
     """Per layer: its K/V row widths (elements) when it has a KV cache of its own, else None
     (llama-kv-cache.cpp:165-234: ``n_embd_k_gqa = n_head_kv × n_embd_head_k``, the ``_swa`` head dims on
     sliding layers; MLA: one row of ``kv_lora_rank + rope``, src/llama-kv-cache.cpp:231)."""
+    return spec.memo(("llamacpp.layer_rows", tp), lambda: _rows_of(spec, tp))
+
+
+def _rows_of(spec: ModelSpec, tp: int) -> list[_Row | None]:
     rows: list[_Row | None] = []
     for layer in spec.layers:
         if layer.kind in KV_HEAD_KINDS:
@@ -358,9 +362,13 @@ def _layer_rows(spec: ModelSpec, tp: int) -> list[_Row | None]:
 def _v_max(spec: ModelSpec, tp: int) -> int:
     """``n_embd_v_gqa_max()``: the widest V row of all layers (src/llama-hparams.cpp:199-206), shared layers
     included (they have heads too)."""
-    widths = [kv_heads_per_rank(la.num_kv_heads, tp) * la.v_head_dim for la in spec.layers
-              if la.kind in KV_HEAD_KINDS or (la.kind == "shared" and la.num_kv_heads)]  # fmt: skip
-    return max(widths, default=0)
+
+    def compute() -> int:
+        widths = [kv_heads_per_rank(la.num_kv_heads, tp) * la.v_head_dim for la in spec.layers
+                  if la.kind in KV_HEAD_KINDS or (la.kind == "shared" and la.num_kv_heads)]  # fmt: skip
+        return max(widths, default=0)
+
+    return spec.memo(("llamacpp.v_max", tp), compute)
 
 
 def _states(layer, tp: int) -> tuple[int, int]:
@@ -396,44 +404,111 @@ def memory(spec: ModelSpec, cfg: Config, tp: int = 1, layers: range | None = Non
     Tensor bytes: ``row_size(type, elements) × cells × streams`` (ggml.c:1298-1344). Without flash
     attention V is transposed and every V row is the widest one (llama-kv-cache.cpp:158-161, :210).
     """
-    rows = _layer_rows(spec, tp)
     chosen = range(spec.num_layers) if layers is None else layers
     v_trans = not cfg.flash_attn
-    vmax = _v_max(spec, tp)
-    n_swa = swa_window(spec)
-    attn_all = [r for r in rows if r is not None]
-    has_swa = any(r.swa for r in attn_all)
-    state_layers = [spec.layers[i] for i in chosen if spec.layers[i].state is not None]
-    hybrid = any(la.state is not None for la in spec.layers)
+    agg = _aggregates(spec, tp, chosen.start, chosen.stop)
     recurrent = None
-    if hybrid:
+    if agg["hybrid"]:
         cells = max(1, cfg.n_parallel)
-        r = s = 0
-        for la in state_layers:
-            er, es = _states(la, tp)
-            r += F32_BYTES * er * cells
-            s += F32_BYTES * es * cells
-        recurrent = RecurrentSize(cells, len(state_layers), r, s)
-    if not attn_all:  # pure recurrent
+        n_state, er, es = agg["states"]
+        recurrent = RecurrentSize(cells, n_state, F32_BYTES * er * cells, F32_BYTES * es * cells)
+    if not agg["attention"]:  # pure recurrent
         return Memory((), recurrent, v_trans)
     stream, base_cells = cfg.n_stream, cfg.n_ctx_seq
+    sums = _row_bytes(spec, tp, chosen.start, chosen.stop, cfg.type_k, cfg.type_v, v_trans)
 
-    def cache(name: str, cells: int, picked: list[_Row]) -> CacheSize:
-        k = sum(cfg.type_k.bytes_for(r.k) for r in picked) * cells * stream
-        v = sum(cfg.type_v.bytes_for(vmax if v_trans else r.v) for r in picked if r.v is not None) * cells * stream
-        return CacheSize(name, cells, stream, len(picked), k, v)
+    def cache(name: str, cells: int, which: str) -> CacheSize:
+        n, k_row, v_row = sums[which]  # bytes of one cell's K and V rows, summed over the layers
+        return CacheSize(name, cells, stream, n, k_row * cells * stream, v_row * cells * stream)
 
-    mine = [rows[i] for i in chosen if rows[i] is not None]
-    if has_swa:
+    if agg["has_swa"]:
         swa_cells = base_cells
         if not cfg.swa_full:
-            windows = n_swa * (cfg.n_parallel if cfg.kv_unified else 1)
+            windows = agg["n_swa"] * (cfg.n_parallel if cfg.kv_unified else 1)
             swa_cells = cdiv(min(base_cells, windows + cfg.n_ubatch), PAD) * PAD
-        caches = (cache("base", base_cells, [r for r in mine if not r.swa]),
-                  cache("swa", swa_cells, [r for r in mine if r.swa]))  # fmt: skip
+        caches = (cache("base", base_cells, "base"), cache("swa", swa_cells, "swa"))
     else:
-        caches = (cache("attn" if hybrid else "kv", base_cells, mine),)
+        caches = (cache("attn" if agg["hybrid"] else "kv", base_cells, "all"),)
     return Memory(caches, recurrent, v_trans)
+
+
+def _aggregates(spec: ModelSpec, tp: int, start: int, stop: int) -> dict:
+    """What :func:`memory` reads of the layers ``start:stop`` at ``tp``, computed once per spec (the advice
+    of a model that does not fit, and the ``-fit`` and largest ``-c`` searches, call :func:`memory` many
+    times with the same layers): whether any layer has attention, a sliding window (and ``n_swa``) or a
+    state, and the state layers' count and conv / recurrent elements per cell."""
+
+    def compute() -> dict:
+        rows = _layer_rows(spec, tp)
+        state_layers = [spec.layers[i] for i in range(start, stop) if spec.layers[i].state is not None]
+        er = es = 0
+        for la in state_layers:
+            r, s = _states(la, tp)
+            er, es = er + r, es + s
+        return dict(
+            attention=any(r is not None for r in rows),
+            has_swa=any(r is not None and r.swa for r in rows),
+            n_swa=swa_window(spec),
+            hybrid=any(la.state is not None for la in spec.layers),
+            states=(len(state_layers), er, es),
+        )
+
+    return spec.memo(("llamacpp.aggregates", tp, start, stop), compute)
+
+
+def _row_bytes(spec: ModelSpec, tp: int, start: int, stop: int, type_k: KVDtype, type_v: KVDtype, v_trans: bool):
+    """``{"all" | "base" | "swa": (layers, K bytes of one cell, V bytes of one cell)}`` of the layers
+    ``start:stop`` that have a cache: each row's ``ggml_row_size`` summed (without flash attention every V row
+    is the widest, :func:`_v_max`); a cache's bytes are these × cells × streams. Computed once per spec and
+    key."""
+
+    def compute() -> dict:
+        rows = _layer_rows(spec, tp)
+        vmax = _v_max(spec, tp)
+        mine = [rows[i] for i in range(start, stop) if rows[i] is not None]
+
+        def sums(picked: list[_Row]) -> tuple[int, int, int]:
+            k = sum(type_k.bytes_for(r.k) for r in picked)
+            v = sum(type_v.bytes_for(vmax if v_trans else r.v) for r in picked if r.v is not None)
+            return len(picked), k, v
+
+        return dict(all=sums(mine), base=sums([r for r in mine if not r.swa]), swa=sums([r for r in mine if r.swa]))
+
+    return spec.memo(("llamacpp.row_bytes", tp, start, stop, type_k, type_v, v_trans), compute)
+
+
+def _row_widths(spec: ModelSpec) -> dict:
+    """What :func:`refusal` reads of the cache rows at TP 1, once per spec: whether any layer has a cache and
+    any is MLA, and the distinct K head dims, V head dims and K row widths in layer order (the first that a
+    block size does not divide is the one named)."""
+
+    def compute() -> dict:
+        rows = [r for r in _layer_rows(spec, 1) if r is not None]
+        return dict(
+            any=bool(rows),
+            mla=any(r.v is None for r in rows),
+            head_k=tuple(dict.fromkeys(r.head_k for r in rows)),
+            head_v=tuple(dict.fromkeys(r.head_v for r in rows)),
+            k=tuple(dict.fromkeys(r.k for r in rows)),
+        )
+
+    return spec.memo(("llamacpp.row_widths",), compute)
+
+
+def _unplanned_layer(spec: ModelSpec) -> str | None:
+    """The refusal of the first layer llama.cpp has no cache for (in layer order), once per spec; None."""
+
+    def compute() -> str | None:
+        for la in spec.layers:
+            if la.kind == "cross":
+                return f"{spec.name}: llama.cpp runs no cross-attention layers (its mllama support is gone)"
+            if la.kind == "mla" and la.mla is not None and la.mla.index_head_dim:
+                return f"{spec.name}: kvplan does not know llama.cpp's cache for DeepSeek-V3.2's indexer keys"
+            if la.kind == "linear_attention":
+                return f"{spec.name}: kvplan does not know llama.cpp's state for lightning-attention layers"
+        return None
+
+    return spec.memo(("llamacpp.unplanned_layer",), compute)
 
 
 def refusal(spec: ModelSpec, cfg: Config) -> str | None:
@@ -447,19 +522,18 @@ def refusal(spec: ModelSpec, cfg: Config) -> str | None:
     - flash attention off and a quantized K row (heads × head dim) that is not whole blocks: the process
       aborts, ``GGML_ASSERT(... <= ggml_nbytes(view_src))`` (ggml/src/ggml.c:1797).
     """
-    rows = [r for r in _layer_rows(spec, 1) if r is not None]
+    rows = _row_widths(spec)
     tk, tv = GGML_NAME[cfg.type_k.name], GGML_NAME[cfg.type_v.name]
-    if any(r.v is None for r in rows) and cfg.type_k.name != cfg.type_v.name:
+    if rows["mla"] and cfg.type_k.name != cfg.type_v.name:
         return (f"-ctk {tk} -ctv {tv}: llama.cpp refuses different K and V cache types for an MLA model "
                 "(src/llama-context.cpp:3835); give the same type to both")  # fmt: skip
     if _is_quantized(cfg.type_v) and cfg.flash_attn_asked == "off":
         return (f"-ctv {tv}: llama.cpp refuses a quantized V cache without flash attention (src/llama-context.cpp"
                 ":3845-3847: 'quantized V cache requires flash_attn'); use -fa on or auto")  # fmt: skip
-    if not rows:
+    if not rows["any"]:
         return None
     if cfg.flash_attn:
-        for flag, t, dims in (("-ctk", cfg.type_k, [r.head_k for r in rows]),
-                              ("-ctv", cfg.type_v, [r.head_v for r in rows])):  # fmt: skip
+        for flag, t, dims in (("-ctk", cfg.type_k, rows["head_k"]), ("-ctv", cfg.type_v, rows["head_v"])):
             if _is_quantized(t):
                 bad = [d for d in dims if d % t.block_elems]
                 if bad:
@@ -468,7 +542,7 @@ def refusal(spec: ModelSpec, cfg: Config) -> str | None:
                             f"{t.block_elems} does not divide {what}={bad[0]} "
                             "(src/llama-context.cpp:3851-3871)")  # fmt: skip
     elif _is_quantized(cfg.type_k):
-        bad = [r.k for r in rows if r.k % cfg.type_k.block_elems]
+        bad = [k for k in rows["k"] if k % cfg.type_k.block_elems]
         if bad:
             return (f"-ctk {tk} -fa off: llama.cpp aborts for {spec.name}: a K row of {bad[0]} elements is not "
                     f"whole blocks of {cfg.type_k.block_elems} (GGML_ASSERT, ggml/src/ggml.c:1797)")  # fmt: skip
@@ -682,18 +756,24 @@ def _log_lines(cfg: Config, mem: Memory) -> str:
 
 
 def _per_token(spec: ModelSpec, cfg: Config, tp: int, layers: range) -> int:
-    """Bytes one cell costs across the stage's attention layers (every layer counted as a full one)."""
-    rows = _layer_rows(spec, tp)
-    vmax = _v_max(spec, tp)
-    total = 0
-    for i in layers:
-        r = rows[i]
-        if r is None:
-            continue
-        total += cfg.type_k.bytes_for(r.k)
-        if r.v is not None:
-            total += cfg.type_v.bytes_for(vmax if not cfg.flash_attn else r.v)
-    return total
+    """Bytes one cell costs across the stage's attention layers (every layer counted as a full one; computed
+    once per spec and key)."""
+    type_k, type_v, flash_attn = cfg.type_k, cfg.type_v, cfg.flash_attn
+
+    def compute() -> int:
+        rows = _layer_rows(spec, tp)
+        vmax = _v_max(spec, tp)
+        total = 0
+        for i in layers:
+            r = rows[i]
+            if r is None:
+                continue
+            total += type_k.bytes_for(r.k)
+            if r.v is not None:
+                total += type_v.bytes_for(vmax if not flash_attn else r.v)
+        return total
+
+    return spec.memo(("llamacpp.per_token", tp, layers.start, layers.stop, type_k, type_v, flash_attn), compute)
 
 
 # --- the engine ---------------------------------------------------------------------------------------------
@@ -850,15 +930,9 @@ class LlamacppEngine(EngineRules):
                           type_v=cfg.type_v if opts.cache_type_v else axis)  # fmt: skip
         else:
             cache_type(kv_dtype.name, "--kv-dtype")
-        for la in spec.layers:
-            if la.kind == "cross":
-                raise UsageError(f"{spec.name}: llama.cpp runs no cross-attention layers (its mllama support is gone)")
-            if la.kind == "mla" and la.mla is not None and la.mla.index_head_dim:
-                raise UsageError(
-                    f"{spec.name}: kvplan does not know llama.cpp's cache for DeepSeek-V3.2's indexer keys"
-                )
-            if la.kind == "linear_attention":
-                raise UsageError(f"{spec.name}: kvplan does not know llama.cpp's state for lightning-attention layers")
+        unplanned = _unplanned_layer(spec)
+        if unplanned:
+            raise UsageError(unplanned)
         why = refusal(spec, cfg)
         if why:
             raise UsageError(why)
@@ -1013,7 +1087,9 @@ def swa_cells(n_ctx: int, n_swa: int, n_seq: int, n_ubatch: int, flash_attn: boo
     """Cells of the sliding-window cache of the builds of mid-2025 (b6000–b6200, the corpus's llama.cpp logs):
     ``n_ctx`` with ``--swa-full``, else ``min(n_ctx, GGML_PAD(n_swa × n_seq + n_ubatch, n_pad))`` with
     ``n_pad`` 256 under flash attention and 32 without (``llama-kv-cache-unified-iswa.cpp``,
-    ``llama_kv_cache_unified::get_padding``; the later commit of ``../shared/reference`` pads to 256 always)."""
+    ``llama_kv_cache_unified::get_padding``). Later builds pad it to 256 always (llama.cpp issue #17037,
+    ``src/llama-kv-cache-iswa.cpp``: "the SWA cache is always padded to 256"), as :func:`memory` does for the
+    commit kvplan follows, :data:`LLAMA_CPP_COMMIT`."""
     if swa_full:
         return n_ctx
     pad = 256 if flash_attn else 32

@@ -143,12 +143,15 @@ def older_than_oldest(version: str | None) -> bool:
 
 def is_dsa(spec: ModelSpec) -> bool:
     """DeepSeek Sparse Attention (DeepSeek-V3.2): MLA layers with an indexer key (``index_head_dim``)."""
-    return any(layer.kind == "mla" and layer.mla is not None and layer.mla.index_head_dim for layer in spec.layers)
+    return spec.memo(
+        ("sglang.is_dsa",),
+        lambda: any(x.kind == "mla" and x.mla is not None and x.mla.index_head_dim for x in spec.layers),
+    )
 
 
 def is_mla(spec: ModelSpec) -> bool:
     """SGLang's MLA backend (``use_mla_backend``): the model's attention layers are latent (DeepSeek, Kimi)."""
-    return any(layer.kind == "mla" for layer in spec.layers)
+    return "mla" in spec.layer_kind_set
 
 
 def all_layers_attention(spec: ModelSpec) -> bool:
@@ -162,7 +165,7 @@ def is_hybrid_swa(spec: ModelSpec, swa_full: bool = False) -> bool:
     :data:`HYBRID_SWA_ARCHITECTURES` (config.json's ``architectures[0]``) with both full and windowed layers,
     unless ``--disable-hybrid-swa-memory`` (``swa_full``). Every other model keeps one pool in which windowed
     layers hold every token (Gemma 2/3: ``model_overrides/gemma2_gemma3.py:24``; Mistral: not in the list)."""
-    kinds = set(spec.layer_kinds)
+    kinds = spec.layer_kind_set
     if swa_full or not (kinds & {"sliding", "chunked"}) or "full" not in kinds:
         return False
     return spec.architecture in HYBRID_SWA_ARCHITECTURES
@@ -1064,10 +1067,13 @@ class SglangEngine(EngineRules):
                     swa += b
                 else:
                     full += b
-            conv, ssm = (0, 0) if every else state_bytes(spec, layers, tp, ssm_dtype_name(spec, opts.mamba_ssm_dtype))
+            conv, ssm = (0, 0) if every else state_bytes(spec, layers, tp, ssm_name)
             return full, swa, conv, ssm
 
-        per_stage = [stage(r) for r in stages]
+        ssm_name = None if every else ssm_dtype_name(spec, opts.mamba_ssm_dtype)
+        # each stage's sums, once per spec and key: one_geometry and hybrid follow from the spec and swa_full
+        per_stage = [spec.memo(("sglang.stage", kv_dtype, tp, r.start, r.stop, bool(swa_full), ssm_name),
+                               lambda r=r: stage(r)) for r in stages]  # fmt: skip
         worst = max(range(pp), key=lambda i: (per_stage[i][0] + per_stage[i][1], per_stage[i][2] + per_stage[i][3]))
         full, swa, conv, ssm = per_stage[worst]
         if pp > 1 and conv + ssm:  # every rank prices the largest stage's share (kv_cache_configurator.py:3233)

@@ -300,7 +300,10 @@ FP8_DS_MLA_BYTES = 656  # mla_attention.py state_content_bytes["fp8_ds_mla"]: 51
 
 def is_sparse_mla(spec: ModelSpec) -> bool:
     """True for DeepSeek Sparse Attention models (an MLA layer with an indexer: DeepSeek-V3.2)."""
-    return any(x.kind == "mla" and x.mla is not None and x.mla.index_head_dim for x in spec.layers)
+    return spec.memo(
+        ("is_sparse_mla",),
+        lambda: any(x.kind == "mla" and x.mla is not None and x.mla.index_head_dim for x in spec.layers),
+    )
 
 
 def indexer_token_bytes(index_head_dim: int) -> int:
@@ -800,10 +803,48 @@ def build_layout(
     Raises:
         UsageError: pages vLLM cannot unify.
     """
-    # state layers, and attention layers that keep a Mamba-2 state beside their KV (parallel_state)
-    stateful = [x for x in spec.layers if x.state is not None and x.kind in (*STATE_KINDS, *KV_HEAD_KINDS)]
+    args = (kv_dtype, tp, pp, max_model_len, block_size, prefix_caching, hybrid_kv_cache_manager, family,
+            pp_layer_partition, num_spec, draft, num_mtp_layers)  # fmt: skip
+    if draft is not None:  # a drafter's spec is not part of the key (it would be hashed layer by layer)
+        return _build_layout(spec, *args)
+    # The layout is a function of the spec and these values: built once per spec and key (fit's advice plans
+    # the same model on every catalog GPU; a 100,000-layer model's layout is 100,000 layers of work). The GPU
+    # family enters only an MLA model's default block size and GDN's prefill checkpoints (_build_layout).
+    uses_family = (not block_size and "mla" in spec.layer_kind_set) or "gdn" in _state_kinds(spec)
+    key = (*args[:7], family if uses_family else None, *args[8:])
+    return spec.memo(("vllm.build_layout", *key), lambda: _build_layout(spec, *args))
+
+
+def _stateful(spec: ModelSpec) -> list:
+    """State layers, and attention layers that keep a Mamba-2 state beside their KV (parallel_state)."""
+    return spec.memo(
+        ("vllm.stateful",),
+        lambda: [x for x in spec.layers if x.state is not None and x.kind in (*STATE_KINDS, *KV_HEAD_KINDS)],
+    )
+
+
+def _state_kinds(spec: ModelSpec) -> frozenset:
+    return spec.memo(("vllm.state_kinds",), lambda: frozenset(x.state.kind for x in _stateful(spec)))
+
+
+def _build_layout(
+    spec: ModelSpec,
+    kv_dtype: KVDtype,
+    tp: int,
+    pp: int,
+    max_model_len: int,
+    block_size: int | None,
+    prefix_caching: bool,
+    hybrid_kv_cache_manager: bool,
+    family: str,
+    pp_layer_partition: tuple[int, ...] | None,
+    num_spec: int,
+    draft: ModelSpec | None,
+    num_mtp_layers: int,
+) -> VllmLayout:
+    stateful = _stateful(spec)
     has_state = bool(stateful)
-    has_attention = any(x.kind in (*KV_HEAD_KINDS, "mla") for x in spec.layers)
+    has_attention = bool(spec.layer_kind_set & {*KV_HEAD_KINDS, "mla"})
     if block_size:
         block = block_size
     elif "mla" in spec.layer_kinds:
@@ -811,7 +852,7 @@ def build_layout(
     else:
         block = DEFAULT_BLOCK_SIZE
     align = has_state and prefix_caching
-    state_kinds = {x.state.kind for x in stateful}
+    state_kinds = _state_kinds(spec)
     # GDN prefill on FlashInfer (Hopper) exports prefill checkpoints in align mode: a 64-token grid and one
     # more page per layer (model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py); only when every
     # state layer can (layers/mamba/abstract.py get_mamba_prefill_checkpoint_alignment: Mamba-2 mixers
@@ -885,7 +926,7 @@ def default_hybrid_kv_cache_manager(spec: ModelSpec, num_mtp_layers: int = 0, dr
     That variable defaults to ``"1"`` (``envs.py:1931-1933``; ``envs.py:272`` declares it ``True``): the
     comment above it, "we disable it by default", is stale, and kvplan's rule before issue 16 followed it.
     Checked against vLLM's own resolution in tests/fixtures/vllm_golden.json ``defaults``."""
-    if "chunked" in spec.layer_kinds:
+    if "chunked" in spec.layer_kind_set:
         return not uses_eagle(num_mtp_layers, draft)
     return True
 
@@ -1460,7 +1501,10 @@ class VllmEngine(EngineRules):
         stages = pp_ranges(spec.num_layers, pp, opts.pp_layer_partition)
         worst = max(range(pp), key=lambda i: layout.bytes_per_block[i]) if layout.groups else 0
         sparse = is_sparse_mla(spec)
-        per_token = sum(token_bytes(spec.layers[i], kv_dtype, tp, sparse) for i in stages[worst])
+        per_token = spec.memo(
+            ("vllm.stage_token_bytes", kv_dtype, tp, stages[worst].start, stages[worst].stop),
+            lambda: sum(token_bytes(spec.layers[i], kv_dtype, tp, sparse) for i in stages[worst]),
+        )
         if worst == pp - 1:  # the drafter's layers sit on the last stage
             if opts.num_mtp_layers:
                 per_token += opts.num_mtp_layers * token_bytes(mtp_template(spec), kv_dtype, tp, sparse)

@@ -280,16 +280,19 @@ def reproduce(text: str, model=None, given: dict | None = None, source: str = "t
         A :class:`Reproduction`.
 
     Raises:
-        UsageError: not a log kvplan reads, no KV figure in it, no model (one line naming what is missing).
+        UsageError: not a log kvplan reads, no KV figure in it, no model (one line naming what is missing), a
+            number no engine prints (naming its line).
     """
     from kvplan import api
-    from kvplan.logs import NotALog, read_log
+    from kvplan.logs import LogNumberError, NotALog, read_log
 
     given = {k: v for k, v in (given or {}).items() if v is not None}
     try:
         reading = read_log(text)
     except NotALog as e:
         raise UsageError(f"--from-log {source}: not a start-up log kvplan reads: {e}") from None
+    except LogNumberError as e:
+        raise UsageError(f"--from-log {source}: {e}") from None
     em = engine_module(reading.engine)
     name = em.ENGINE_NAME
     if not any(k in reading.printed for k in em.KV_FIGURES):

@@ -125,7 +125,7 @@ def figures(ctx) -> list:
             ubatch = p.get("n_ubatch", 512)
             fa = p.get("flash_attn")
             full = bool(ctx.reading.settings.get("swa_full"))
-            if isinstance(fa, int) or full:
+            if (isinstance(fa, int) or full) and isinstance(ubatch, int) and isinstance(n_swa, int):
                 x = swa_cells(cells, n_swa, p.get("n_seq", 1) or 1, ubatch, bool(fa), full)
                 out.append(
                     LogFigure(

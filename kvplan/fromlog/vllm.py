@@ -291,13 +291,17 @@ def _terms(ctx) -> list:
         lo, hi = gib_range(total)
         out.append(ratio_figure(ctx, "requested_gib", "requested memory, total × gpu_memory_utilization (GiB)",
                                 lo * util / GIB, hi * util / GIB, f"{total} GiB × {util}"))  # fmt: skip
-    if "kv_cache_size_gib" in p and "peak_torch_memory_gib" in p and total is not None and util:
+
+    def have(*keys):  # each term printed (a line may be cut, or another format may print part of them)
+        return all(isinstance(p.get(k), (int, float)) for k in keys)
+
+    if have("kv_cache_size_gib", "peak_torch_memory_gib", "non_torch_memory_gib") and total is not None and util:
         # V0 0.6.4 (worker/worker.py:215): total × U − peak torch (weights included) − non-torch
         x = total * util - p["peak_torch_memory_gib"] - p["non_torch_memory_gib"]
         out.append(_sum_figure("kv_cache_size_gib", "kv_cache_size from its terms (GiB)", p["kv_cache_size_gib"], x,
                                3, f"{total} × {util} − peak_torch {p['peak_torch_memory_gib']} − non_torch "
                                f"{p['non_torch_memory_gib']} (vLLM 0.6.4 worker.py)"))  # fmt: skip
-    elif "kv_cache_size_gib" in p and "requested_gib" in p and "peak_activation_gib" in p:
+    elif have("kv_cache_size_gib", "requested_gib", "peak_activation_gib", "weights_gib", "non_torch_memory_gib"):
         # V0 0.6.5-0.10 (worker/worker.py): requested − weights − non-torch − activation
         w = p.get("weights_gib")
         x = p["requested_gib"] - w - p["non_torch_memory_gib"] - p["peak_activation_gib"]

@@ -5,8 +5,9 @@ states, and every KV-cache figure it printed (``kvplan fit --from-log FILE``).
 (:mod:`kvplan.logs.vllm`, :mod:`kvplan.logs.sglang`, :mod:`kvplan.logs.trtllm`, :mod:`kvplan.logs.llamacpp`),
 which returns a :class:`LogReading`. The parsers are regular expressions over the exact formats each engine
 prints (the formats and the releases that print them are cited beside each pattern); they never compute a
-plan, never print, and import nothing but :mod:`re`, :mod:`ast` and this package. What a plan needs and the
-log does not state is listed in :attr:`LogReading.missing`, so the caller can say so.
+plan, never print, and import nothing but :mod:`re`, :mod:`ast`, this package and :func:`kvplan.units.shorten`.
+Every number they read goes through :func:`num` (or :func:`check_value`), bounded below :data:`MAX_LOG_NUMBER`.
+What a plan needs and the log does not state is listed in :attr:`LogReading.missing`, so the caller can say so.
 
 Figures keep the names of the engine-log corpus (``tests/fixtures/engine_logs/*.yaml`` ``printed``): GiB
 values as printed (floats), token and block counts as ints. A figure printed once per worker is kept in
@@ -18,13 +19,32 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-__all__ = ["LogReading", "detect_engine", "read_log", "ENGINES", "NotALog"]
+from kvplan.units import shorten
+
+__all__ = ["LogReading", "detect_engine", "read_log", "ENGINES", "NotALog", "LogNumberError", "MAX_LOG_NUMBER"]
 
 ENGINES = ("vllm", "sglang", "trtllm", "llamacpp")
+
+# No figure a start-up log prints reaches 10^18 (bytes: an exabyte; tokens, blocks, GiB, MiB, ratios far
+# below): a number at or above it, or written in more than MAX_NUMBER_CHARS characters, is no engine's.
+MAX_LOG_NUMBER = 10**18
+MAX_NUMBER_CHARS = 64
 
 
 class NotALog(ValueError):
     """The text is no start-up log of an engine kvplan reads (the message names what was looked for)."""
+
+
+class LogNumberError(ValueError):
+    """A number in a log that no engine prints (at or above :data:`MAX_LOG_NUMBER`, not finite, or longer than
+    :data:`MAX_NUMBER_CHARS` characters). ``text`` is the number as the log wrote it (found again by
+    :func:`read_log`, which names the line); ``key`` is the figure or setting it was read as, when known."""
+
+    def __init__(self, text: str, key: str = "", line: int | None = None):
+        self.text, self.key, self.line = text, key, line
+        where = f"line {line}: " if line else ""
+        what = f"{key} = " if key else "the number "
+        super().__init__(f"{where}{what}{shorten(text)} is beyond any figure an engine prints (below 10^18)")
 
 
 @dataclass
@@ -78,12 +98,22 @@ class LogReading:
     notes: list = field(default_factory=list)
 
     def put(self, key: str, value) -> None:
-        """Record a printed figure: the first occurrence in ``printed``, every occurrence in ``per_worker``."""
+        """Record a printed figure: the first occurrence in ``printed``, every occurrence in ``per_worker``.
+
+        Raises:
+            LogNumberError: a number no engine prints (:func:`check_value`).
+        """
+        check_value(key, value)
         self.printed.setdefault(key, value)
         self.per_worker.setdefault(key, []).append(value)
 
     def setting(self, key: str, value) -> None:
-        """Record a stated setting (the first statement wins)."""
+        """Record a stated setting (the first statement wins).
+
+        Raises:
+            LogNumberError: a number no engine prints (:func:`check_value`).
+        """
+        check_value(key, value)
         self.settings.setdefault(key, value)
 
 
@@ -180,6 +210,7 @@ def read_log(text: str, engine: str | None = None) -> LogReading:
 
     Raises:
         NotALog: no line of any engine kvplan reads (the message lists what it looked for).
+        LogNumberError: a number no engine prints; the message names its line (``line 12: …``).
     """
     engine = engine or detect_engine(text)
     if engine is None:
@@ -192,7 +223,13 @@ def read_log(text: str, engine: str | None = None) -> LogReading:
 
     parser = import_module(f"kvplan.logs.{engine}")
     lines = [ln.rstrip("\r\n") for ln in text.splitlines() if ln.strip()]
-    return parser.parse(lines)
+    try:
+        return parser.parse(lines)
+    except LogNumberError as e:
+        at = next((i for i, ln in enumerate(text.splitlines(), 1) if e.text in clean(ln)), None)
+        if at is None:
+            raise
+        raise LogNumberError(e.text, e.key, at) from None
 
 
 # --- helpers the parsers share ----------------------------------------------------------------------------
@@ -206,9 +243,57 @@ def clean(line: str) -> str:
 
 
 def num(text: str) -> int | float:
-    """``"1,037,152"`` → 1037152, ``"10.68"`` → 10.68, ``"-0.03"`` → -0.03."""
+    """``"1,037,152"`` → 1037152, ``"10.68"`` → 10.68, ``"-0.03"`` → -0.03. Every number the parsers read
+    from a line's text goes through here.
+
+    Raises:
+        LogNumberError: longer than :data:`MAX_NUMBER_CHARS` characters, not finite, or at or above
+            :data:`MAX_LOG_NUMBER` in size (no engine prints it; ``int()`` of 4,300+ digits would fail).
+    """
     t = text.replace(",", "")
-    return float(t) if ("." in t or "e" in t.lower()) else int(t)
+    if len(t) > MAX_NUMBER_CHARS:
+        raise LogNumberError(text)
+    value = float(t) if ("." in t or "e" in t.lower()) else int(t)
+    if not abs(value) < MAX_LOG_NUMBER:  # also NaN
+        raise LogNumberError(text)
+    return value
+
+
+def integer(text: str) -> int:
+    """A count the log prints (``\\d+`` in the patterns) as an int, bounded as :func:`num` bounds it.
+
+    Raises:
+        LogNumberError: as :func:`num`.
+    """
+    return int(num(text))
+
+
+def check_value(key: str, value) -> None:
+    """Check a value before it is recorded as a figure or setting (numbers parsed by ``ast.literal_eval``
+    from a settings line reach here without :func:`num`): ints and floats below :data:`MAX_LOG_NUMBER` and
+    finite, number-like text no longer than :data:`MAX_NUMBER_CHARS`; lists, tuples and dicts item by item.
+
+    Raises:
+        LogNumberError: naming ``key``.
+    """
+    if isinstance(value, bool) or value is None:
+        return
+    if isinstance(value, (int, float)):
+        if not abs(value) < MAX_LOG_NUMBER:
+            try:
+                text = str(value)
+            except ValueError:  # an int over Python's 4,300-digit limit on str()
+                text = f"an integer of {value.bit_length():,} bits"
+            raise LogNumberError(text, key)
+    elif isinstance(value, str):
+        if len(value) > MAX_NUMBER_CHARS and re.fullmatch(r"[-+]?[\d_,.]+(?:[eE][-+]?\d+)?", value):
+            raise LogNumberError(value, key)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            check_value(f"{key}.{k}", v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            check_value(key, v)
 
 
 def gib_bytes(value: float) -> int:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 
-from kvplan.logs import LogReading, clean, num
+from kvplan.logs import LogReading, clean, integer, num
 
 N = r"-?[\d,]*\d(?:\.\d+)?"
 
@@ -91,7 +91,7 @@ def parse(lines: list[str]) -> LogReading:
         if m:
             hit = True
             k, v = m.group("k"), m.group("v")
-            v = int(v) if re.fullmatch(r"-?\d+", v) else v
+            v = integer(v) if re.fullmatch(r"-?\d+", v) else v
             if k == "n_ctx_per_seq":
                 r.put("n_ctx", v)  # ollama prints the per-sequence context (one sequence)
                 r.setting("n_ctx_per_seq", v)
@@ -108,10 +108,10 @@ def parse(lines: list[str]) -> LogReading:
                 pre = "swa_" if which == "SWA" else ""
                 r.put(f"{pre}kv_size_mib", num(g["size"]))
                 if g.get("cells"):
-                    r.put(f"{pre}kv_cells", int(g["cells"]))
-                    r.put(f"{pre}kv_layers", int(g["layers"]))
+                    r.put(f"{pre}kv_cells", integer(g["cells"]))
+                    r.put(f"{pre}kv_layers", integer(g["layers"]))
                 if g.get("seqs") and not pre:
-                    r.put("n_seq", int(g["seqs"]))
+                    r.put("n_seq", integer(g["seqs"]))
                 if pre:
                     r.put("swa_k_mib", num(g["k"]))
                     r.put("swa_v_mib", num(g["v"]))
@@ -123,14 +123,14 @@ def parse(lines: list[str]) -> LogReading:
                     r.setting("cache_type_k", g["kt"])
                     r.setting("cache_type_v", g["vt"])
             elif kind == "kv_init":
-                r.put("kv_cells", int(g["cells"]))
-                r.put("kv_layers", int(g["layers"]))
+                r.put("kv_cells", integer(g["cells"]))
+                r.put("kv_layers", integer(g["layers"]))
                 r.setting("cache_type_k", g["kt"])
                 r.setting("cache_type_v", g["vt"])
             elif kind == "creating":
                 which = g["which"]
                 if which == "SWA":
-                    r.put("swa_kv_cells_asked", int(g["cells"]))
+                    r.put("swa_kv_cells_asked", integer(g["cells"]))
             elif kind == "swa_full":
                 r.setting("swa_full", True)
             elif kind == "kv_buffer":
@@ -151,7 +151,7 @@ def parse(lines: list[str]) -> LogReading:
                     models.append(num(g["mib"]))
                     r.put("model_buffer_mib", num(g["mib"]))
             elif kind == "device":
-                r.put("free_at_start_mib", int(g["mib"]))
+                r.put("free_at_start_mib", integer(g["mib"]))
                 r.gpu_name = r.gpu_name or g["name"]
             elif kind == "model_size":
                 r.put("model_size_gib", num(g["gib"]))
@@ -160,7 +160,7 @@ def parse(lines: list[str]) -> LogReading:
             elif kind == "name":
                 r.model_id = r.model_id or g["name"].strip()
             elif kind == "n_swa":
-                r.put("n_swa", int(g["n"]))
+                r.put("n_swa", integer(g["n"]))
             elif kind == "build":
                 r.version = f"b{g['n']}"
                 r.version_source = f"printed: 'build: {g['n']} ({g['commit']})'"

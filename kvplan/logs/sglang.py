@@ -22,7 +22,7 @@ from __future__ import annotations
 import ast
 import re
 
-from kvplan.logs import LogReading, clean, num
+from kvplan.logs import LogReading, clean, integer, num
 
 N = r"-?[\d,]*\d(?:\.\d+)?"
 RANK = re.compile(r"\[\d{4}-\d\d-\d\d [\d:]+ (?:DP(?P<dp>\d+) )?(?:PP(?P<pp>\d+) )?TP(?P<tp>\d+)(?: EP\d+)?\]")
@@ -78,7 +78,7 @@ def _args(text: str) -> dict:
         raw = m.group(2).strip()
         try:
             val = ast.literal_eval(raw)
-        except (ValueError, SyntaxError):
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
             val = raw
         out.setdefault(m.group(1), val)
     return out
@@ -96,7 +96,7 @@ def parse(lines: list[str]) -> LogReading:
         line = clean(raw)
         rank = RANK.search(line)
         if rank:
-            max_tp = max(max_tp, int(rank.group("tp")))
+            max_tp = max(max_tp, integer(rank.group("tp")))
         hit = False
         for kind, pat in LINES:
             m = pat.search(line)
@@ -118,7 +118,7 @@ def parse(lines: list[str]) -> LogReading:
                     r.setting("dtype", g["dtype"])
             elif kind == "kv":
                 if g.get("tokens"):
-                    r.put("max_total_num_tokens", int(g["tokens"]))
+                    r.put("max_total_num_tokens", integer(g["tokens"]))
                 if g.get("dtype"):
                     r.setting("kv_cache_dtype", g["dtype"])
                 if g.get("k") is not None:
@@ -127,12 +127,12 @@ def parse(lines: list[str]) -> LogReading:
                 else:
                     r.put("kv_size_gb", num(g["kv"]))
             elif kind == "mamba":
-                r.put("mamba_cache_slots", int(g["n"]))
+                r.put("mamba_cache_slots", integer(g["n"]))
                 r.put("conv_state_gb", num(g["conv"]))
                 r.put("ssm_state_gb", num(g["ssm"]))
             elif kind == "swa":
-                r.put("full_layer_tokens", int(g["full"]))
-                r.put("swa_layer_tokens", int(g["swa"]))
+                r.put("full_layer_tokens", integer(g["full"]))
+                r.put("swa_layer_tokens", integer(g["swa"]))
             elif kind == "pool_end":
                 r.put("avail_after_pool_gb", num(g["gb"]))
             elif kind == "graph_begin":
@@ -142,19 +142,19 @@ def parse(lines: list[str]) -> LogReading:
                 if g.get("used"):
                     r.put("cuda_graph_gb", num(g["used"]))
             elif kind == "summary":
-                r.put("max_total_num_tokens", int(g["tokens"]))
+                r.put("max_total_num_tokens", integer(g["tokens"]))
                 for k, v in re.findall(r"(\w+)=(-?\d+)", g["rest"]):
                     if k in SUMMARY_KEYS:
-                        r.put(k, int(v))
+                        r.put(k, integer(v))
             elif kind == "profiled":
-                r.put("max_total_tokens_requested", int(g["asked"]))
-                r.put("profiled_max_total_num_tokens", int(g["prof"]))
-                r.setting("max_total_tokens", int(g["asked"]))
-                if int(g["prof"]) <= 0:
+                r.put("max_total_tokens_requested", integer(g["asked"]))
+                r.put("profiled_max_total_num_tokens", integer(g["prof"]))
+                r.setting("max_total_tokens", integer(g["asked"]))
+                if integer(g["prof"]) <= 0:
                     r.notes.append(f"the profiled KV pool is {g['prof']} tokens: no memory left for the cache")
             elif kind == "too_long":
-                r.put("input_tokens", int(g["n"]))
-                r.put("max_allowed_length", int(g["max"]))
+                r.put("input_tokens", integer(g["n"]))
+                r.put("max_allowed_length", integer(g["max"]))
             elif kind == "server_args":
                 args = _args(g["args"])
                 path = args.get("model_path")

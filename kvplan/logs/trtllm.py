@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 
-from kvplan.logs import LogReading, clean, gib_bytes, num
+from kvplan.logs import LogReading, clean, gib_bytes, integer, num
 
 N = r"-?[\d,]*\d(?:\.\d+)?"
 
@@ -88,49 +88,49 @@ def parse(lines: list[str]) -> LogReading:
                     r.gpu_total_bytes = gib_bytes(num(g["t"]))
                     r.gpu_total_source = f"total: {g['t']} GiB"
             elif kind == "primary":
-                r.put("num_blocks_primary", int(g["n"]))
+                r.put("num_blocks_primary", integer(g["n"]))
             elif kind == "tpb":
-                r.put("tokens_per_block", int(g["n"]))
-                r.setting("tokens_per_block", int(g["n"]))
+                r.put("tokens_per_block", integer(g["n"]))
+                r.setting("tokens_per_block", integer(g["n"]))
             elif kind == "blocks_per_seq":
-                r.put("tokens_per_block", int(g["tpb"]))
-                r.put("num_blocks_primary", int(g["p"]))
-                r.put("max_seq_len", int(g["l"]))
-                r.put("blocks_per_sequence", int(g["m"]))
-                r.setting("tokens_per_block", int(g["tpb"]))
-                r.setting("max_seq_len", int(g["l"]))
+                r.put("tokens_per_block", integer(g["tpb"]))
+                r.put("num_blocks_primary", integer(g["p"]))
+                r.put("max_seq_len", integer(g["l"]))
+                r.put("blocks_per_sequence", integer(g["m"]))
+                r.setting("tokens_per_block", integer(g["tpb"]))
+                r.setting("max_seq_len", integer(g["l"]))
             elif kind == "pages_per_seq":
-                r.put("blocks_per_sequence", int(g["m"]))
+                r.put("blocks_per_sequence", integer(g["m"]))
                 if g.get("w"):
-                    r.put("attention_window", int(g["w"]))
+                    r.put("attention_window", integer(g["w"]))
             elif kind == "allocated":
                 r.put("allocated_gib", num(g["gib"]))
-                r.put("max_tokens", int(g["n"]))
+                r.put("max_tokens", integer(g["n"]))
             elif kind == "allocate_bytes":
-                r.put("kv_bytes", int(g["b"]))
+                r.put("kv_bytes", integer(g["b"]))
             elif kind == "using_tokens":
-                r.put("max_tokens", int(g["n"]))
+                r.put("max_tokens", integer(g["n"]))
             elif kind == "engine":
                 r.put("engine_mib", num(g["mib"]))
             elif kind == "context":
                 r.put("execution_context_mib", num(g["mib"]))
             elif kind == "now":
-                r.put("gpu_now_mib", int(g["mib"]))
+                r.put("gpu_now_mib", integer(g["mib"]))
             elif kind == "buffers":
                 what = "runtime_buffers" if g["what"] == "runtime buffers" else "decoder"
                 r.put(f"{what}_{g['u'].lower()}", num(g["x"]))
             elif kind == "both":
                 r.put("free_gpu_memory_fraction", num(g["f"]))
-                r.put("max_tokens_requested", int(g["n"]))
+                r.put("max_tokens_requested", integer(g["n"]))
                 r.setting("free_gpu_memory_fraction", float(f"{num(g['f']):.7g}"))  # a float32 printed in full
-                r.setting("max_tokens", int(g["n"]))
+                r.setting("max_tokens", integer(g["n"]))
             elif kind == "limits":
-                r.put("max_seq_len", int(g["l"]))
-                r.put("max_num_requests", int(g["r"]))
-                r.put("max_num_tokens", int(g["t"]))
-                r.setting("max_seq_len", int(g["l"]))
-                r.setting("max_num_requests", int(g["r"]))
-                r.setting("max_num_tokens", int(g["t"]))
+                r.put("max_seq_len", integer(g["l"]))
+                r.put("max_num_requests", integer(g["r"]))
+                r.put("max_num_tokens", integer(g["t"]))
+                r.setting("max_seq_len", integer(g["l"]))
+                r.setting("max_num_requests", integer(g["r"]))
+                r.setting("max_num_tokens", integer(g["t"]))
             elif kind == "version":
                 r.version, r.version_source = g["v"], f"printed: 'TensorRT-LLM version: {g['v']}'"
         if hit:

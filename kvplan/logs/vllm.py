@@ -35,7 +35,7 @@ from __future__ import annotations
 import ast
 import re
 
-from kvplan.logs import LogReading, clean, gib_bytes, num
+from kvplan.logs import LogReading, clean, gib_bytes, integer, num
 from kvplan.logs.vllm_fingerprints import FINGERPRINTS
 
 N = r"-?[\d,]*\d(?:\.\d+)?"  # a printed number: 1,037,152 / 10.68 / -0.03
@@ -328,7 +328,7 @@ def nearest_release(sites: dict[str, set[str]], floor: str | None = None) -> str
                 if f != file:
                     d = None
                     break
-                d += min(abs(int(n) - x) for x in nums)
+                d += min(abs(integer(n) - x) for x in nums)
             if d is None:
                 break
         if d is not None and (best_d is None or d < best_d):
@@ -392,7 +392,7 @@ def parse(lines: list[str]) -> LogReading:
         line = clean(raw)
         w = WORKER.search(line)
         if w:
-            max_tp = max(max_tp, int(w.group("tp")))
+            max_tp = max(max_tp, integer(w.group("tp")))
         if "VllmWorkerProcess" in line:
             v0 = True
         if "EngineCore" in line or "Worker_TP" in line or "[core.py:" in line:
@@ -445,11 +445,11 @@ def parse(lines: list[str]) -> LogReading:
                 rest = line[m.end() :]
                 sugg = re.findall(r"--kv-cache-memory=(\d+)", rest)
                 if len(sugg) == 2:
-                    r.put("kv_cache_memory_fit_bytes", int(sugg[0]))
-                    r.put("kv_cache_memory_full_bytes", int(sugg[1]))
+                    r.put("kv_cache_memory_fit_bytes", integer(sugg[0]))
+                    r.put("kv_cache_memory_full_bytes", integer(sugg[1]))
                 m2 = re.search(r"Current kv cache memory in use is (\d+) bytes", rest)
                 if m2:
-                    r.put("kv_cache_memory_bytes", int(m2.group(1)))
+                    r.put("kv_cache_memory_bytes", integer(m2.group(1)))
                 m3 = re.search(rf"Current kv cache memory in use is ({N}) GiB", rest)
                 if m3:
                     r.put("kv_cache_memory_in_use_gib", num(m3.group(1)))
@@ -471,32 +471,32 @@ def parse(lines: list[str]) -> LogReading:
             elif kind == "encoder_cache":
                 r.put("encoder_cache_budget_tokens", num(g["tokens"]))
             elif kind == "padding_layers":
-                r.put("padding_layers", int(g["n"]))
+                r.put("padding_layers", integer(g["n"]))
                 r.put("padding_waste_pct", num(g["pct"]))
             elif kind == "attention_block":
-                r.put("block_size", int(g["n"]))
-                r.setting("block_size", int(g["n"]))
+                r.put("block_size", integer(g["n"]))
+                r.setting("block_size", integer(g["n"]))
             elif kind == "mamba_padding":
                 r.put("mamba_page_padding_pct", num(g["pct"]))
             elif kind == "num_gpu_blocks_config":
-                r.put("num_gpu_blocks", int(g["n"]))
+                r.put("num_gpu_blocks", integer(g["n"]))
             elif kind == "needed":
                 v1 = True
-                r.put("max_model_len", int(g["len"]))
-                r.setting("max_model_len", int(g["len"]))
+                r.put("max_model_len", integer(g["len"]))
+                r.setting("max_model_len", integer(g["len"]))
                 r.put("kv_needed_gib", num(g["need"]))
                 for t in (g["need"], g["avail"]):
                     if not re.fullmatch(r"-?\d+\.\d\d", t):
                         texts.setdefault("rounded_gib", t)
                 r.put("available_kv_gib", num(g["avail"]))
                 if g.get("est"):
-                    r.put("estimated_max_model_len", int(g["est"]))
+                    r.put("estimated_max_model_len", integer(g["est"]))
             elif kind == "no_memory":
                 r.notes.append("the engine stopped: 'No available memory for the cache blocks' (a budget <= 0)")
             elif kind == "v0_blocks":
-                r.put("num_gpu_blocks", int(g["gpu"]))
+                r.put("num_gpu_blocks", integer(g["gpu"]))
                 if g.get("cpu") is not None:
-                    r.put("num_cpu_blocks", int(g["cpu"]))
+                    r.put("num_cpu_blocks", integer(g["cpu"]))
                     v0 = True
                 elif "kv_cache_utils" in line:
                     v1 = True
@@ -535,9 +535,9 @@ def parse(lines: list[str]) -> LogReading:
                     r.setting("gpu_memory_utilization", num(g["u"]))
             elif kind == "v0_too_long":
                 v0 = True
-                r.put("max_model_len", int(g["len"]))
-                r.setting("max_model_len", int(g["len"]))
-                r.put("kv_tokens", int(g["tokens"]))
+                r.put("max_model_len", integer(g["len"]))
+                r.setting("max_model_len", integer(g["len"]))
+                r.put("kv_tokens", integer(g["tokens"]))
             elif kind == "server_version":
                 if r.version is None:
                     r.version, r.version_source = g["v"], f"printed: 'vLLM API server version {g['v']}'"
@@ -561,7 +561,7 @@ def parse(lines: list[str]) -> LogReading:
                 if found:
                     r.setting("model", found.group("m"))
             elif kind == "chunked":
-                r.setting("max_num_batched_tokens", int(g["n"]))
+                r.setting("max_num_batched_tokens", integer(g["n"]))
             elif kind in ("load_model", "llm_call"):
                 r.model_id = r.model_id or g["m"]
             elif kind == "backend":
