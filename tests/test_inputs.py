@@ -461,7 +461,8 @@ def test_the_advice_of_a_plan_that_does_not_fit_reuses_the_per_layer_work(engine
 
     data = dict(name="big", source="test", num_layers=10_000, num_q_heads=8, num_kv_heads=8, head_dim=128,
                 dtype="bf16", max_model_len=1 << 20, param_count=10**9)  # fmt: skip
-    opts, gpu = api.fit_options(engine=engine), get_gpu("l4")
+    # max_model_len given: without it SGLang serves the length its pool holds (max_req_len) and starts
+    opts, gpu = api.fit_options(engine=engine, max_model_len=1 << 20), get_gpu("l4")
 
     def advice():
         with pytest.raises(DoesNotFit):
