@@ -20,6 +20,12 @@ e.g. Llama-3-8B (L=32, H_kv=8, d=128, bf16): 2 × 32 × 8 × 128 × 2 B = 131,07
   ``S // m`` compressed entries of ``row(head_dim)`` and, on CSA layers, ``row(index_head_dim)`` (the
   indexer key), plus the compressor's fixed fp32 state (:meth:`kvplan.specs.CompressedConfig.state_elements`),
   all kept whole on every TP rank (vLLM ``max_tp_shards=1``);
+- rwkv4, mlstm (and the ``cca`` / ``sconv`` states kept beside ZAYA's and Inkling's attention layers): a fixed
+  state per request in transformers' own shapes and dtypes (no engine kvplan models serves them);
+- hidden (XLNet, Reformer): ``min(S, window)`` tokens (every token without a window) of ``row(width)``, the
+  layer's input hidden states, plus ``8 × index_width`` bytes per token of int64 LSH bucket ids (Reformer);
+- a model with ``prefix_tokens`` (CPM-Ant's learned prompt) caches ``S + prefix_tokens`` tokens in every
+  token-caching layer (transformers ``CpmAntModel.forward`` prepends them to every request);
 - shared: 0 B (reads an earlier layer's cache); none: 0 B (MLP/MoE-only block);
 - cross: K and V of the request's ``encoder_tokens`` (image tokens), a fixed cost per request whatever S
   (vLLM 0.33 ``CrossAttentionSpec``: one static allocation of ``cdiv(num_encoder_tokens, block_size)``
@@ -40,10 +46,11 @@ from dataclasses import dataclass
 
 from kvplan.dtypes import KVDtype, get_kv_dtype
 from kvplan.errors import UsageError
-from kvplan.specs import COMPRESSED_KIND, CROSS_KIND, KV_HEAD_KINDS, LAYER_KINDS, LayerSpec, ModelSpec
+from kvplan.specs import COMPRESSED_KIND, CROSS_KIND, HIDDEN_KIND, KV_HEAD_KINDS, LAYER_KINDS, LayerSpec, ModelSpec
 from kvplan.units import MAX_BATCH, MAX_TOKENS
 
-TOKEN_KINDS = ("full", "sliding", "chunked", "mla", COMPRESSED_KIND)
+TOKEN_KINDS = ("full", "sliding", "chunked", "mla", COMPRESSED_KIND, HIDDEN_KIND)
+INDEX_BYTES = 8  # an int64 LSH bucket id (Reformer: torch.argmax's output dtype)
 
 
 def cdiv(a: int, b: int) -> int:
@@ -69,6 +76,10 @@ _STATE_SPLIT_FIELDS = {
     "short_conv": ("d_inner",),
     "linear_attention": ("num_heads",),
     "rglru": ("d_inner",),
+    "rwkv4": ("d_inner",),
+    "mlstm": ("num_heads",),
+    "cca": ("num_heads", "num_k_heads"),
+    "sconv": ("d_inner",),
 }
 
 
@@ -171,6 +182,8 @@ def layer_token_bytes(
     for a DeepSeek-V3.2 indexer key (transformers caches it beside the latent, in the KV dtype).
     compressed: ``row(head_dim)``, the one K=V vector of a token in the sliding branch (every rank); the
     compressed entries are :func:`layer_compressed_bytes`.
+    hidden: ``row(width)`` (the layer's input hidden state) plus ``8 × index_width`` bytes of int64 bucket ids
+    (Reformer's LSH layers), whole on every rank (the residual stream is not sharded; no engine serves them).
     """
     if layer.kind in KV_HEAD_KINDS:
         h = kv_heads_per_rank(layer.num_kv_heads, tensor_parallel_size)
@@ -182,6 +195,9 @@ def layer_token_bytes(
     if layer.kind == COMPRESSED_KIND:
         assert layer.compressed is not None  # guaranteed by build_spec
         return kv_dtype.row_bytes(layer.compressed.head_dim, 1)
+    if layer.kind == HIDDEN_KIND:
+        assert layer.hidden is not None  # guaranteed by build_spec
+        return kv_dtype.row_bytes(layer.hidden.width, 1) + INDEX_BYTES * layer.hidden.index_width
     return 0
 
 
@@ -396,8 +412,10 @@ def layer_groups(
     v_dtype: KVDtype | None = None,
 ) -> tuple[LayerGroup, ...]:
     """Group the layers (all, or the index range ``layers`` for a pipeline stage) by kind and window
-    (``v_dtype``: V rows in another dtype than K, :func:`layer_token_bytes`)."""
+    (``v_dtype``: V rows in another dtype than K, :func:`layer_token_bytes`). A model's ``prefix_tokens``
+    (CPM-Ant) are cached with every request: token kinds keep ``seq_len + prefix_tokens`` tokens."""
     idx = range(spec.num_layers) if layers is None else layers
+    seq_len += spec.prefix_tokens
     alike: dict[int, list] = {}  # id(layer) -> [layer, count]: build_spec shares one LayerSpec among layers alike
     for i in idx:
         layer = spec.layers[i]

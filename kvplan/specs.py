@@ -30,7 +30,21 @@ none               nothing at all (MLP- or MoE-only blocks: Nemotron-H ``-`` and
 cross              K and V of the request's encoder tokens (image tokens), once per request whatever S:
                    ``H_kv × (head_dim + v_head_dim)`` elements per encoder token (Llama 3.2 Vision's
                    cross-attention layers; vLLM ``CrossAttentionSpec``)
+rwkv4              RWKV-4 state, fixed: two token-shift vectors of ``d_inner`` in the model dtype and the WKV
+                   numerator, denominator and running maximum of ``d_inner`` in fp32 (transformers' RWKV)
+mlstm              xLSTM's mLSTM state, fixed: matrix memory ``H × dk × dv``, normalizer ``H × dk`` and
+                   stabilizer ``H × 1``, in the model dtype (transformers' ``xLSTMCache``)
+hidden             the layer's input hidden states, ``width`` elements per token (for at most ``window``
+                   tokens when set), plus ``index_width`` int64 bucket ids per token on Reformer's LSH layers:
+                   K and V are recomputed from them every step (XLNet ``mems``, Reformer's
+                   ``ReformerDynamicCache``)
 =================  ========================================================================================
+
+Two state kinds are kept *beside* an attention layer's K/V (``parallel_state``), shapes as transformers
+keeps them: ``cca`` (ZAYA's compressed convolutional attention: a conv window over the query and key
+projections and the previous token's delayed value) and ``sconv`` (Inkling's short convolutions on K, V and
+the residual stream, sized by each attention layer's own K/V width). ``prefix_tokens`` counts learned tokens
+every request caches before its own (CPM-Ant's prompt: each token kind caches ``S + prefix_tokens``).
 
 Spec YAML format (unknown keys are errors)::
 
@@ -69,6 +83,12 @@ Spec YAML format (unknown keys are errors)::
     short_conv: {d_inner: 2048, d_conv: 3}
     linear_attention: {num_heads: 64, head_dim: 96}
     rglru: {d_inner: 2560, d_conv: 4}     # RecurrentGemma: d_inner = lru_width; the recurrent state is fp32
+    rwkv4: {d_inner: 768}                 # RWKV-4: hidden_size; the WKV state is fp32
+    mlstm: {num_heads: 8, head_k_dim: 256, head_v_dim: 512}   # xLSTM (qk_head_dim, v_head_dim)
+    cca: {num_heads: 8, num_k_heads: 2, head_dim: 128, d_conv: 2, d_conv2: 2}  # ZAYA (cca_time0, cca_time1)
+    sconv: {d_inner: 6144, d_conv: 4}     # Inkling: the stream width; K/V widths are each layer's own
+    hidden: {width: 1024, window: 512}    # XLNet: d_model, mem_len (window absent: every token)
+    prefix_tokens: 32                     # CPM-Ant: prompt_length learned tokens cached with every request
     compressed: {head_dim: 512, window: 128, index_head_dim: 128, csa_ratio: 4,
                  ratios: [0, 0, 4, 128, ...]}   # DeepSeek-V4: one ratio per layer (0: the sliding branch only)
     cross_attention: {encoder_tokens: 6404}  # encoder (image) tokens a cross layer caches per request
@@ -84,7 +104,7 @@ Spec YAML format (unknown keys are errors)::
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Callable
 
@@ -93,10 +113,24 @@ from kvplan.errors import SpecError
 
 ATTENTION_KINDS = ("full", "sliding", "chunked", "mla")
 KV_HEAD_KINDS = ("full", "sliding", "chunked")  # attention kinds with per-head K and V
-STATE_KINDS = ("mamba", "mamba2", "gdn", "short_conv", "linear_attention", "rglru")
+STATE_KINDS = ("mamba", "mamba2", "gdn", "short_conv", "linear_attention", "rglru", "rwkv4", "mlstm", "cca", "sconv")
+# State kinds only ever kept beside an attention layer's K/V (parallel_state), never a layer of their own.
+PARALLEL_ONLY_KINDS = ("cca", "sconv")
+# State kinds whose shapes and dtypes are transformers' own (no engine kvplan models serves them): conv states keep
+# every column transformers keeps, in transformers' (channels, columns) orientation.
+TRANSFORMERS_STATE_KINDS = ("rglru", "rwkv4", "mlstm", "cca", "sconv")
 CROSS_KIND = "cross"  # cross-attention to the encoder's tokens: a fixed cost per request (Llama 3.2 Vision)
 COMPRESSED_KIND = "compressed"  # DeepSeek-V4's sliding + compressed attention (CSA / HCA layers)
-LAYER_KINDS = (*ATTENTION_KINDS, *STATE_KINDS, "shared", "none", CROSS_KIND, COMPRESSED_KIND)
+HIDDEN_KIND = "hidden"  # the layer's input hidden states, from which K/V are recomputed (XLNet, Reformer)
+LAYER_KINDS = (
+    *ATTENTION_KINDS,
+    *(k for k in STATE_KINDS if k not in PARALLEL_ONLY_KINDS),
+    "shared",
+    "none",
+    CROSS_KIND,
+    COMPRESSED_KIND,
+    HIDDEN_KIND,
+)
 MAX_DIMENSION = 1 << 31  # no count in a spec (layers, heads, dims, tokens) may exceed this
 MAX_LAYERS = 100_000
 MODEL_DTYPES = ("fp32", "fp16", "bf16")
@@ -171,6 +205,26 @@ class StateConfig:
       (``modeling_recurrent_gemma.py`` ``RecurrentGemmaRecurrentBlock``: ``conv1d_state``
       ``(B, lru_width, conv1d_width − 1)`` in the model dtype, ``rg_lru.recurrent_states`` ``(B, lru_width)``
       "always computed in full precision").
+    - ``rwkv4`` (RWKV-4, ``d_inner`` = ``hidden_size``): ``ffn_shift`` and ``att_shift`` ``(d_inner/TP,)`` in the
+      model dtype (the feed-forward and attention token shifts) and ``num``, ``den``, ``max`` ``(d_inner/TP,)`` in
+      fp32 (the WKV numerator, denominator and running maximum). transformers 5.23 ``modeling_rwkv.py``
+      ``RwkvModel.forward``: five tensors ``(B, hidden_size, num_hidden_layers)``, the first two in the model dtype,
+      the others in ``torch.float32``.
+    - ``mlstm`` (xLSTM): ``ssm`` ``(num_heads/TP, head_k_dim, head_v_dim)`` (the matrix memory C), ``n``
+      ``(num_heads/TP, head_k_dim)`` and ``m`` ``(num_heads/TP, 1)``, all in the model dtype (transformers 5.23
+      ``modeling_xlstm.py`` ``xLSTMCache.rnn_state``, created in the model's dtype and copied into).
+    - ``cca`` (ZAYA's compressed convolutional attention, beside the layer's K/V; ``num_heads`` query heads,
+      ``num_k_heads`` KV heads of ``head_dim``, ``d_conv`` = ``cca_time0``, ``d_conv2`` = ``cca_time1``):
+      ``conv`` ``((num_heads + num_k_heads)·head_dim/TP, (d_conv − 1) + (d_conv2 − 1))`` and ``ssm``
+      ``(num_k_heads·head_dim/2/TP,)`` (the previous token's delayed value), in the model dtype
+      (transformers 5.23 ``modeling_zaya.py`` ``ZayaCCAProjection``).
+    - ``sconv`` (Inkling's short convolutions, beside the layer's K/V): four conv states of ``d_conv``
+      columns, on K and V (``num_k_heads·head_k_dim`` channels each: the layer's own KV heads and head dim) and
+      two on the residual stream (``d_inner`` = ``hidden_size`` channels each), in fp32 unless ``conv_dtype``
+      says otherwise (transformers 5.23 ``modeling_inkling.py``; its StaticCache holds them in float32).
+
+    The kinds of :data:`TRANSFORMERS_STATE_KINDS` follow transformers' shapes and dtypes (no engine kvplan
+    models serves them); the others follow vLLM.
 
     Source: vLLM 0.33 ``model_executor/layers/mamba/mamba_utils.py`` (``MambaStateShapeCalculator``),
     without speculative-decoding rows; conv states keep ``d_conv − 1`` columns (transformers keeps
@@ -180,7 +234,7 @@ class StateConfig:
     Attributes:
         kind: one of :data:`STATE_KINDS`.
         d_inner, d_conv, d_state, num_heads, head_dim, n_groups, num_k_heads, num_v_heads, head_k_dim,
-            head_v_dim: the config.json dimensions (elements) named as in the kind's paper / config class.
+            head_v_dim, d_conv2: the config.json dimensions (elements) named as in the kind's paper / config class.
         conv_dtype, ssm_dtype: storage dtypes of the conv and recurrent states; None = the model dtype
             (conv) and the conv dtype (ssm).
     """
@@ -196,6 +250,7 @@ class StateConfig:
     num_v_heads: int = 0
     head_k_dim: int = 0
     head_v_dim: int = 0
+    d_conv2: int = 0
     conv_dtype: str | None = None
     ssm_dtype: str | None = None
 
@@ -229,6 +284,34 @@ class StateConfig:
         if self.kind == "rglru":
             d = _cdiv(self.d_inner, tp)
             return (StateTensor("conv", (k, d), conv), StateTensor("ssm", (d,), ssm))
+        if self.kind == "rwkv4":  # transformers: token shifts in the model dtype, the WKV state in float32
+            d = _cdiv(self.d_inner, tp)
+            wkv = self.ssm_dtype or "fp32"
+            return (
+                StateTensor("ffn_shift", (d,), conv),
+                StateTensor("att_shift", (d,), conv),
+                *(StateTensor(name, (d,), wkv) for name in ("num", "den", "max")),
+            )
+        if self.kind == "mlstm":  # transformers' xLSTMCache: C, n, m in the model dtype
+            h = _cdiv(self.num_heads, tp)
+            return (
+                StateTensor("ssm", (h, self.head_k_dim, self.head_v_dim), ssm),
+                StateTensor("n", (h, self.head_k_dim), ssm),
+                StateTensor("m", (h, 1), ssm),
+            )
+        if self.kind == "cca":  # ZAYA: conv window over [q, k] projections, the previous token's delayed value
+            channels = (self.num_heads + self.num_k_heads) * self.head_dim
+            columns = (self.d_conv - 1) + (self.d_conv2 - 1)
+            return (
+                StateTensor("conv", (_cdiv(channels, tp), columns), conv),
+                StateTensor("ssm", (_cdiv(self.num_k_heads * self.head_dim // 2, tp),), ssm),
+            )
+        if self.kind == "sconv":  # Inkling: K, V and two residual-stream short convs, d_conv columns each
+            kv = _cdiv(self.num_k_heads * self.head_k_dim, tp)
+            stream = _cdiv(self.d_inner, tp)
+            dtype = self.conv_dtype or "fp32"
+            widths = (kv, kv, stream, stream)
+            return tuple(StateTensor(f"conv{i}", (c, self.d_conv), dtype) for i, c in enumerate(widths))
         raise ValueError(f"not a state kind: {self.kind}")
 
     def elements(self, tp: int = 1) -> int:
@@ -244,6 +327,10 @@ STATE_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "short_conv": (("d_inner", "d_conv"), ()),
     "linear_attention": (("num_heads", "head_dim"), ()),
     "rglru": (("d_inner", "d_conv"), ()),
+    "rwkv4": (("d_inner",), ()),
+    "mlstm": (("num_heads", "head_k_dim", "head_v_dim"), ()),
+    "cca": (("num_heads", "num_k_heads", "head_dim", "d_conv", "d_conv2"), ()),
+    "sconv": (("d_inner", "d_conv"), ()),
 }
 
 
@@ -335,6 +422,29 @@ class CompressedConfig:
 
 
 @dataclass(frozen=True)
+class HiddenConfig:
+    """A layer that caches its input hidden states rather than K and V (kind ``hidden``): K and V are
+    recomputed from them at every step.
+
+    - XLNet (transformers 5.23 ``modeling_xlnet.py`` ``XLNetModel.cache_mem``): each layer's input, ``d_model``
+      per token, the last ``mem_len`` tokens (``mems``; all of them when ``mem_len`` is null or 0), in the model
+      dtype.
+    - Reformer (``modeling_reformer.py`` ``ReformerDynamicCache``): each layer's input, ``hidden_size`` per token,
+      every token, plus on LSH-attention layers the bucket id of each token for each head and hash (int64).
+
+    Attributes:
+        width: elements cached per token (``d_model`` / ``hidden_size``), in the cache dtype.
+        window: tokens kept (XLNet's ``mem_len``), or None for every token.
+        index_width: int64 values per token beside them (Reformer LSH: ``num_attention_heads × num_hashes``), 0 on
+            other layers.
+    """
+
+    width: int
+    window: int | None = None
+    index_width: int = 0
+
+
+@dataclass(frozen=True)
 class LayerSpec:
     """What one decoder layer caches, with its own geometry.
 
@@ -354,6 +464,7 @@ class LayerSpec:
         encoder_tokens: for ``cross`` layers, the encoder tokens (image tokens) it caches K and V of, once
             per request (a fixed cost, not per generated token); 0 for other kinds.
         compressed: for ``compressed`` layers (DeepSeek-V4), the layer's :class:`CompressedConfig`.
+        hidden: for ``hidden`` layers (XLNet, Reformer), the layer's :class:`HiddenConfig`.
     """
 
     kind: str
@@ -368,6 +479,7 @@ class LayerSpec:
     attends_as: str | None = None
     encoder_tokens: int = 0
     compressed: CompressedConfig | None = None
+    hidden: HiddenConfig | None = None
 
     def geometry(self) -> str:
         """Short text of the layer's geometry: ``8×256``, ``latent 576 + idx 128``, ``state``."""
@@ -382,6 +494,9 @@ class LayerSpec:
             ratio = f" + c{c.ratio}" if c.ratio else ""
             idx = f" + idx {c.index_head_dim}" if c.index_head_dim else ""
             return f"1×{c.head_dim} k=v{ratio}{idx}"
+        if self.kind == HIDDEN_KIND and self.hidden is not None:
+            index = f" + {self.hidden.index_width} int64" if self.hidden.index_width else ""
+            return f"hidden {self.hidden.width}{index}"
         return ""
 
 
@@ -435,6 +550,8 @@ class ModelSpec:
         notes: assumptions made in building the spec.
         reader: which reader built the spec from a config.json (``kvplan qwen3 reader (text model of
             Qwen3VLForConditionalGeneration)``, ``transformers 5.23.0 (no kvplan reader)``); "" for a spec YAML.
+        prefix_tokens: learned tokens every request caches before its own in every token-caching layer
+            (CPM-Ant's ``prompt_length`` prompt tokens), 0 for other models.
         multimodal: facts about a multimodal wrapper's encoder, for the engine's memory budget (wrapper
             model_type, vision model_type, encoder layers / width / patch size, image tokens per image when
             config.json fixes it); empty for a text-only model. Planning never reads it.
@@ -474,6 +591,7 @@ class ModelSpec:
     moe_intermediate_size: int | None = None
     weight_block_size: tuple[int, int] | None = None
     reader: str = ""
+    prefix_tokens: int = 0
     multimodal: dict = field(default_factory=dict, compare=False)
     origin: str = field(default="", compare=False)
     warnings: tuple[str, ...] = field(default=(), compare=False)
@@ -512,6 +630,21 @@ class ModelSpec:
         """True when no layer attends over positions (every layer a recurrent state or an MLP-only block: Mamba,
         RWKV, xLSTM): its ``max_model_len`` is the engine's default, not a positional limit of the model."""
         return all(kind in (*STATE_KINDS, "none") for kind in self.layer_kinds)
+
+    @property
+    def cache_kinds(self) -> tuple[str, ...]:
+        """Every cache kind the model keeps: its layer kinds, the state kinds kept beside attention layers
+        (``parallel_state``: ``cca``, ``sconv``, ``mamba2`` ...), and ``prefix_tokens`` when it has some; each
+        once, in order of appearance. Engines refuse the ones they have no rule for
+        (:attr:`kvplan.engines.base.EngineRules.unplanned_kinds`)."""
+        out: dict[str, None] = {}
+        for layer in self.layers:
+            out[layer.kind] = None
+            if layer.state is not None:
+                out[layer.state.kind] = None
+        if self.prefix_tokens:
+            out["prefix_tokens"] = None
+        return tuple(out)
 
     @property
     def mamba(self) -> StateConfig | None:
@@ -568,6 +701,8 @@ class ModelSpec:
             return self.attention_chunk_size
         if kind == COMPRESSED_KIND:  # the sliding branch of DeepSeek-V4's layers (one window per model)
             return next((x.compressed.window for x in self.layers if x.compressed is not None), None)
+        if kind == HIDDEN_KIND:  # XLNet's mem_len (one per model); None: every token (Reformer)
+            return next((x.hidden.window for x in self.layers if x.hidden is not None), None)
         return None
 
     def with_kv_heads(self, num_kv_heads: int, name: str | None = None) -> ModelSpec:
@@ -624,6 +759,8 @@ _TOP_KEYS = {
     "notes",
     "cross_attention",
     "compressed",
+    "hidden",
+    "prefix_tokens",
     "reader",
     "multimodal",
 }
@@ -879,6 +1016,32 @@ def _compressed_block(where: str, value: Any, num_layers: int) -> dict | None:
     }
 
 
+_HIDDEN_KEYS = {"width", "window", "index_width", "index_layers"}
+
+
+def _hidden_block(where: str, value: Any, num_layers: int) -> list[HiddenConfig] | None:
+    """The ``hidden:`` block (XLNet, Reformer): ``width`` (elements per token), optional ``window`` (tokens kept;
+    absent: every token), optional ``index_width`` (int64 per token) on the layers ``index_layers`` lists (every
+    layer when it is absent). One :class:`HiddenConfig` per layer."""
+    if value is None:
+        return None
+    m = _mapping(where, "hidden", value, "width, window, index_width, index_layers")
+    _check_keys(where, m, _HIDDEN_KEYS, "hidden.")
+    width = _pos_int(where, "hidden.width", m.get("width"))
+    window = _pos_int(where, "hidden.window", m.get("window"), allow_none=True)
+    index = _pos_int(where, "hidden.index_width", m.get("index_width", 0), minimum=0)
+    on = m.get("index_layers")
+    if on is None:
+        on = list(range(num_layers))
+    if not isinstance(on, list) or any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < num_layers
+                                       for i in on):  # fmt: skip
+        raise SpecError(f"{where}: hidden.index_layers must list layer indices in 0..{num_layers - 1}")
+    with_index = HiddenConfig(width, window, index)
+    without = HiddenConfig(width, window, 0)
+    chosen = set(on)
+    return [with_index if i in chosen else without for i in range(num_layers)]
+
+
 def _compressed_layer(block: dict, i: int) -> CompressedConfig:
     ratio = block["ratios"][i]
     csa = bool(ratio) and ratio == block["csa_ratio"]
@@ -988,6 +1151,8 @@ def build_spec(data: Any, where: str) -> ModelSpec:
     block = _block_size(where, data.get("weight_block_size"))
     encoder_tokens = _cross_attention(where, data.get("cross_attention"))
     compressed = _compressed_block(where, data.get("compressed"), num_layers)
+    hidden = _hidden_block(where, data.get("hidden"), num_layers)
+    prefix_tokens = _pos_int(where, "prefix_tokens", data.get("prefix_tokens", 0), minimum=0)
 
     default_kind = "mla" if mla is not None else "full"
     kinds = _resolve_layers(where, data.get("layers"), num_layers, default_kind)
@@ -998,6 +1163,7 @@ def build_spec(data: Any, where: str) -> ModelSpec:
         **{k: (states.get(k), k) for k in STATE_KINDS},
         CROSS_KIND: (encoder_tokens, "cross_attention"),
         COMPRESSED_KIND: (compressed, "compressed"),
+        HIDDEN_KIND: (hidden, "hidden"),
     }
     for kind, (value, key) in needs.items():
         if kind in kinds and value is None:
@@ -1020,6 +1186,10 @@ def build_spec(data: Any, where: str) -> ModelSpec:
         raise SpecError(f"{where}: cross_attention is given but no layer is of kind cross")
     if compressed is not None and COMPRESSED_KIND not in kinds:
         raise SpecError(f"{where}: compressed is given but no layer is of kind compressed")
+    if hidden is not None and HIDDEN_KIND not in kinds:
+        raise SpecError(f"{where}: hidden is given but no layer is of kind hidden")
+    if prefix_tokens and not any(k in (*ATTENTION_KINDS, COMPRESSED_KIND, HIDDEN_KIND) for k in kinds):
+        raise SpecError(f"{where}: prefix_tokens is given but no layer caches tokens")
 
     geometry = _kind_geometry(where, data)
     per_layer = _per_layer_geometry(where, data, num_layers)
@@ -1047,6 +1217,8 @@ def build_spec(data: Any, where: str) -> ModelSpec:
         layer = made.get(key)
         if layer is None:  # layers alike share one (frozen) LayerSpec: built once, counted by identity later
             state = states[parallel] if parallel else None  # Falcon-H1, Zamba2: attention and Mamba-2 side by side
+            if state is not None and state.kind == "sconv":  # Inkling: its K and V convs are the layer's K/V width
+                state = replace(state, num_k_heads=h, head_k_dim=d)
             window = needs.get(kind, (None,))[0]
             layer = LayerSpec(kind, h, d, dv, over.get("k_eq_v", False), window=window, state=state)
             made[key] = layer
@@ -1071,6 +1243,11 @@ def build_spec(data: Any, where: str) -> ModelSpec:
         elif kind == COMPRESSED_KIND:
             c = _compressed_layer(compressed, i)
             layers.append(LayerSpec(kind, 1, c.head_dim, c.head_dim, True, c.window, compressed=c))
+        elif kind == HIDDEN_KIND:
+            key = ("hidden", hidden[i])
+            if key not in made:
+                made[key] = LayerSpec(kind, window=hidden[i].window, hidden=hidden[i])
+            layers.append(made[key])
         else:
             layers.append(plain.setdefault(kind, LayerSpec(kind)))
     for kind in geometry:
@@ -1117,6 +1294,7 @@ def build_spec(data: Any, where: str) -> ModelSpec:
         weight_block_size=block,
         notes=str(notes).strip(),
         reader=_one_line(where, "reader", data.get("reader")),
+        prefix_tokens=prefix_tokens,
         multimodal=_multimodal(where, data.get("multimodal")),
         origin=where,
     )

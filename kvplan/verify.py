@@ -1094,6 +1094,7 @@ class _AttentionCheck:
 UNALLOCATED_KINDS = {
     "compressed": "DeepSeek-V4 compressed attention",
     "cross": "cross-attention to the encoder's tokens",
+    "hidden": "a hidden-state cache (XLNet mems, Reformer)",
 }
 
 
@@ -1105,6 +1106,12 @@ def _refuse_unallocated_kinds(spec: ModelSpec, n_layers: int) -> None:
         UsageError: naming the model, the kind and what to use instead.
     """
     kinds = {layer.kind for layer in spec.layers[:n_layers]}
+    if spec.prefix_tokens:
+        raise UsageError(
+            f"verify: {spec.name} caches {spec.prefix_tokens} prefix tokens with every request (CPM-Ant's prompt), "
+            "which kvplan's static cache does not allocate yet; verify cannot measure them (kvplan estimate gives "
+            "their bytes, checked against transformers 5.23)"
+        )
     for kind, what in UNALLOCATED_KINDS.items():
         if kind in kinds:
             raise UsageError(

@@ -28,7 +28,7 @@ checkpoint's weights are stored; it does not change the cache) is dropped before
 Model types transformers 5.23 has no config class for are mapped by :data:`ORACLE_ALIASES` (each with
 its reason); any other unknown model_type raises :class:`OracleUnavailable`.
 
-Two families keep what they cache outside a StaticCache, and are read where they keep it:
+Some families keep what they cache outside a StaticCache, and are read where they keep it:
 
 - :data:`DYNAMIC_CACHE_TYPES` (DeepSeek-V4): the model refuses a StaticCache, so the forward runs
   ``max_cache_len`` tokens into its own ``DynamicCache`` (its layers are V4's ``DeepseekV4CSACache`` /
@@ -36,7 +36,12 @@ Two families keep what they cache outside a StaticCache, and are read where they
   ``values`` unless they are the same tensor), ``compressed_kv[compressor|indexer]``, the unfinished window
   ``buffer_kv`` / ``buffer_gate`` and the CSA ``overlap_kv`` / ``overlap_gate``;
 - state held by the token mixer module itself (RecurrentGemma's ``conv1d_state`` and
-  ``rg_lru.recurrent_states``): recorded as ``conv_states[0]`` / ``recurrent_states[0]`` of that layer.
+  ``rg_lru.recurrent_states``): recorded as ``conv_states[0]`` / ``recurrent_states[0]`` of that layer;
+- :data:`OWN_CACHE_TYPES` (RWKV, xLSTM, XLNet): a cache the model returns rather than a Cache object
+  (``state``, ``cache_params``, ``mems``), read per layer from the forward's output.
+
+The model is put in eval mode, and parameters a class creates outside the meta device (XLNet's
+``nn.Parameter(torch.FloatTensor(...))``) are moved there.
 
 Results are cached (``functools.lru_cache``) per (config, max_cache_len). torch and transformers are imported
 on first use only.
@@ -75,6 +80,36 @@ ORACLE_ALIASES: dict[str, tuple[str, dict[str, str], str]] = {
 DYNAMIC_CACHE_TYPES: dict[str, str] = {
     "deepseek_v4": "DeepseekV4PreTrainedModel: the compressor state lives on V4's own cache layers "
     "(DeepseekV4HCACache / DeepseekV4CSACache) and 'isn't compatible with StaticCache' (modeling_deepseek_v4.py)",
+    "inkling_text": "InklingAttention cannot run a StaticCache longer than its sliding window (its relative bias is "
+    "built for the window while a static sliding layer hands back max_cache_len keys: 'Attempting to broadcast a "
+    "dimension of length 512'); a DynamicCache runs",
+    "inkling2_text": "as inkling_text (Inkling2SlidingAttention, window 1024)",
+    "cpmant": "CpmAntModel.forward prepends prompt_length learned prompt tokens to the request and caches them with "
+    "it (modeling_cpmant.py), so a StaticCache of max_cache_len slots cannot hold a max_cache_len-token request; a "
+    "DynamicCache shows every token cached",
+}
+
+# Model types that keep their cache outside transformers' Cache classes: model_type -> (the forward's output
+# attribute holding it, the layer type the reading reports, tokens fed ("max": max_cache_len), why). The forward
+# runs with no cache given and the per-layer tensors are read from that output.
+OWN_CACHE_TYPES: dict[str, tuple[str, str, str, str]] = {
+    "rwkv": ("state", "rwkv_state", "2", "RwkvModel.forward keeps RWKV-4's state as five (batch, hidden_size, "
+             "num_hidden_layers) tensors returned as outputs.state (modeling_rwkv.py), not in a Cache"),
+    "xlstm": ("cache_params", "mlstm_state", "2", "xLSTMModel.forward keeps its own xLSTMCache (rnn_state per layer: "
+              "C, n, m; modeling_xlstm.py) and refuses a StaticCache"),
+    "xlnet": ("mems", "hidden_states", "max", "XLNetModel.forward returns each layer's input hidden states as "
+              "outputs.mems (cache_mem: the last mem_len tokens; modeling_xlnet.py), from which K and V are recomputed"),
+    "reformer": ("past_buckets_states", "hidden_states", "max", "ReformerModel keeps a ReformerDynamicCache of each "
+                 "layer's input hidden states and, on LSH layers, their bucket ids (modeling_reformer.py)"),
+}  # fmt: skip
+
+# Model types whose forward reads tensor values as Python numbers at several places (so no single stand-in lets
+# it run on meta): model_type -> why. They are built on the CPU in float32 (random weights) and run for real;
+# their cached hidden states are compared by shape and priced in the model dtype (tests/test_oracle.py
+# KNOWN_DIFFERENCES "cpu-float32-run").
+CPU_RUN_TYPES: dict[str, str] = {
+    "reformer": "ReformerModel reads position_ids.max().item() (AxialPositionEmbeddings) and attention_mask.sum()"
+    ".item() (its padding to whole chunks); its CPU layer norm refuses bfloat16 activations",
 }
 
 # Model types whose 2-token meta forward stops at an op that reads tensor values, which the meta device has none
@@ -291,6 +326,14 @@ def _read_cached(config_json: str, max_cache_len: int) -> OracleReading:
         if max_cache_len > limit:
             notes.append(f"cache read at {attr} = {limit} tokens, not {max_cache_len}: {why}")
             max_cache_len = limit
+    if model_type in CPU_RUN_TYPES:
+        notes.append(f"built on the CPU in float32 and run for real: {CPU_RUN_TYPES[model_type]}")
+        try:
+            model = AutoModelForCausalLM.from_config(text, dtype=torch.float32)
+        except Exception as e:  # noqa: BLE001
+            raise OracleUnavailable(f"{model_type}: building the model failed: {type(e).__name__}: {e}") from e
+        model.eval()
+        return _read_own_cache(model, text, model_type, max_cache_len, layer_types, notes, device="cpu")
     try:
         with torch.device("meta"):
             try:  # a wrapper's text config (Qwen3VLTextConfig ...) has no causal-LM class: its base text model
@@ -303,6 +346,13 @@ def _read_cached(config_json: str, max_cache_len: int) -> OracleReading:
                     model = AutoModel.from_config(text, dtype=torch.bfloat16)
     except Exception as e:  # noqa: BLE001
         raise OracleUnavailable(f"{model_type}: building the model on meta failed: {type(e).__name__}: {e}") from e
+    if any(p.device.type != "meta" for p in model.parameters()):  # XLNet: nn.Parameter(torch.FloatTensor(...))
+        model.to("meta", torch.bfloat16)
+        notes.append("parameters created outside the meta device (torch.FloatTensor) moved to meta in bfloat16")
+    model.eval()  # inference: no dropout (Reformer's and others' training-only checks stay off)
+
+    if model_type in OWN_CACHE_TYPES:
+        return _read_own_cache(model, text, model_type, max_cache_len, layer_types, notes)
 
     dynamic = model_type in DYNAMIC_CACHE_TYPES
     if dynamic:
@@ -376,6 +426,72 @@ def _read_cached(config_json: str, max_cache_len: int) -> OracleReading:
         model_class=type(model).__name__,
         max_cache_len=max_cache_len,
         method="meta forward (DynamicCache)" if dynamic else "meta forward",
+        layers=tuple(layers),
+        config=tuple((a, _plain(_attr(text, a))) for a in _CONFIG_ATTRS),
+        notes=tuple(notes),
+    )
+
+
+def _read_own_cache(
+    model, text, model_type: str, max_cache_len: int, layer_types, notes: list, device: str = "meta"
+) -> OracleReading:
+    """A model of :data:`OWN_CACHE_TYPES`: a forward with no cache given, then each layer's slice of what the
+    model returns as its cache (RWKV's ``state``, xLSTM's ``cache_params.rnn_state``, XLNet's ``mems``).
+
+    Raises:
+        OracleUnavailable: the forward failed.
+    """
+    import torch
+    from transformers import PreTrainedModel
+
+    attr, layer_type, fed, why = OWN_CACHE_TYPES[model_type]
+    tokens = max_cache_len if fed == "max" else int(fed)
+    notes.append(f"read from the model's own cache after {tokens} tokens: {why}")
+    extra = {"use_mems": True} if attr == "mems" else {}
+    warn = PreTrainedModel.warn_if_padding_and_no_attention_mask
+    PreTrainedModel.warn_if_padding_and_no_attention_mask = lambda *a, **k: None  # reads token values
+    try:
+        with torch.no_grad(), torch.device(device):
+            out = model(input_ids=torch.ones((1, tokens), dtype=torch.long), use_cache=True, **extra)
+    except Exception as e:  # noqa: BLE001
+        raise OracleUnavailable(f"{model_type}: the meta forward failed: {type(e).__name__}: {e}") from e
+    finally:
+        PreTrainedModel.warn_if_padding_and_no_attention_mask = warn
+    held = getattr(out, attr)
+    n = text.num_hidden_layers
+    blocks = _decoder_layers(model, n)
+    layers = []
+    for i in range(n):
+        if attr == "state":  # five (B, hidden, layers) tensors: this layer's slice of each
+            tensors = tuple(_tensor(f"state[{j}]", t[:, :, i]) for j, t in enumerate(held))
+        elif attr == "cache_params":
+            tensors = tuple(_tensor(f"rnn_state[{j}]", t) for j, t in enumerate(held.rnn_state[i]))
+        elif attr == "past_buckets_states":  # states (B, tokens, hidden); LSH buckets (B, heads, hashes, tokens)
+            buckets = held.buckets_cache[i]
+            tensors = (_tensor("states", held.states_cache[i]),)
+            tensors += (_tensor("buckets", buckets),) if buckets.numel() else ()
+        else:  # mems: (tokens kept, B, d_model)
+            tensors = (_tensor("mems", held[i]),)
+        layers.append(
+            OracleLayer(
+                index=i,
+                layer_type=layer_type,
+                cache_layer=type(held).__name__,
+                mixer=_mixer_name(blocks[i]) if blocks is not None else "",
+                window=None,
+                num_kv_heads=None,
+                head_dim=None,
+                v_head_dim=None,
+                tensors=tensors,
+            )
+        )
+    return OracleReading(
+        model_type=model_type,
+        text_model_type=str(getattr(text, "model_type", model_type)),
+        config_class=type(text).__name__,
+        model_class=type(model).__name__,
+        max_cache_len=tokens,
+        method="meta forward (the model's own cache)",
         layers=tuple(layers),
         config=tuple((a, _plain(_attr(text, a))) for a in _CONFIG_ATTRS),
         notes=tuple(notes),

@@ -34,9 +34,9 @@ from kvplan.calc import (
 )
 from kvplan.dtypes import get_kv_dtype
 from kvplan.readers import REGISTRY, spec_from_hf_config
-from kvplan.readers.base import HFConfig
+from kvplan.readers.base import NO_CACHE_TYPES, HFConfig
 from kvplan.readers.wrappers import text_model_type
-from kvplan.specs import KV_HEAD_KINDS, STATE_KINDS, LayerSpec, ModelSpec
+from kvplan.specs import HIDDEN_KIND, KV_HEAD_KINDS, STATE_KINDS, LayerSpec, ModelSpec
 from tests.oracle import META_STANDINS, OracleLayer, OracleReading, OracleUnavailable, read_with_transformers
 
 FIXTURE_DIRS = [Path(__file__).parent / "fixtures" / "hf_configs"]
@@ -72,8 +72,8 @@ KNOWN_DIFFERENCES: dict[str, tuple[tuple[str, ...] | None, str]] = {
         "which kvplan follows",
     ),
     "dynamic-sliding-window": (
-        ("deepseek_v4",),
-        "DeepSeek-V4 is read from transformers' DynamicCache (tests/oracle.py DYNAMIC_CACHE_TYPES), whose "
+        ("deepseek_v4", "inkling_text", "inkling2_text"),
+        "DeepSeek-V4 and Inkling are read from transformers' DynamicCache (tests/oracle.py DYNAMIC_CACHE_TYPES), whose "
         "sliding layers keep window - 1 tokens after a forward (DynamicSlidingWindowLayer: the next token is "
         "appended before attending); kvplan counts the window, as vLLM's sliding specs hold it while decoding",
     ),
@@ -90,6 +90,12 @@ KNOWN_DIFFERENCES: dict[str, tuple[tuple[str, ...] | None, str]] = {
         "coff x m tokens of both (vllm/models/deepseek_v4/compressor.py CompressorStateCache: state_dim = "
         "2 * coff * head_dim, sliding_window = coff * compress_ratio, float32), which kvplan follows: the widths "
         "are checked against transformers' buffers, the bytes are vLLM's ring",
+    ),
+    "cpu-float32-run": (
+        ("reformer",),
+        "Reformer is run for real on the CPU in float32 (tests/oracle.py CPU_RUN_TYPES: its forward reads tensor "
+        "values as numbers, and its CPU layer norm refuses bfloat16), so its cached hidden states are float32 there; "
+        "they are the model's activations, kept in the model dtype, which kvplan prices (2 bytes in the comparison)",
     ),
     "recurrent-state-dtype": (
         None,
@@ -176,6 +182,14 @@ CLASS_DEFAULT_FIXTURES: dict[str, str] = {
     "JetMoEForCausalLM): only transformers' own sources and test dicts",
     "longcat_flash": "LongcatFlashConfig defaults (meituan-longcat/LongCat-Flash-Chat); searched ('zero_expert_num'): "
     "only trimmed subsets (a Swift test's kLongcatFlashConfigJSON, LongCat-Flash-Lite's ngram variant)",
+    # caches that are not K/V of the usual kinds (kvplan/readers/stateful.py)
+    "xlstm": "xLSTMConfig defaults (NX-AI/xLSTM-7b's geometry: 32 blocks, 8 heads, hidden 4096); searched ('model_type': "
+    "'xlstm'): only hand-written dicts and a config sweep table, not the file",
+    "xlnet": "XLNetConfig defaults (xlnet-large-cased's geometry, mem_len 512); searched ('model_type': 'xlnet'): only "
+    "printed XLNetConfig objects (xlnet-base-cased, mem_len null) and bert4torch's rewritten keys",
+    "zaya": "ZayaConfig defaults (its docstring: Zyphra/ZAYA1-8B); not searched",
+    "inkling_text": "InklingTextConfig defaults (the text model of Inkling); not searched",
+    "inkling2_text": "Inkling2TextConfig defaults (its docstring: thinkingmachines/Inkling-2-Small-MXFP8); not searched",
 }
 
 # Token mixer class name (substring) of a transformers recurrent layer -> kvplan state kind. First match wins.
@@ -192,6 +206,13 @@ STATE_MIXERS: tuple[tuple[str, str], ...] = (
     ("LightningAttention", "linear_attention"),  # MiniMax-Text-01
     ("RecurrentGemmaRecurrentBlock", "rglru"),  # RecurrentGemma's RG-LRU block (state held by the module)
 )
+
+# transformers' layer types of the caches a model returns itself (tests/oracle.py OWN_CACHE_TYPES) -> kvplan kind.
+OWN_CACHE_KINDS = {"rwkv_state": "rwkv4", "mlstm_state": "mlstm", "hidden_states": HIDDEN_KIND}
+
+# State kinds whose tensors kvplan keeps exactly as transformers does (kvplan/specs.py TRANSFORMERS_STATE_KINDS, less
+# rglru, compared above with the vLLM-shaped kinds): compared tensor by tensor, shape and dtype, in transformers' order.
+EXACT_STATE_KINDS = ("rwkv4", "mlstm", "cca", "sconv")
 
 _TF_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 _ITEMSIZE = {"bf16": 2, "fp16": 2, "fp32": 4}
@@ -255,7 +276,9 @@ FIXTURES += [
     if t not in _REAL_TYPES
 ]
 REGISTERED = sorted(REGISTRY)
+# (a drafter that keeps no cache of its own, Gemma 4's assistant, wraps a registered text config: refused, not compared)
 REGISTERED_FIXTURES = [f for f in FIXTURES if f.model_type in REGISTRY or f.outer_type in REGISTRY]
+REGISTERED_FIXTURES = [f for f in REGISTERED_FIXTURES if f.outer_type not in NO_CACHE_TYPES]
 
 
 def _spec_or_none(f: Fixture) -> ModelSpec | None:
@@ -300,6 +323,8 @@ def transformers_kind(reading: OracleReading, layer: OracleLayer) -> str:
     recurrent state beside it) -> full / sliding, their state compared as kvplan's ``parallel_state``.
     Anything else is returned as ``transformers:<type>``."""
     t = layer.layer_type
+    if t in OWN_CACHE_KINDS:
+        return OWN_CACHE_KINDS[t]
     if "CrossAttention" in layer.mixer:  # Mllama's cross-attention layers cache the vision states
         return "cross"
     if "DeepseekV4Attention" in layer.mixer:  # sliding, CSA and HCA layers: one K=V vector + compressor
@@ -324,7 +349,7 @@ def transformers_kind(reading: OracleReading, layer: OracleLayer) -> str:
 
 def _kvplan_layer_bytes(spec: ModelSpec, layer: LayerSpec, n: int) -> int:
     bf16 = get_kv_dtype("bf16")
-    token = layer_token_bytes(layer, bf16) * tokens_cached(n, spec.window_of(layer.kind))
+    token = layer_token_bytes(layer, bf16) * tokens_cached(n + spec.prefix_tokens, spec.window_of(layer.kind))
     compressed = layer_compressed_bytes(layer, bf16, n)
     return token + layer_state_bytes(layer, spec.dtype) + layer_cross_bytes(layer, bf16) + compressed
 
@@ -399,9 +424,18 @@ def compare_layers(spec: ModelSpec, reading: OracleReading, model_type: str) -> 
                 c.known.add("mimo-window")
             elif window != tf.window or (ours.window is not None and ours.window != tf.window):
                 c.fail(i, f"{ours.kind} window: kvplan {window} (layer {ours.window}), transformers {tf.window}")
+            if _dynamic_window(reading, ours, tf, model_type):
+                c.known.add("dynamic-sliding-window")
+            if reading.method.endswith("(DynamicCache)") and ours.kind == "full" and tf.tensor("keys") is not None:
+                held = tf.tensor("keys").shape[2]  # a DynamicCache holds every token cached, prefix tokens too
+                if held != reading.max_cache_len + spec.prefix_tokens:
+                    c.fail(i, f"full tokens held after {reading.max_cache_len}: transformers {held}, kvplan "
+                              f"{reading.max_cache_len} + prefix_tokens {spec.prefix_tokens}")  # fmt: skip
             # a state beside the attention (parallel_state) must be transformers' hybrid layer state, and back
             tf_state = tf.tensor("conv_states") or tf.tensor("recurrent_states")
-            if ours.state is not None and tf_state is not None:
+            if ours.state is not None and tf_state is not None and ours.state.kind in EXACT_STATE_KINDS:
+                _compare_exact_state(c, spec, ours, tf)
+            elif ours.state is not None and tf_state is not None:
                 _compare_state(c, spec, ours, tf, model_type)
             elif (ours.state is None) != (tf_state is None):
                 got, exp = ours.state and ours.state.kind, tf_state and tf_state.name
@@ -412,8 +446,28 @@ def compare_layers(spec: ModelSpec, reading: OracleReading, model_type: str) -> 
             exp = (tf.head_dim, tf.v_head_dim, idx.shape[-1] if idx else None)
             if got != exp:
                 c.fail(i, f"mla (kv_lora_rank, qk_rope_head_dim, index_head_dim): kvplan {got}, transformers {exp}")
+        elif ours.kind in EXACT_STATE_KINDS:
+            _compare_exact_state(c, spec, ours, tf)
         elif ours.kind in STATE_KINDS:
             _compare_state(c, spec, ours, tf, model_type)
+        elif ours.kind == HIDDEN_KIND:  # the input hidden states: width, tokens kept, bucket ids
+            n = reading.max_cache_len
+            window = ours.hidden.window
+            got = (ours.hidden.width, min(n, window) if window else n, ours.hidden.index_width)
+            mems, states, buckets = tf.tensor("mems"), tf.tensor("states"), tf.tensor("buckets")
+            if mems is not None:  # XLNet: (tokens kept, B, d_model)
+                exp = (mems.shape[-1], mems.shape[0], 0)
+            elif states is not None:  # Reformer: (B, tokens, hidden) and LSH buckets (B, heads, hashes, tokens)
+                index = buckets.shape[1] * buckets.shape[2] if buckets else 0
+                exp = (states.shape[-1], states.shape[1], index)
+                if buckets and (buckets.shape[-1], buckets.dtype) != (states.shape[1], "int64"):
+                    c.fail(i, f"hidden: bucket ids {buckets.shape} {buckets.dtype}, not one int64 per token")
+                if states.dtype == "float32" and _allowed("cpu-float32-run", model_type):
+                    c.known.add("cpu-float32-run")
+            else:
+                exp = None
+            if got != exp:
+                c.fail(i, f"hidden (width, tokens kept after {n}, int64 per token): kvplan {got}, transformers {exp}")
         elif ours.kind == "compressed":
             _compare_compressed(c, reading, ours, tf, model_type)
         elif ours.kind == "shared":
@@ -483,6 +537,19 @@ def _translated_compressed_bytes(reading: OracleReading, ours: LayerSpec, tf: Or
     return total
 
 
+def _dynamic_window(reading: OracleReading, ours: LayerSpec, tf: OracleLayer, model_type: str) -> bool:
+    """A sliding layer read from a DynamicCache holds window - 1 tokens after the forward (dynamic-sliding-window)."""
+    keys = tf.tensor("keys")
+    return (
+        _allowed("dynamic-sliding-window", model_type)
+        and reading.method.endswith("(DynamicCache)")
+        and ours.kind == "sliding"
+        and keys is not None
+        and ours.window is not None
+        and keys.shape[2] == min(reading.max_cache_len, ours.window - 1)
+    )
+
+
 def _mimo_window(spec: ModelSpec, ours: LayerSpec, tf: OracleLayer, model_type: str) -> bool:
     """transformers keeps one token more in a MiMo sliding layer than vLLM (mimo-window)."""
     return _allowed("mimo-window", model_type) and ours.window is not None and tf.window == ours.window + 1
@@ -506,6 +573,18 @@ def _as_type(layer: OracleLayer, layer_type: str | None) -> OracleLayer:
 def _tf_dtype(name: str, spec: ModelSpec) -> str:
     """transformers' tensor dtype in kvplan's names; the bf16 the oracle builds in stands for the model dtype."""
     return spec.dtype if name == "bfloat16" else _TF_DTYPES.get(name, name)
+
+
+_EXACT_TENSORS = ("conv_states", "recurrent_states", "state[", "rnn_state[")
+
+
+def _compare_exact_state(c: Comparison, spec: ModelSpec, ours: LayerSpec, tf: OracleLayer) -> None:
+    """A state kvplan keeps as transformers does (:data:`EXACT_STATE_KINDS`): every tensor, in order, with its
+    shape (less the batch dimension) and dtype (bf16, the oracle's build dtype, standing for the model dtype)."""
+    got = [(t.shape, t.dtype) for t in ours.state.tensors(spec.dtype)]
+    exp = [(t.shape[1:], _tf_dtype(t.dtype, spec)) for t in tf.tensors if t.name.startswith(_EXACT_TENSORS)]
+    if got != exp:
+        c.fail(tf.index, f"{ours.state.kind} state (shape, dtype) per tensor: kvplan {got}, transformers {exp}")
 
 
 def _compare_state(c: Comparison, spec: ModelSpec, ours: LayerSpec, tf: OracleLayer, model_type: str) -> None:
@@ -555,10 +634,21 @@ def expected_kvplan_bytes(spec: ModelSpec, reading: OracleReading, model_type: s
         want = transformers_kind(reading, tf)
         if ours.kind != want:
             out.append(None)
+        elif ours.kind in EXACT_STATE_KINDS:  # transformers' tensors as they are
+            out.append(tf.nbytes)
+        elif ours.kind == HIDDEN_KIND:  # as they are; a float32 CPU run's states in the model dtype (cpu-float32-run)
+            states = tf.tensor("states")
+            run32 = states is not None and states.dtype == "float32" and _allowed("cpu-float32-run", model_type)
+            out.append(tf.nbytes - (states.nbytes // 2 if run32 else 0))
         elif ours.kind in STATE_KINDS:
             out.append(_translated_state_bytes(spec, ours, tf))
         elif ours.kind == "compressed":
             out.append(_translated_compressed_bytes(reading, ours, tf))
+        elif ours.state is not None and ours.state.kind in EXACT_STATE_KINDS:  # K/V and the state as they are
+            kv = sum(t.nbytes for t in tf.tensors if t.name in ("keys", "values"))
+            if _dynamic_window(reading, ours, tf, model_type) and n >= ours.window:  # window - 1 tokens -> window
+                kv = kv // tf.tensor("keys").shape[2] * ours.window
+            out.append(tf.nbytes - sum(t.nbytes for t in tf.tensors if t.name in ("keys", "values")) + kv)
         elif ours.state is not None:  # parallel_state: the K/V tensors as they are, the state translated
             kv = sum(t.nbytes for t in tf.tensors if not t.name.startswith(_STATE_TENSORS))
             out.append(kv + _translated_state_bytes(spec, ours, tf))

@@ -134,12 +134,6 @@ def test_gpt1_keeps_no_cache():
         spec_from_hf_config({"model_type": "openai-gpt"}, "gpt1.json")
 
 
-def test_cpmant_prompt_tokens_are_refused_by_name(layout_cache):
-    pytest.importorskip("transformers")
-    with pytest.raises(SpecError, match=r"caches 34 tokens per layer after a 2-token forward.*prompt_length \(32\)"):
-        spec_from_hf_config({"model_type": "cpmant"}, "cpmant.json")
-
-
 def test_falcon_mamba_says_it_sizes_vllm_state_and_gives_no_rope_warning(cli, tmp_path, monkeypatch):
     pytest.importorskip("transformers")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))

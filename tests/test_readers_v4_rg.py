@@ -225,10 +225,8 @@ def test_fallback_reads_kda_as_gdn_with_an_fp32_state(layout_cache):
 @pytest.mark.parametrize(
     "model_type, reason",
     [
-        ("rwkv", "outside the Cache"),
         ("openai-gpt", "keeps no KV cache"),
-        ("zaya", "no state kind kvplan knows"),
-        ("xlstm", "xLSTMCache"),
+        ("gemma4_assistant", "keeps no KV cache"),
     ],
 )
 def test_fallback_refusals_say_why(layout_cache, model_type, reason):

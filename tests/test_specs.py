@@ -119,7 +119,7 @@ def test_good_spec_loads(tmp_path):
         (
             ("max_model_len: 1024\n", "max_model_len: 1024\nlayers: [full, full, full, attn]\n"),
             "layers[3]='attn' is not a layer kind; allowed: full, sliding, chunked, mla, mamba, mamba2, gdn, "
-            "short_conv, linear_attention, rglru, shared, none, cross, compressed",
+            "short_conv, linear_attention, rglru, rwkv4, mlstm, shared, none, cross, compressed, hidden",
         ),
         (
             ("max_model_len: 1024\n", "max_model_len: 1024\nlayers: {rules: [{kind: full, indices: [9]}]}\n"),

@@ -610,15 +610,23 @@ class EngineRules:
         return False
 
     def check_kinds(self, spec: ModelSpec) -> None:
-        """Refuse a model with a layer kind in :attr:`unplanned_kinds`, with the engine's reason.
+        """Refuse a model with a cache kind in :attr:`unplanned_kinds` (a layer kind, a state kept beside its
+        attention layers, ``prefix_tokens``: :attr:`kvplan.specs.ModelSpec.cache_kinds`), with the engine's reason.
 
         Raises:
             UsageError: naming the engine, the kind and why.
         """
+        kinds = spec.cache_kinds  # layer kinds, states kept beside attention (cca, sconv), prefix_tokens
         for kind, reason in self.unplanned_kinds.items():
-            if kind in spec.layer_kind_set:
+            if kind in kinds:
+                if kind == "prefix_tokens":
+                    what = "prefix tokens"
+                elif kind in spec.layer_kind_set:
+                    what = f"{kind} layers"
+                else:
+                    what = f"{kind} states beside its attention layers"
                 raise UsageError(
-                    f"--engine {self.engine.value}: {spec.name} has {kind} layers: {reason}; kvplan will not guess "
+                    f"--engine {self.engine.value}: {spec.name} has {what}: {reason}; kvplan will not guess "
                     "how the engine caches them (kvplan estimate gives their bytes without an engine)"
                 )
 

@@ -789,6 +789,12 @@ class LlamacppEngine(EngineRules):
         "compressed": "llama.cpp's deepseek4 architecture (src/llama-arch.cpp LLM_ARCH_DEEPSEEK4) keeps a cache "
         "kvplan does not model",
         "rglru": "llama.cpp has no RecurrentGemma architecture (src/llama-arch.cpp)",
+        "rwkv4": "llama.cpp has no RWKV-4 architecture (src/llama-arch.cpp: RWKV6, RWKV6QWEN2, RWKV7, ARWKV7 only)",
+        "mlstm": "llama.cpp has no xLSTM architecture (src/llama-arch.cpp)",
+        "cca": "llama.cpp has no ZAYA architecture (src/llama-arch.cpp)",
+        "sconv": "llama.cpp has no Inkling architecture (src/llama-arch.cpp)",
+        "hidden": "llama.cpp has no XLNet or Reformer architecture (src/llama-arch.cpp)",
+        "prefix_tokens": "llama.cpp has no CPM-Ant architecture (src/llama-arch.cpp)",
     }
     block_size = PAD
     utilization = 1.0

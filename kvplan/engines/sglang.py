@@ -856,6 +856,14 @@ class SglangEngine(EngineRules):
     unplanned_kinds = {
         "compressed": "SGLang 0.5.23 serves DeepSeek-V4 (srt/models/deepseek_v4.py) with pools kvplan does not model",
         "rglru": "SGLang 0.5.23 has no RecurrentGemma model (srt/models/ has none)",
+        "rwkv4": "SGLang 0.5.23 has no RWKV model (srt/models/ has none)",
+        "mlstm": "SGLang 0.5.23 has no xLSTM model (srt/models/ has none)",
+        "cca": "SGLang 0.5.23 serves ZAYA (srt/models/zaya.py) with its CCA conv and value state in the MambaPool, "
+        "which kvplan does not model yet",
+        "sconv": "SGLang 0.5.23 serves Inkling (srt/models/inkling.py) with its short-conv states in a pool kvplan "
+        "does not model yet",
+        "hidden": "SGLang 0.5.23 has no XLNet or Reformer model (srt/models/ has none)",
+        "prefix_tokens": "SGLang 0.5.23 has no CPM-Ant model (srt/models/ has none)",
     }
     block_size = PAGE_SIZE
     utilization = 0.88  # not used: mem_fraction_static_default resolves it

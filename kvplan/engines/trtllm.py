@@ -160,6 +160,12 @@ class TrtllmEngine(EngineRules):
     unplanned_kinds = {
         "compressed": "kvplan has no TensorRT-LLM rule for DeepSeek-V4's compressed attention (its source not read)",
         "rglru": "kvplan has no TensorRT-LLM rule for RecurrentGemma's recurrent state (its source not read)",
+        "rwkv4": "kvplan has no TensorRT-LLM rule for RWKV-4's state (its source not read)",
+        "mlstm": "kvplan has no TensorRT-LLM rule for xLSTM's state (its source not read)",
+        "cca": "kvplan has no TensorRT-LLM rule for ZAYA's CCA state (its source not read)",
+        "sconv": "kvplan has no TensorRT-LLM rule for Inkling's short-conv states (its source not read)",
+        "hidden": "kvplan has no TensorRT-LLM rule for a hidden-state cache (XLNet, Reformer; its source not read)",
+        "prefix_tokens": "kvplan has no TensorRT-LLM rule for CPM-Ant's prompt tokens (its source not read)",
     }
     block_size = 32
     utilization = 0.9

@@ -1301,6 +1301,15 @@ class VllmEngine(EngineRules):
         "kvplan does not model yet",
         "rglru": "vLLM does not serve RecurrentGemma (no release from 0.5.5 to 0.33.0 registers "
         "RecurrentGemmaForCausalLM in model_executor/models/registry.py)",
+        "rwkv4": "vLLM 0.33 serves no RWKV model (model_executor/models/registry.py has no Rwkv class)",
+        "mlstm": "vLLM 0.33 serves no xLSTM model (model_executor/models/registry.py has no xLSTM class)",
+        "cca": "vLLM 0.33 serves no ZAYA model (model_executor/models/registry.py has no Zaya class)",
+        "sconv": "vLLM 0.33 serves Inkling (registry.py: InklingForCausalLM, vllm/models/inkling) with a conv cache of "
+        "its own (configs.py mamba2_cache_params: six conv states per layer of sconv_kernel_size - 1 columns, sized "
+        "for both the full and the local K/V width, in bf16) beside a paged K/V cache, which kvplan does not model "
+        "yet",
+        "hidden": "vLLM 0.33 serves no XLNet or Reformer model (model_executor/models/registry.py has neither)",
+        "prefix_tokens": "vLLM 0.33 serves no CPM-Ant model (model_executor/models/registry.py has no CpmAnt class)",
     }
 
     def resolve_rules(self, version: str | None) -> VllmRules:

@@ -74,6 +74,9 @@ REGISTRY: dict[str, str] = {
     "nanochat": "decoder",
     "solar_open": "decoder",
     "iquestcoder": "decoder",
+    "hunyuan_v1_dense": "decoder",
+    "nemotron": "decoder",
+    "ministral": "decoder",
     "gpt-sw3": "legacy",
     "gpt_neox": "decoder",
     "persimmon": "decoder",
@@ -112,6 +115,15 @@ REGISTRY: dict[str, str] = {
     "dbrx": "mosaic",
     "jetmoe": "decoder",
     "longcat_flash": "deepseek",
+    # --- caches that are not K/V of the usual kinds (stateful.py): transformers' own shapes, no engine rule ---
+    "rwkv": "stateful",
+    "xlstm": "stateful",
+    "zaya": "stateful",
+    "inkling_text": "stateful",
+    "inkling2_text": "stateful",
+    "xlnet": "stateful",
+    "cpmant": "stateful",
+    "reformer": "stateful",
     # --- end issue 17 section ---
     # --- mla / hybrid / linear readers (deepseek.py, hybrid.py, linear.py) ---
     "deepseek_v2": "deepseek",
@@ -225,10 +237,9 @@ def spec_from_hf_config(config: Any, where: str, name: str | None = None):
     for key in ("is_encoder_decoder",):
         if (cfg.raw.get(key) is True or config.get(key) is True) and cfg.model_type not in REGISTRY:
             raise SpecError(f"{where}: {key} is true: kvplan plans decoder-only (causal) models")
-    if cfg.model_type in NO_CACHE_TYPES:
-        raise SpecError(
-            f"{where}: model_type {cfg.model_type!r} keeps no KV cache to plan: {NO_CACHE_TYPES[cfg.model_type]}"
-        )
+    for kind in (cfg.model_type, config.get("model_type")):  # a drafter wraps a text config kvplan reads
+        if kind in NO_CACHE_TYPES:
+            raise SpecError(f"{where}: model_type {kind!r} keeps no KV cache to plan: {NO_CACHE_TYPES[kind]}")
     if cfg.model_type in ENCODER_UNLESS and is_encoder(cfg.model_type, cfg.raw):
         key, value = ENCODER_UNLESS[cfg.model_type]
         raise SpecError(

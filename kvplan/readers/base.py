@@ -109,6 +109,12 @@ ENCODER_UNLESS: dict[str, tuple[str, object]] = {"xlm": ("causal", True)}
 NO_CACHE_TYPES: dict[str, str] = {
     "openai-gpt": "transformers' OpenAIGPTModel.forward takes no past_key_values (modeling_openai.py): GPT-1 "
     "recomputes every token at each step",
+    "gemma4_assistant": "Gemma4AssistantForCausalLM (modeling_gemma4_assistant.py) is a speculative-decoding drafter "
+    "whose every layer reads the target Gemma 4 model's K/V (shared_kv_states, 'acts as past cache'; its published "
+    "configs set num_kv_shared_layers = num_hidden_layers): it caches nothing of its own; plan the target model",
+    "gemma4_unified_assistant": "Gemma4UnifiedAssistantForCausalLM (modeling_gemma4_unified_assistant.py) is a "
+    "drafter whose every layer reads the target model's K/V (shared_kv_states; its config class sets "
+    "num_kv_shared_layers = num_hidden_layers): it caches nothing of its own; plan the target model",
 }
 
 

@@ -1,20 +1,30 @@
 """Plain decoders: every layer is GQA attention, full or with one sliding window.
 
-Mirrors transformers' (5.23) config classes, with their defaults for absent keys (the table below): Llama,
-Mistral, Mixtral, Qwen2, Qwen2Moe, Qwen3, Qwen3Moe, Phi3, Olmo2, Olmo3, Glm4, Glm4Moe, Gemma, Granite,
-GraniteMoe, GraniteMoeShared, GraniteSWA, GraniteMoeSWA, Olmo, Olmoe, Phimoe, Starcoder2, StableLm, Cohere,
-InternLM3, Exaone4, ExaoneMoe, SmolLM3, SeedOss, Ministral3, Ernie4_5, Ernie4_5_Moe, Helium, Apertus, Arcee,
-Phi, Glm, VaultGemma, Dots1, Cwm, Afmoe, HyperCLOVAX, HYV3, Jais2, FlexOlmo, Mellum, Laguna, IQuestCoder,
-NanoChat, SolarOpen, GPTNeoX, Persimmon and OPT (``<Name>Config``). Checked against vLLM 0.33: ``llama.py``
-(also InternLM3, IQuestCoder, Ernie 4.5 and, through ``mistral.py``, Ministral 3: a layer gets a window only
-where ``layer_types`` says ``sliding_attention``), ``qwen2.py``/``qwen3.py``, ``olmo3.py``, ``gemma.py``,
-``granite.py`` (also GraniteSWA), ``granitemoe.py``/``granitemoeshared.py`` (also GraniteMoeSWA), ``olmoe.py``,
-``phimoe.py``, ``stablelm.py``, ``commandr.py``, ``exaone4.py``, ``exaone_moe.py``, ``ernie45_moe.py``,
-``apertus.py``, ``opt.py``, ``afmoe.py``, ``hyperclovax.py``, ``hy_v3.py``, ``laguna.py``, and the
-Transformers backend (``models/transformers/base.py``; KV heads and head size from
-``transformers_utils/model_arch_config_convertor.py``) that serves OLMo, Phi, GLM, Seed-OSS, SmolLM3,
-Starcoder2, VaultGemma, Arcee, GPT-NeoX, CWM, Jais 2, FlexOlmo and Mellum, and (no vLLM model of their own:
-``registry.py`` falls back to it) Helium, Persimmon, dots.llm1 (``dots1``), NanoChat and Solar Open.
+Mirrors transformers' (5.23) config classes, with their defaults for absent keys (the table below): Llama, Mistral,
+Mixtral, Qwen2, Qwen2Moe, Qwen3, Qwen3Moe, Phi3, Olmo2, Olmo3, Glm4, Glm4Moe, Gemma, Granite, GraniteMoe,
+GraniteMoeShared, GraniteSWA, GraniteMoeSWA, Olmo, Olmoe, Phimoe, Starcoder2, StableLm, Cohere, InternLM3, Exaone4,
+ExaoneMoe, SmolLM3, SeedOss, Ministral3, Ernie4_5, Ernie4_5_Moe, Helium, Apertus, Arcee, Phi, Glm, VaultGemma,
+Dots1, Cwm, Afmoe, HyperCLOVAX, HYV3, Jais2, FlexOlmo, Mellum, Laguna, IQuestCoder, NanoChat, SolarOpen, GPTNeoX,
+Persimmon, OPT, HunYuanDenseV1, Nemotron and Ministral (``<Name>Config``). Checked against vLLM 0.33: ``llama.py``
+(also InternLM3, IQuestCoder, Ernie 4.5 and, through ``mistral.py``, Ministral 3: a layer gets a window only where
+``layer_types`` says ``sliding_attention``), ``qwen2.py``/``qwen3.py``, ``olmo3.py``, ``gemma.py``, ``granite.py``
+(also GraniteSWA), ``granitemoe.py``/``granitemoeshared.py`` (also GraniteMoeSWA), ``olmoe.py``, ``phimoe.py``,
+``stablelm.py``, ``commandr.py``, ``exaone4.py``, ``exaone_moe.py``, ``ernie45_moe.py``, ``apertus.py``, ``opt.py``,
+``afmoe.py``, ``hyperclovax.py``, ``hy_v3.py``, ``laguna.py``, and the Transformers backend
+(``models/transformers/base.py``; KV heads and head size from ``transformers_utils/model_arch_config_convertor.py``)
+that serves OLMo, Phi, GLM, Seed-OSS, SmolLM3, Starcoder2, VaultGemma, Arcee, GPT-NeoX, CWM, Jais 2, FlexOlmo and
+Mellum, and (no vLLM model of their own: ``registry.py`` falls back to it) Helium, Persimmon, dots.llm1 (``dots1``),
+NanoChat and Solar Open.
+
+HunYuanDenseV1, Nemotron and Ministral: transformers 5.23 cannot build their class defaults (``head_dim`` resp.
+``num_key_value_heads`` is None there), so those keys are required (``require``); they are checked on published
+files. vLLM 0.33 serves HunYuanDenseV1 through its Transformers backend (``registry.py``
+``_TRANSFORMERS_SUPPORTED_MODELS``) and Ministral through it too (no ``MinistralForCausalLM`` in ``registry.py``),
+so both cache what transformers caches (Ministral: sliding where ``layer_types`` says so, else every layer when
+``sliding_window`` is set, as ``MinistralConfig.__post_init__`` builds it); Nemotron through ``nemotron.py``
+(``num_key_value_heads``; ``head_dim`` else ``hidden_size // num_attention_heads``). A Hunyuan ``use_cla: true``
+(the remote code's cross-layer KV sharing, ignored by both) is refused, and so is a remote-code key
+(``attention_head_dim``, Nemotron's ``kv_channels``) that disagrees with the ``head_dim`` the class uses.
 
 Cohere (v1): vLLM takes ``model_max_length`` over ``max_position_embeddings`` when set
 (``derive_max_model_len``), and so does kvplan.
@@ -210,6 +220,59 @@ _DEFAULTS: dict[str, dict] = {
         "window": 512,
         "windowing": "explicit",
     },
+    # --- types whose class defaults transformers 5.23 cannot build (a key it needs is None): read from real files
+    # (tests/fixtures/hf_configs: hunyuan-7b-instruct, nemotron-mini-4b-instruct, the Ministral-8B file as ministral)
+    "hunyuan_v1_dense": {
+        "max_len": 2048,
+        "layers": 32,
+        "heads": 32,
+        "hidden": 4096,
+        "require": (
+            (
+                "head_dim",
+                "HunYuanDenseV1Config's default is None, and its rotary embedding then fails "
+                "(transformers 5.23: None ** float)",
+            ),
+        ),  # fmt: skip
+        "same_as": (("attention_head_dim", "head_dim"),),
+        "refuse_true": (
+            (
+                "use_cla",
+                "the remote code's cross-layer attention (KV shared by cla_share_factor layers), which "
+                "transformers' HunYuanDenseV1 and vLLM's Transformers backend ignore",
+            ),
+        ),  # fmt: skip
+    },
+    "nemotron": {
+        "max_len": 4096,
+        "layers": 32,
+        "heads": 48,
+        "hidden": 6144,
+        "require": (
+            (
+                "num_key_value_heads",
+                "NemotronConfig's default is None, and NemotronAttention then divides by it "
+                "(transformers 5.23: int // None); vLLM's nemotron.py reads the same attribute",
+            ),
+        ),  # fmt: skip
+        "same_as": (("kv_channels", "head_dim"),),
+    },
+    "ministral": {
+        "max_len": 131072,
+        "layers": 32,
+        "heads": 32,
+        "kv_heads": 8,
+        "hidden": 4096,
+        "window": 4096,
+        "windowing": "all",
+        "require": (
+            (
+                "head_dim",
+                "MinistralConfig's default is None, and its rotary embedding then fails "
+                "(transformers 5.23: None ** float)",
+            ),
+        ),  # fmt: skip
+    },
     "iquestcoder": {"max_len": 131072, "layers": 80, "heads": 40, "kv_heads": 8, "hidden": 5120, "head_dim": 128},
     "nanochat": {"max_len": 2048, "layers": 12, "heads": 6, "hidden": 768},
     "solar_open": {"max_len": 131072, "layers": 48, "heads": 64, "kv_heads": 8, "hidden": 4096, "head_dim": 128},
@@ -348,7 +411,19 @@ def read_decoder(cfg: HFConfig) -> dict:
     for key in d.get("refuse", ()):
         if cfg.has(key):
             raise cfg.error(f"{key} is set (per-layer windows, read by vLLM only); kvplan has one window per kind")
+    for key, why in d.get("require", ()):
+        if not cfg.has(key):
+            raise cfg.error(f"{key} is absent or null: {why}; transformers cannot build such a file")
+    for key, why in d.get("refuse_true", ()):
+        if cfg.get(key) is True:
+            raise cfg.error(f"{key} is true: {why}; kvplan will not guess which cache the checkpoint needs")
     data = attention_dims(cfg, d)
+    for key, used in d.get("same_as", ()):
+        if cfg.has(key) and cfg.int(key) != data[used]:
+            raise cfg.error(
+                f"{key}={cfg.int(key)} but {used}={data[used]}: the {cfg.model_type} config class reads {used} only "
+                f"(the remote code read {key}); kvplan will not guess which the checkpoint was trained with"
+            )
     _check_rules(cfg, d, data)
     n = data["num_layers"]
     data["dtype"] = cfg.dtype()

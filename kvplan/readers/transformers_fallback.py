@@ -62,24 +62,11 @@ STATE_DTYPES = {"DeltaAttention": "fp32"}  # vLLM mamba_utils.py MambaStateDtype
 
 # Why a buildable model_type is still refused: model_type -> the reason (what transformers keeps, which engine
 # serves it). Said after the generic refusal, so a future transformers that caches them differently is read.
+# (RWKV-4, xLSTM, ZAYA, Inkling, XLNet and CPM-Ant, refused here before, have readers of their own:
+# kvplan/readers/stateful.py.)
 NO_RULE_REASONS = {
-    "rwkv": "transformers' RWKV-4 keeps its state outside the Cache (RwkvModel.forward: 5 tensors of (batch, hidden, "
-    "layers), three in float32) and no engine kvplan models serves RWKV-4 (vLLM 0.33 none; llama.cpp only RWKV-6/7)",
-    "xlstm": "transformers' xLSTM keeps its own xLSTMCache (rnn_state: per layer (heads, qk_head_dim, v_head_dim), "
-    "(heads, qk_head_dim) and (heads, 1)), not a StaticCache, and no engine kvplan models serves xLSTM",
-    "zaya": "ZAYA's attention (ZayaAttention) keeps, beside its K/V, a conv state and a recurrent vector that are no "
-    "state kind kvplan knows, and no engine kvplan models serves ZAYA (vLLM 0.33's registry has no Zaya class)",
-    "inkling_text": "Inkling's attention layers keep short-conv states on K, V and the residual stream beside their "
-    "K/V (transformers: 4 conv states per layer in float32; vLLM 0.33 vllm/models/inkling/configs.py "
-    "mamba2_cache_params: 6 per layer, sized for both attention geometries, bf16): kvplan has no kind for it yet",
-    "inkling2_text": "as inkling_text (Inkling 2: short-conv states beside the K/V of every attention layer)",
     "xmod": "X-MOD routes each token to its language adapter with torch.nonzero, whose output size a meta-device "
     "forward cannot know",
-    "xlnet": "XLNet keeps no K/V: its memory (mems, modeling_xlnet.py cache_mem) holds each layer's input hidden "
-    "states (d_model per token, the last mem_len, 512 by default), from which K and V are recomputed every step; "
-    "kvplan's layer kinds hold K and V, and no engine kvplan models serves XLNet",
-    "cpmant": "CPM-Ant prepends prompt_length (32) learned prompt tokens to every request's input and caches them "
-    "with it (modeling_cpmant.py CpmAntModel.forward), and no engine kvplan models serves CPM-Ant",
 }
 _MIXER_NAMES = ("self_attn", "attn", "attention", "self_attention", "linear_attn", "mamba", "mixer", "conv",
                 "short_conv", "token_mixer", "temporal_block")  # fmt: skip
