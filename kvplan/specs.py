@@ -625,18 +625,18 @@ class ModelSpec:
             cache[key] = compute()
         return cache[key]
 
-    @property
+    @cached_property
     def attention_free(self) -> bool:
         """True when no layer attends over positions (every layer a recurrent state or an MLP-only block: Mamba,
         RWKV, xLSTM): its ``max_model_len`` is the engine's default, not a positional limit of the model."""
         return all(kind in (*STATE_KINDS, "none") for kind in self.layer_kinds)
 
-    @property
+    @cached_property
     def cache_kinds(self) -> tuple[str, ...]:
         """Every cache kind the model keeps: its layer kinds, the state kinds kept beside attention layers
         (``parallel_state``: ``cca``, ``sconv``, ``mamba2`` ...), and ``prefix_tokens`` when it has some; each
         once, in order of appearance. Engines refuse the ones they have no rule for
-        (:attr:`kvplan.engines.base.EngineRules.unplanned_kinds`)."""
+        (:attr:`kvplan.engines.base.EngineRules.unplanned_kinds`). Computed once: the spec is frozen."""
         out: dict[str, None] = {}
         for layer in self.layers:
             out[layer.kind] = None

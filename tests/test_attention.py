@@ -103,8 +103,9 @@ def test_lesson_masked_softmax_example():
 
 def test_lesson_shape_example():
     # B=1, T=4, H_q=8, H_kv=2, d=16: 8 / 2 = 4 query heads per KV head.
-    q = torch.randn(1, 8, 4, 16)
-    k = torch.randn(1, 2, 4, 16)
+    gen = torch.Generator().manual_seed(11)  # seeded: an unseeded draw near 0 failed a relative tolerance
+    q = torch.randn(1, 8, 4, 16, generator=gen)
+    k = torch.randn(1, 2, 4, 16, generator=gen)
     assert group_query_heads(q, 2).shape == (1, 2, 4, 4, 16)  # (B, H_kv, G, T, d)
     s = attention_scores(q, k)
     assert s.shape == (1, 8, 4, 4)  # (B, H_q, T_q, T_kv)
@@ -117,7 +118,7 @@ def test_lesson_shape_example():
         [False, False, False, False],
     ]
     # unmasked entries are q·k / sqrt(16) with query head h against KV head h // 4
-    assert s[0, 5, 3, 1].item() == pytest.approx((q[0, 5, 3] @ k[0, 1, 1]).item() / 4, rel=1e-6)
+    assert s[0, 5, 3, 1].item() == pytest.approx((q[0, 5, 3] @ k[0, 1, 1]).item() / 4, rel=1e-6, abs=1e-6)
 
 
 def test_causal_mask_bottom_right_alignment():

@@ -260,6 +260,11 @@ def spec_from_hf_config(config: Any, where: str, name: str | None = None):
     if cfg.raw.get("is_causal") is False or cfg.raw.get("use_bidirectional_attention") is True:
         raise SpecError(f"{where}: the config is not causal (is_causal/use_bidirectional_attention): no KV cache")
     cfg.ignore("is_causal", "use_bidirectional_attention", "is_encoder_decoder")
+    from kvplan.readers.base import LAYER_COUNT_KEYS
+
+    for key in LAYER_COUNT_KEYS:  # bounded before any reader builds a per-layer list or asks for other keys
+        if cfg.raw.get(key) is not None:
+            cfg.check_int(key, cfg.raw[key], 0)
     data = read(cfg)
     cfg.check_unhandled()
     if "param_count" not in data:
