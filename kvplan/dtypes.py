@@ -8,8 +8,8 @@ fp8 scale per 16 elements). Per-token-head caches (vLLM ``int8``, ``fp8_per_toke
 fp32 scale per head per row.
 
 Sources: ggml ``ggml-common.h`` block layouts (block_q8_0 = 2 + 32 B, block_q4_0 = 2 + 16 B,
-block_q4_1 = 4 + 16 B, block_q5_0 = 2 + 4 + 16 B, block_q5_1 = 4 + 4 + 16 B); NVIDIA NVFP4 (E2M1 data,
-E4M3 scale per 16); vLLM quantized KV cache docs (fp8 uses per-tensor scales; int8 per token-head
+block_q4_1 = 4 + 16 B, block_q5_0 = 2 + 4 + 16 B, block_q5_1 = 4 + 4 + 16 B, block_iq4_nl = 2 + 16 B); NVIDIA
+NVFP4 (E2M1 data, E4M3 scale per 16); vLLM quantized KV cache docs (fp8 uses per-tensor scales; int8 per token-head
 fp32 scales).
 """
 
@@ -91,14 +91,15 @@ _DTYPES: dict[str, KVDtype] = {
         KVDtype("q4_1", 32, 20, description="ggml q4_1: 20 B per 32 elements"),
         KVDtype("q5_0", 32, 22, description="ggml q5_0: 22 B per 32 elements"),
         KVDtype("q5_1", 32, 24, description="ggml q5_1: 24 B per 32 elements"),
+        KVDtype("iq4_nl", 32, 18, description="ggml iq4_nl: 18 B per 32 elements (llama.cpp cache type)"),
         KVDtype("nvfp4", 1, 1, fp4_scaled=True, description="NVFP4: ceil(x/2) + ceil(x/16) B"),
     )
 }
 
-# ggml's iq4_nl (18 B per 32: an fp16 scale and 16 B of 4-bit indices into a non-linear table; ggml-common.h
-# block_iq4_nl, QK4_NL = 32, :447) is a llama.cpp KV cache type (common/arg.cpp kv_cache_types) that kvplan sizes
-# for --engine llamacpp only: it is not in the table above, because ``kvplan verify`` has no packer for it.
-IQ4_NL = KVDtype("iq4_nl", 32, 18, description="ggml iq4_nl: 18 B per 32 elements (llama.cpp cache type)")
+# ggml's iq4_nl: an fp16 scale and 16 B of 4-bit indices into a non-linear table per 32 elements (ggml-common.h
+# block_iq4_nl, QK4_NL = 32; gguf's GGML_QUANT_SIZES[IQ4_NL] = (32, 18)), a llama.cpp KV cache type (common/arg.cpp
+# kv_cache_types). Only llama.cpp takes it (each engine's EngineRules.kv_dtype); ``kvplan verify`` has no packer.
+IQ4_NL = _DTYPES["iq4_nl"]
 
 _ALIASES: dict[str, str] = {
     "float32": "fp32",

@@ -32,6 +32,7 @@ from typing import Any, Iterator, Sequence
 
 from kvplan import engines
 from kvplan.calc import valid_tp_sizes
+from kvplan.dtypes import get_kv_dtype
 from kvplan.engines.base import count_requests, longest_request, numpy_ops
 from kvplan.errors import UsageError
 from kvplan.gpus import GPU
@@ -301,6 +302,8 @@ def _plan_lengths(np, xp, eng, spec, gpus, o, m, t, span, seq, max_seq, kvs, col
             for d in range(len(kvs)):
                 columns[col][(*at, d, t)] = values[:, None]  # (GPUs, S): numpy puts the list index first
         for d, kv in enumerate(kvs):
+            if kv is None:  # refused by the engine's kv_dtype
+                continue
             try:
                 cache = eng.plan(spec, kv, o, settings, max_seq)
             except UsageError as e:  # a KV dtype the engine's backends do not take for this model
@@ -377,7 +380,20 @@ def sweep(
             allowed &= set(valid_tp_sizes(draft, limit=min(max(64, *tps), draft.num_q_heads)))
         kvs = []
         for d, name in enumerate(kv_dtypes):
-            kv = eng.kv_dtype(spec, name)
+            try:
+                kv = eng.kv_dtype(spec, name)
+            except UsageError as e:  # a cache dtype the engine does not take: its rows are refused, as plan_fit does
+                if str(name).strip().lower() not in eng.kv_cache_dtypes:
+                    get_kv_dtype(name)  # a name kvplan does not know at all is an error, not a skipped row
+                for tp in tps:
+                    if tp in allowed:
+                        refused.setdefault((spec.name, str(name), tp), str(e))
+                label = str(name)
+                if label not in dtype_names:
+                    dtype_names.append(label)
+                dtype_code[m, d] = dtype_names.index(label)
+                kvs.append(None)
+                continue
             label = eng.kv_label(spec, kv, opts)  # llama.cpp's -ctk / -ctv, where given, name the cache
             if label not in dtype_names:
                 dtype_names.append(label)

@@ -130,8 +130,13 @@ def test_skipped_tp_rows_are_counted_not_errors():
         ("qwen2.5-7b", 16),
     )
     per_pair = len(SEQS) * len(GPUS) * len(DTYPES)  # 13 × 6 × 6 = 468 rows per (model, TP)
-    assert result.skipped_rows == 7 * per_pair
-    assert result.num_rows == len(MODELS) * len(TPS) * per_pair - 7 * per_pair
+    # and the rows of q4_0, a cache vLLM does not have (its CacheDType: tests/fixtures/engine_kv_dtypes.json), for
+    # each (model, TP) planned: refused by the engine, not by the heads
+    assert {kv for _, kv, _, _ in result.skipped_refused} == {"q4_0"}
+    assert len(result.skipped_refused) == len(MODELS) * len(TPS) - 7
+    refused_rows = len(result.skipped_refused) * len(SEQS) * len(GPUS)
+    assert result.skipped_rows == 7 * per_pair + refused_rows
+    assert result.num_rows == len(MODELS) * len(TPS) * per_pair - 7 * per_pair - refused_rows
     for name, tp in result.skipped_tp:  # the scalar code refuses exactly those
         with pytest.raises(UsageError):
             plan_fit(load_bundled(name), GPU_OBJS[0], FitOptions(tensor_parallel_size=tp))
