@@ -252,10 +252,69 @@ def test_round_trip_vllm_v1_workers_and_tp_what_if(cli, tmp_path):
     assert f["kv_tokens"]["kvplan"] == 238_208 and f["num_gpu_blocks"]["kvplan"] == 14_834
     assert f["max_concurrency"]["kvplan"] == ["7.27", "7.24"]
     assert d["settings"]["tp"]["value"] == 8  # the weights the log prints (27.72 GiB per GPU) pick TP 8
-    # --tp 4 re-splits the weights: 2 x 27.72 GiB per GPU leaves nothing of the 39.98 GiB requested
-    d, _ = _json(cli, "fit", "qwen3-235b-a22b", "--from-log", log, "--tp", "4")
+    # --tp 4 re-splits the weights: 2 x 27.72 GiB per GPU leaves nothing of the 39.98 GiB requested (exit 1, as fit)
+    code, out, err = cli("fit", "qwen3-235b-a22b", "--from-log", log, "--tp", "4", "--json")
+    assert code == 1 and err.startswith("kvplan: error: what if --tp 4: the KV budget would be -")
+    d = json.loads(out)
     assert d["what_if"]["changes"] == [{"setting": "tp", "flag": "--tp", "log": 8, "new": 4}]
     assert d["what_if"]["budget_bytes"] == 0 and d["what_if"]["plan"]["max_requests_by_memory"] == 0
+
+
+def test_vllm_plans_on_the_worker_with_the_fewest_blocks(cli, tmp_path):
+    # the same log: the workers print 238,208 and 237,344 tokens; vLLM allocates the minimum, num_gpu_blocks 14,834
+    # of 16 tokens (the log's own line): the plan is counted on it, not on the first worker's 14,888 blocks
+    entry = ENTRIES["vllm-file-38962983769"]
+    d, _ = _json(cli, "fit", "qwen3-235b-a22b", "--from-log", _log(tmp_path, "vllm-file-38962983769"))
+    blocks = entry["printed"]["num_gpu_blocks"]
+    assert (d["plan"]["num_blocks"], d["plan"]["kv_capacity_tokens"]) == (blocks, blocks * 16) == (14_834, 237_344)
+    assert f"{d['plan']['max_concurrency']:.2f}" == f"{blocks * 16 / 32_768:.2f}" == "7.24"
+    assert d["plan_budget_bytes"] < d["budget_bytes"] == entry["printed"]["kv_cache_memory_bytes"]
+
+
+@pytest.mark.parametrize(
+    "flags, change",
+    [
+        (["--block-size", "1"], {"setting": "block_size", "flag": "--block-size", "log": 16, "new": 1}),
+        (["--pp", "2"], {"setting": "pp", "flag": "--pp", "log": 1, "new": 2}),
+    ],
+)
+def test_a_what_if_keeps_the_layout_the_log_gives(cli, tmp_path, flags, change):
+    # a TP 8 run (the entry's settings; the 27.72 GiB of weights per GPU the log prints pick it): a what-if of a
+    # setting the log does not print used to be read as part of the log, and the layout re-inferred from its plan
+    # (--block-size 1: "tp 1 ... the closest", 1 request; --pp 2: TP 2)
+    entry = ENTRIES["vllm-file-38962983769"]
+    d, _ = _json(cli, "fit", "qwen3-235b-a22b", "--from-log", _log(tmp_path, "vllm-file-38962983769"), *flags)
+    tp = entry["settings"]["tensor_parallel_size"]
+    assert d["settings"]["tp"]["value"] == tp == 8 and d["differs"] == 0 and d["reproduced"] == 6
+    assert d["what_if"]["changes"] == [change] and d["what_if"]["plan"]["tensor_parallel_size"] == tp
+    if flags[0] == "--block-size":  # the same bytes in 1-token blocks: the log's 237,344 tokens, 7 requests of 32k
+        plan = d["what_if"]["plan"]
+        assert plan["kv_capacity_tokens"] == entry["printed"]["num_gpu_blocks"] * 16
+        assert plan["max_concurrent_requests"] == int(entry["printed"]["num_gpu_blocks"] * 16 / 32_768) == 7
+    else:  # the weights per GPU halve over 16 GPUs
+        assert d["what_if"]["plan"]["pipeline_parallel_size"] == 2
+        assert "weights per GPU 27.72 GiB (the log) × 8 / 16 GPUs (TP × PP) = 13.86 GiB" in d["what_if"]["notes"]
+
+
+@pytest.mark.parametrize("flags", [["--max-model-len", "10000000"], ["--gpu-memory-utilization", "0.01"]])
+def test_a_what_if_that_fits_nothing_exits_1_as_fit_does(cli, tmp_path, flags):
+    log = _log(tmp_path, "vllm-file-38962983769")
+    code, out, err = cli("fit", "qwen3-235b-a22b", "--from-log", log, *flags)
+    assert code == 1 and "Max concurrent requests of" in out and err.count("\n") == 1
+    assert err.startswith(f"kvplan: error: what if {flags[0]} {flags[1]}: ")
+    code, out, _ = cli("fit", "qwen3-235b-a22b", "--from-log", log, *flags, "--json")
+    assert code == 1 and json.loads(out)["what_if"]["plan"]["max_concurrent_requests"] == 0
+
+
+def test_another_engine_than_the_logs_is_refused(cli, tmp_path):
+    log = _log(tmp_path, "vllm-file-38962983769")
+    code, out, err = cli("fit", "qwen3-235b-a22b", "--from-log", log, "--engine", "sglang")
+    assert (code, out) == (2, "") and err == (
+        f"kvplan: error: --engine sglang: {log} is a vLLM log, planned with vLLM's rules; drop --engine (or give "
+        "--engine vllm), or give a sglang log\n"
+    )
+    code, _, _ = cli("fit", "qwen3-235b-a22b", "--from-log", log, "--engine", "vllm", "--json")
+    assert code == 0
 
 
 def test_round_trip_vllm_v1_max_model_len_what_if(cli, tmp_path):

@@ -112,6 +112,9 @@ def parse(lines: list[str]) -> LogReading:
                     r.put(f"{pre}kv_layers", int(g["layers"]))
                 if g.get("seqs") and not pre:
                     r.put("n_seq", int(g["seqs"]))
+                    if g.get("seq"):  # "s/S seqs": n_seq_max / streams (llama-kv-cache.cpp: one stream when unified)
+                        r.setting("n_seq_max", int(g["seq"]))
+                        r.setting("kv_unified", int(g["seq"]) > 1 and int(g["seqs"]) == 1)
                 if pre:
                     r.put("swa_k_mib", num(g["k"]))
                     r.put("swa_v_mib", num(g["v"]))
