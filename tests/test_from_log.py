@@ -474,3 +474,61 @@ def test_the_logs_model_id_resolves_as_model_does(cli, tmp_path, entry_id, line)
     given, _ = _json(cli, "fit", "llama3.1-8b", "--from-log", _log(tmp_path, entry_id))
     assert d["budget_bytes"] == given["budget_bytes"] and d["reproduced"] == given["reproduced"] >= 1
     assert ENTRIES[entry_id]["model_ref"] == "llama3.1-8b"
+
+
+# --- bounded reading (break-it items 13 and 14) ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_log_that_is_not_a_regular_file_is_refused_unopened(cli, tmp_path, kind):
+    import os
+
+    if kind == "fifo":
+        path = tmp_path / "log.fifo"
+        os.mkfifo(path)  # opened, it would block until a writer came (the break-it pass saw a hang)
+    else:
+        path = Path("/dev/zero")  # it never ends: 64 MiB of zeros were read and scanned (14 s)
+        if not path.exists():
+            pytest.skip("no /dev/zero")
+    code, out, err = cli("fit", "llama3-8b", "--from-log", path)
+    assert (code, out, err) == (2, "", f"kvplan: error: --from-log {path}: not a regular file\n")
+
+
+def test_a_log_repeated_costs_what_its_distinct_lines_cost(cli, tmp_path, monkeypatch):
+    # the corpus log repeated 2,000 times (3.2 MB) took 48 s: every repeated 'GPU KV cache size' line was a budget
+    # search and a plan per worker; the searches and plans are now one per distinct line (counted, not timed)
+    import kvplan.fit as fitmod
+
+    lines = ENTRIES["vllm-file-38962983769"]["lines"]
+    plans = {"n": 0}
+    real = fitmod.fit_plan
+
+    def counted(*a, **k):
+        plans["n"] += 1
+        return real(*a, **k)
+
+    monkeypatch.setattr(fitmod, "fit_plan", counted)
+    got = []
+    for times in (1, 50):
+        p = tmp_path / f"x{times}.log"
+        p.write_text("\n".join(lines * times) + "\n", encoding="utf-8")
+        plans["n"] = 0
+        d, f = _json(cli, "fit", "qwen3-235b-a22b", "--from-log", p)
+        got.append((plans["n"], d["plan"]["num_blocks"], f["num_gpu_blocks"]["kvplan"], d["reproduced"]))
+    assert got[1] == got[0] and got[0][1:] == (14_834, 14_834, 6), got
+
+
+def test_long_noise_lines_are_read_in_linear_time(tmp_path):
+    # lines of one long word: patterns that began with an unanchored \w+ or \S+ retried it from every character
+    # (quadratic: a 65 MB log of such lines took 150 s); a bound far above the linear time, far below the old one
+    import time
+
+    from kvplan.logs import read_log
+
+    noise = ["INFO noise line " + "y" * 4000] * 500  # 2 MB
+    for engine_lines in (ENTRIES["vllm-file-38962983769"]["lines"], ENTRIES["llamacpp-file-44321302313"]["lines"]):
+        text = "\n".join(noise + engine_lines) + "\n"
+        t0 = time.process_time()
+        reading = read_log(text)
+        assert time.process_time() - t0 < 5.0
+        assert reading.printed  # the start-up lines after the noise are read

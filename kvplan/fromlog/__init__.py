@@ -133,10 +133,12 @@ class Reproduction:
 
 
 def read_log_file(path: str | Path) -> str:
-    """The text of a log file (at most 64 MiB; bytes that are not UTF-8 replaced).
+    """The text of a log file: a regular file of at most :data:`MAX_LOG_BYTES` (64 MiB), bytes that are not
+    UTF-8 replaced. A FIFO, a device (``/dev/zero``) or a socket is refused before it is opened, as model and
+    workload inputs are (:func:`kvplan.textio.read_text`): a FIFO would block, a device never end.
 
     Raises:
-        UsageError: no such file, a directory, too large, unreadable.
+        UsageError: no such file, a directory, not a regular file, too large, unreadable.
     """
     p = Path(path)
     where = f"--from-log {path}"
@@ -145,10 +147,15 @@ def read_log_file(path: str | Path) -> str:
             raise UsageError(f"{where}: is a directory, not a log file")
         if not p.exists():
             raise UsageError(f"{where}: no such file")
-        if p.is_file() and p.stat().st_size > MAX_LOG_BYTES:
-            raise UsageError(f"{where}: larger than {MAX_LOG_BYTES >> 20} MiB; give the start-up part of the log")
+        if not p.is_file():
+            raise UsageError(f"{where}: not a regular file")
+        too_big = f"{where}: larger than {MAX_LOG_BYTES >> 20} MiB; give the start-up part of the log"
+        if p.stat().st_size > MAX_LOG_BYTES:
+            raise UsageError(too_big)
         with p.open("rb") as f:
             data = f.read(MAX_LOG_BYTES + 1)
+        if len(data) > MAX_LOG_BYTES:  # grew since stat: never more than the cap
+            raise UsageError(too_big)
     except OSError as e:
         raise UsageError(f"{where}: cannot read ({e.strerror or type(e).__name__})") from None
     return data.decode("utf-8", errors="replace")
@@ -729,8 +736,14 @@ def budget_figure(ctx: Context, key: str, label: str, how: str = "") -> LogFigur
 def _plan_at(em, spec, gpu, base):
     """``plan_at(budget) -> (FitResult, CachePlan)`` at the same settings (for figures that need other budgets)."""
 
+    kept: dict[int, tuple] = {}  # the plans at the log's settings, by budget (asked once per worker line)
+
     def plan_at(budget: int, **changes):
+        if not changes and budget in kept:
+            return kept[budget]
         result, cache, _ = _plan(em, spec, gpu, dict(base, **changes), budget)
+        if not changes:
+            kept[budget] = (result, cache)
         return result, cache
 
     return plan_at

@@ -129,10 +129,10 @@ def _worker_budgets(ctx):
 
     tokens = ctx.reading.per_worker.get("kv_tokens", [])
     seq = ctx.result.max_model_len
-    out = []
-    for t in tokens:
-        out.append(budget_range(lambda b: int(ctx.cache.measures(b, seq)["kv_capacity_tokens"]), t) if t > 0 else None)
-    return out
+    found = {}  # each distinct count searched once: a log whose lines repeat costs what its distinct lines cost
+    for t in dict.fromkeys(tokens):
+        found[t] = budget_range(lambda b: int(ctx.cache.measures(b, seq)["kv_capacity_tokens"]), t) if t > 0 else None
+    return [found[t] for t in tokens]
 
 
 def plan_budget(ctx) -> tuple[int, str]:

@@ -59,9 +59,9 @@ LINES = [
     ),
     ("creating", _re(r"creating\s+(?P<which>non-SWA|SWA) KV cache, size = (?P<cells>\d+) cells")),
     ("swa_full", _re(r"using full-size SWA cache")),
-    ("kv_buffer", _re(r"(?P<dev>\S+) KV buffer size\s*=\s*(?P<mib>{N}) MiB")),
-    ("compute", _re(r"(?P<dev>\S+) compute buffer size\s*=\s*(?P<mib>{N}) MiB")),
-    ("output", _re(r"(?P<dev>\S+)\s+output buffer size\s*=\s*(?P<mib>{N}) MiB")),
+    ("kv_buffer", _re(r"(?<!\S)(?P<dev>\S+) KV buffer size\s*=\s*(?P<mib>{N}) MiB")),
+    ("compute", _re(r"(?<!\S)(?P<dev>\S+) compute buffer size\s*=\s*(?P<mib>{N}) MiB")),
+    ("output", _re(r"(?<!\S)(?P<dev>\S+)\s+output buffer size\s*=\s*(?P<mib>{N}) MiB")),
     (
         "model_buffer",
         _re(r"(?:load_tensors|llm_load_tensors):\s+(?P<dev>\S+) (?:model )?buffer size\s*=\s*(?P<mib>{N}) MiB"),
