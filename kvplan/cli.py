@@ -951,7 +951,7 @@ def sweep(
 ) -> None:
     """'kvplan fit' for every MODEL × --seq × --gpu × --kv-dtype × --tp, computed at once (numpy).
 
-    At most 10,000,000 configurations per run, GPUs up to 8 TiB.
+    At most 1,200,000 configurations per run (--all: 100,000 table rows), GPUs up to 8 TiB.
     """
     from kvplan import api, render
     from kvplan import sweep as sweepmod
@@ -992,6 +992,11 @@ def sweep(
     if csv_out or json_out:
         (render.sweep_csv if csv_out else render.sweep_json)(result.iter_rows())
         return
+    if all_rows and result.num_rows > sweepmod.MAX_TABLE_ROWS:
+        raise UsageError(
+            f"--all: {result.num_rows:,} rows; a table prints at most {sweepmod.MAX_TABLE_ROWS:,} (rich takes about "
+            "30 s per million): give --csv or --json for every row, or split the sweep into runs of fewer rows"
+        )
     limit = None if all_rows else render.SWEEP_TABLE_ROWS
     rows = result.rows(limit, sweepmod.TABLE_COLUMNS)
     render.sweep_table(

@@ -41,7 +41,11 @@ from kvplan.specs import ModelSpec
 from kvplan.units import plural
 
 EXACT_LIMIT = 1 << 53  # byte counts stay below this: exact in float64, so ratios round as Python's
-MAX_CONFIGURATIONS = 10_000_000  # rows of one sweep (about 150 B of arrays per row at the peak)
+# Rows of one sweep: what its output writes in seconds. Measured on this project's 2-core machine (8 models x
+# 125 --seq x 37 GPUs x 5 KV dtypes x 6 TPs, 1.02 M rows): computing 1.4 s and 350 MB of arrays, then --csv or
+# --json 5 s; 8.9 M rows took over 60 s and 2.5 GB. The table with --all is slower still (MAX_TABLE_ROWS).
+MAX_CONFIGURATIONS = 1_200_000
+MAX_TABLE_ROWS = 100_000  # rows `sweep --all` prints as a table (rich: about 30 s per million rows, 3 GB)
 # Upper bounds of the integer settings, checked by the sweep itself before any array is built: with
 # them every int64 intermediate stays far below 2^63.
 LIMITS = {
@@ -220,10 +224,15 @@ def _check_axes(specs, seqs, gpus, kv_dtypes, tps, opts: FitOptions) -> None:
             raise UsageError(f"{flag}: give at least one value")
     asked = len(specs) * len(seqs) * len(gpus) * len(kv_dtypes) * len(tps)
     if asked > MAX_CONFIGURATIONS:
+        axes = (("MODEL", specs), ("--seq", seqs), ("--gpu", gpus), ("--kv-dtype", kv_dtypes), ("--tp", tps))
+        runs = -(-asked // MAX_CONFIGURATIONS)
+        flag, axis = max(axes, key=lambda a: len(a[1]))
+        how = (f"split {flag}'s {len(axis):,} values into {runs} runs of at most {-(-len(axis) // runs):,}"
+               if len(axis) >= runs else "split it into several runs (fewer values of each axis per run)")  # fmt: skip
         raise UsageError(
             f"MODEL × --seq × --gpu × --kv-dtype × --tp: {asked:,} configurations asked ({len(specs)} × "
             f"{len(seqs)} × {len(gpus)} × {len(kv_dtypes)} × {len(tps)}); one sweep computes at most "
-            f"{MAX_CONFIGURATIONS:,}: split it into several runs"
+            f"{MAX_CONFIGURATIONS:,} (its CSV or JSON then writes in seconds): {how}"
         )
     for tp in tps:
         _check_int("--tp", tp, LIMITS["--tp"])
