@@ -532,3 +532,33 @@ def test_long_noise_lines_are_read_in_linear_time(tmp_path):
         reading = read_log(text)
         assert time.process_time() - t0 < 5.0
         assert reading.printed  # the start-up lines after the noise are read
+
+
+def test_sglangs_token_count_from_memory_is_never_negative():
+    # a fraction that leaves less than nothing printed '-77,538 to -77,292' tokens; it is 0 now (and differs)
+    from types import SimpleNamespace
+
+    from kvplan.fromlog.sglang import _from_memory
+
+    printed = ENTRIES["sglang-llms-in-clouds-qwq32b"]["printed"]
+    ctx = SimpleNamespace(reading=SimpleNamespace(printed=printed), opts=SimpleNamespace(gpu_memory_utilization=0.01))
+    (fig,) = _from_memory(ctx, 65_536)
+    assert (fig.kvplan, fig.status) == ("0 (no memory left at this fraction)", DIFFERS)
+    ctx.opts.gpu_memory_utilization = 0.85  # the run's own fraction: the printed count lies in the range
+    (fig,) = _from_memory(ctx, 65_536)
+    assert fig.status == REPRODUCED and fig.printed == printed["max_total_num_tokens"]
+
+
+def test_an_sglang_fraction_what_if_moves_the_budget_from_the_default_taken(cli, tmp_path):
+    # the QwQ log does not print mem_fraction_static: a what-if of 0.9 left the budget as it was (the fraction it
+    # replaced was unknown); SGLang's default for the GPU is taken and the budget moves by the difference of the
+    # memory available at start the log prints (21.63 GB)
+    log = _log(tmp_path, "sglang-llms-in-clouds-qwq32b")
+    code, out, err = cli("fit", "qwen2.5-32b", "--from-log", log, "--gpu-memory-utilization", "0.9", "--json")
+    d = json.loads(out)
+    (change,) = d["what_if"]["changes"]
+    assert (change["setting"], change["new"]) == ("gpu_memory_utilization", 0.9)
+    assert f"mem_fraction_static not in the log: {change['log']} (SGLang's default" in d["what_if"]["notes"][0]
+    before = ENTRIES["sglang-llms-in-clouds-qwq32b"]["printed"]["avail_before_weights_gb"]
+    moved = d["what_if"]["budget_bytes"] - d["plan_budget_bytes"]
+    assert moved == int(before * (1 << 30) * (0.9 - change["log"])) > 0

@@ -267,3 +267,13 @@ def test_the_settings_echo_pastes_back(cli):
     assert again["engine_settings"].pop("parallel_auto") is False  # -np given now, not llama-server's own choice
     first["engine_settings"].pop("parallel_auto")
     assert again == first
+
+
+def test_the_replication_note_says_llama_cpp_has_no_tensor_parallelism(cli):
+    # --tp under llama.cpp is kvplan's own head split (docs/engines-llamacpp.md, "Not modelled"): the note cited
+    # vLLM's get_num_kv_heads as if llama.cpp had that rule
+    code, out, _ = cli("fit", "qwen3-235b-a22b", "--gpu", "h100", "--engine", "llamacpp", "--tp", "8", "-c", "4096",
+                       "--kv-cache-memory", "1GiB")  # fmt: skip
+    assert code in (0, 1)
+    assert ("each KV head is cached on 2 of the 8 GPUs (kvplan's split; llama.cpp itself has no tensor "
+            "parallelism: max(1, H_kv // TP) heads per GPU)") in out  # fmt: skip

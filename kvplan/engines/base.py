@@ -509,7 +509,8 @@ class EngineRules:
         settings_depend_on_seq: the settings depend on max_model_len (SGLang's mem_fraction_static on ROCm):
             the sweep then groups sequence lengths by :meth:`settings_key` too.
         kv_split_source: the engine code the KV-replication note cites (:func:`kvplan.calc.kv_replication`): the
-            KV-head split over the attention TP and the MLA latent kept whole on every rank (default vLLM's).
+            KV-head split over the attention TP and the MLA latent kept whole on every rank (default vLLM's), and
+            optionally the head rule as the engine writes it (default ``max(1, H_kv // TP)``).
         kv_cache_dtypes: the KV cache dtypes the engine's own code takes, as it spells them -> kvplan's dtype
             name (``auto``, the model's dtype, is always taken); :meth:`kv_dtype` refuses the others.
         kv_cache_dtypes_source: the engine code :attr:`kv_cache_dtypes` mirrors, named in the refusal.
@@ -527,7 +528,7 @@ class EngineRules:
     #: (DeepSeek-V4's ``compressed`` layers, RecurrentGemma's ``rglru`` blocks). ``check`` refuses them.
     unplanned_kinds: dict[str, str] = {}
     request_cap_name: str = "max_num_seqs"
-    kv_split_source: tuple[str, str] = ("vLLM get_num_kv_heads", "vLLM MLAAttentionSpec")
+    kv_split_source: tuple[str, ...] = ("vLLM get_num_kv_heads", "vLLM MLAAttentionSpec")
     settings_depend_on_seq: bool = False
     kv_cache_dtypes: dict[str, str] = {}
     kv_cache_dtypes_source: str = ""

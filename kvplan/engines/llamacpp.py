@@ -729,6 +729,12 @@ class LlamacppEngine(EngineRules):
             return kv.name
         return kv_dtype_label(k, v)
 
+    # llama.cpp has no tensor parallelism: --tp splits heads the way kvplan does for the other engines
+    # (docs/engines-llamacpp.md, "Not modelled"), so the replication note cites kvplan's split, not an engine's
+    kv_split_source = (
+        "kvplan's split; llama.cpp itself has no tensor parallelism",
+        "kvplan's split; llama.cpp itself has no tensor parallelism",
+    )
     kv_cache_dtypes = {name: d.name for name, d in CACHE_TYPES.items()}
     kv_cache_dtypes_source = "llama.cpp common/arg.cpp kv_cache_types"
 
