@@ -17,8 +17,11 @@ From the log (:func:`kvplan.logs.read_log`) to a plan, in four steps:
    weights re-split: the budget changes by the difference in weights per GPU; the rest of the engine's
    fixed memory is kept as the log's).
 
-Settings the log does not state are taken from the flags given (then they are part of the reproduction, not
-a what-if), else kvplan's default; TP and the KV dtype, when neither the log nor the flags state them, are
+Settings the log does not state are taken from the flags given when the figures need them or agree with them
+(then they are part of the reproduction); a flag under which the figures no longer reproduce, when they do
+without it, is a what-if on the log's reading, its layout kept (:func:`_what_ifs_on_the_reading`); else kvplan's
+default. The plan is counted on the budget the engine plans on (vLLM: the worker with the fewest blocks). TP
+and the KV dtype, when neither the log nor the flags state them, are
 the ones under which the printed figures reproduce (tried: the TPs the model's heads allow up to 8, the
 model's dtype and FP8), and the output says so. The engine-specific parts (which settings, which figures,
 how each is computed) are in this package's modules, one per engine, calling the rules of
