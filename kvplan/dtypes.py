@@ -91,15 +91,16 @@ _DTYPES: dict[str, KVDtype] = {
         KVDtype("q4_1", 32, 20, description="ggml q4_1: 20 B per 32 elements"),
         KVDtype("q5_0", 32, 22, description="ggml q5_0: 22 B per 32 elements"),
         KVDtype("q5_1", 32, 24, description="ggml q5_1: 24 B per 32 elements"),
-        KVDtype("iq4_nl", 32, 18, description="ggml iq4_nl: 18 B per 32 elements (llama.cpp cache type)"),
         KVDtype("nvfp4", 1, 1, fp4_scaled=True, description="NVFP4: ceil(x/2) + ceil(x/16) B"),
     )
 }
 
 # ggml's iq4_nl: an fp16 scale and 16 B of 4-bit indices into a non-linear table per 32 elements (ggml-common.h
 # block_iq4_nl, QK4_NL = 32; gguf's GGML_QUANT_SIZES[IQ4_NL] = (32, 18)), a llama.cpp KV cache type (common/arg.cpp
-# kv_cache_types). Only llama.cpp takes it (each engine's EngineRules.kv_dtype); ``kvplan verify`` has no packer.
-IQ4_NL = _DTYPES["iq4_nl"]
+# kv_cache_types). get_kv_dtype knows it (estimate sizes it; only llama.cpp's EngineRules.kv_dtype takes it), but it
+# is not among kv_dtype_names: ``kvplan verify`` has no packer for it.
+IQ4_NL = KVDtype("iq4_nl", 32, 18, description="ggml iq4_nl: 18 B per 32 elements (llama.cpp cache type)")
+_SIZED_ONLY: dict[str, KVDtype] = {IQ4_NL.name: IQ4_NL}
 
 _ALIASES: dict[str, str] = {
     "float32": "fp32",
@@ -134,9 +135,9 @@ def get_kv_dtype(name: str, *, what: str = "--kv-dtype") -> KVDtype:
     key = str(name).strip().lower()
     key = _ALIASES.get(key, key)
     try:
-        return _DTYPES[key]
+        return _DTYPES[key] if key in _DTYPES else _SIZED_ONLY[key]
     except KeyError:
-        allowed = ", ".join(kv_dtype_names())
+        allowed = ", ".join([*kv_dtype_names(), *_SIZED_ONLY])
         raise UsageError(f"{what}: unknown dtype {name!r}; allowed: {allowed}") from None
 
 
