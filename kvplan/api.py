@@ -47,6 +47,19 @@ def _tokens(value, flag: str, allow_zero: bool = False, caller: str = "") -> int
     return parse_tokens(value, flag, allow_zero=allow_zero)
 
 
+def _number(flag: str, value) -> None:
+    """Refuse a value that is not a number (a string, a bool) where the CLI takes a float; the ranges are the
+    engines' checks (as for the CLI's values).
+
+    Raises:
+        UsageError: naming the flag, as the CLI does.
+    """
+    from kvplan.errors import UsageError
+
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise UsageError(f"{flag}: {value!r} must be a number, not a {type(value).__name__}")
+
+
 def _bytes(value, flag: str) -> int | None:
     from kvplan.units import parse_bytes
 
@@ -190,6 +203,10 @@ def fit_options(
     """
     from kvplan.options import FitOptions, check_engine_fields, get_engine, parse_partition
 
+    for flag, value in (("--gpu-memory-utilization", gpu_memory_utilization),
+                        ("--swa-full-tokens-ratio", swa_full_tokens_ratio),
+                        ("--mamba-full-memory-ratio", mamba_full_memory_ratio)):  # fmt: skip
+        _number(flag, value)
     if isinstance(pp_layer_partition, str):
         pp_layer_partition = parse_partition(pp_layer_partition)
     opts = FitOptions(
@@ -323,12 +340,26 @@ def fleet(
         ``best_for_gpu`` set; GPU counts are ints, ``kv_budget_bytes_per_gpu`` in B.
 
     Raises:
-        UsageError: no or two workload sources, a malformed workload, unknown GPU, bad TP or sort.
+        UsageError: no or two workload sources, a workload that is not a path, mapping or Workload, a malformed
+            workload, unknown GPU, an empty list of GPUs or PPs, bad TP or sort, a price the CLI's ``--price``
+            refuses (not a number, below 0, NaN, for a GPU not in ``gpus``).
     """
     from kvplan import fleet as fleetmod
     from kvplan.errors import UsageError
+    from kvplan.gpus import get_gpu as gpu_by_name
     from kvplan.gpus import load_catalog
 
+    if isinstance(gpus, (str, Path)) or not isinstance(gpus, (list, tuple, type(None))):
+        gpus = [gpus]  # one GPU
+    if gpus is not None and not gpus:
+        raise UsageError("gpus: an empty list; give GPUs, or None for the whole catalog")
+    if pp is not None and not isinstance(pp, int) and not list(pp):
+        raise UsageError("pp: an empty list; give PP degrees, or None for 1, 2 and 4")
+    if workload is not None and not isinstance(workload, (str, Path, dict, fleetmod.Workload)):
+        raise UsageError(
+            f"workload: {type(workload).__name__} {str(workload)[:40]!r}: give a workload YAML path, a mapping "
+            "{name, classes: [...]} or a kvplan.fleet.Workload (or concurrency with seq)"
+        )
     if workload is not None and (concurrency is not None or seq is not None):
         raise UsageError("workload: give either a workload or concurrency and seq, not both")
     if workload is None:
@@ -347,7 +378,10 @@ def fleet(
                          weights_dtype=weights_dtype, gpu_memory_utilization=gpu_memory_utilization,
                          kv_cache_memory_bytes=kv_cache_memory_bytes))  # fmt: skip
     candidates = [get_gpu(g) for g in gpus] if gpus else load_catalog()
-    price_ids = {get_gpu(name).id: float(usd) for name, usd in (prices or {}).items()}
+    if prices is not None and not isinstance(prices, dict):
+        raise UsageError(f"prices: a {type(prices).__name__}; give a mapping of GPU name to USD per GPU-hour")
+    items = [f"{getattr(name, 'id', name)}={usd}" for name, usd in (prices or {}).items()]  # --price's rules
+    price_ids = fleetmod.parse_prices(items, gpu_by_name, candidates if gpus else None)
     slo = fleetmod.SLO(fleetmod.check_ms("tpot_ms", tpot_ms), fleetmod.check_ms("ttft_ms", ttft_ms))
     return fleetmod.plan_fleet(_spec(model), wl, candidates, opts, tps=tps or None, prices=price_ids, sort=sort,
                                slo=slo, pps=pps)  # fmt: skip

@@ -313,12 +313,13 @@ class KVReplication:
 
 
 # Where the two rules of :func:`kv_replication` come from, as the note names them: (the KV-head split, the MLA
-# latent kept whole). The default is vLLM's; an engine names its own (EngineRules.kv_split_source).
+# latent kept whole), and optionally the head rule as the engine writes it (default ``max(1, H_kv // TP)``). The
+# default is vLLM's; an engine names its own (EngineRules.kv_split_source).
 KV_SPLIT_VLLM = ("vLLM get_num_kv_heads", "vLLM MLAAttentionSpec")
 
 
 def kv_replication(
-    spec: ModelSpec, tensor_parallel_size: int, sources: tuple[str, str] = KV_SPLIT_VLLM
+    spec: ModelSpec, tensor_parallel_size: int, sources: tuple[str, ...] = KV_SPLIT_VLLM
 ) -> KVReplication | None:
     """How many GPUs of a TP group cache each token's K/V (or MLA latent), when more than one; else None.
 
@@ -356,7 +357,8 @@ def _kv_replication(spec: ModelSpec, tp: int, sources: tuple[str, str]) -> KVRep
     else:
         note = (
             f"KV replicated: TP={tp} > H_kv={heads}, so each KV head is cached on {factor} of the {tp} GPUs "
-            f"({sources[0]}: max(1, H_kv // TP) heads per GPU); the per-GPU bytes × {tp} GPUs are "
+            f"({sources[0]}: {sources[2] if len(sources) > 2 else 'max(1, H_kv // TP)'} heads per GPU); the "
+            f"per-GPU bytes × {tp} GPUs are "
             f"{factor}× the model's cache"
         )
     return KVReplication(factor, heads, kind, note)

@@ -333,7 +333,9 @@ def fit(
     max_batch_size: Optional[int] = typer.Option(
         None, "--max-batch-size", help="TRT-LLM max_batch_size (runtime buffers)."
     ),
-    engine: str = typer.Option("vllm", "--engine", "-e", help="Convention: vllm, sglang, trtllm, llamacpp."),
+    engine: Optional[str] = typer.Option(
+        None, "--engine", "-e", help="Convention: vllm (default), sglang, trtllm, llamacpp; with --from-log the log's."
+    ),
     activation_gib: Optional[str] = typer.Option(
         None, "--activation-gib", help="Activation peak per GPU (GiB, or a size with unit)."
     ),
@@ -465,7 +467,7 @@ def fit(
                 "--max-num-batched-tokens, --block-size"
             )
         _fit_from_log(
-            from_log, model, gpu, json_out, tp=tp, pp=pp,
+            from_log, model, gpu, json_out, engine, tp=tp, pp=pp,
             max_model_len=None if max_model_len is None else parse_tokens(max_model_len, "--max-model-len"),
             kv_dtype=kv_dtype, max_num_seqs=max_num_seqs, gpu_memory_utilization=gpu_memory_utilization,
             max_num_batched_tokens=max_num_batched_tokens, block_size=block_size, engine_version=engine_version,
@@ -476,6 +478,7 @@ def fit(
         raise UsageError("MODEL: missing; give a model (see 'kvplan models'), or an engine's log with --from-log FILE")
     if gpu is None:
         raise UsageError("--gpu: missing; give a catalog GPU (h100, l4, ...) or a size (80GiB), or --from-log FILE")
+    engine = "vllm" if engine is None else engine
     tp = 1 if tp is None else tp
     pp = 1 if pp is None else pp
     kv_dtype = "auto" if kv_dtype is None else kv_dtype
@@ -545,12 +548,13 @@ def fit(
         render.fit_table(result, render.console(), shown, exact, windowed)
 
 
-def _fit_from_log(path: str, model: str | None, gpu: str | None, json_out: bool, **given) -> None:
+def _fit_from_log(path: str, model: str | None, gpu: str | None, json_out: bool, engine: str | None, **given) -> None:
     """``kvplan fit [MODEL] --from-log FILE``: read the log, reproduce its figures, plan the what-ifs."""
     from kvplan import fromlog, render
 
     spec = None if model is None else _load_model(model)
-    rep = fromlog.reproduce(fromlog.read_log_file(path), model=spec, given=given, source=path, gpu=gpu)
+    text = fromlog.read_log_file(path)
+    rep = fromlog.reproduce(text, model=spec, given=given, source=path, gpu=gpu, engine=engine)
     if spec is None:  # the log's model, resolved as MODEL is: its warnings as _load_model prints them
         for note in rep.spec.warnings:
             render.warn(note)
@@ -558,6 +562,13 @@ def _fit_from_log(path: str, model: str | None, gpu: str | None, json_out: bool,
         render.print_json(render.from_log_json(rep))
     else:
         render.from_log_table(rep, render.console())
+    if rep.what_if is not None and not rep.what_if.fits:  # as fit: nothing fits is exit 1, after the answer
+        from kvplan.errors import DoesNotFit
+        from kvplan.fit import does_not_fit_reason
+
+        flags = ", ".join(f"{fromlog.FLAG_NAMES.get(k, k)} {new}" for k, _, new in rep.what_if_changes)
+        gone = [n for n in rep.what_if_notes if n.startswith("the KV budget would be")]
+        raise DoesNotFit(f"what if {flags}: {gone[0] if gone else does_not_fit_reason(rep.spec, rep.what_if)}")
 
 
 # --- fleet --------------------------------------------------------------------------------------
@@ -940,7 +951,7 @@ def sweep(
 ) -> None:
     """'kvplan fit' for every MODEL × --seq × --gpu × --kv-dtype × --tp, computed at once (numpy).
 
-    At most 10,000,000 configurations per run, GPUs up to 8 TiB.
+    At most 1,200,000 configurations per run (--all: 100,000 table rows), GPUs up to 8 TiB.
     """
     from kvplan import api, render
     from kvplan import sweep as sweepmod
@@ -981,6 +992,11 @@ def sweep(
     if csv_out or json_out:
         (render.sweep_csv if csv_out else render.sweep_json)(result.iter_rows())
         return
+    if all_rows and result.num_rows > sweepmod.MAX_TABLE_ROWS:
+        raise UsageError(
+            f"--all: {result.num_rows:,} rows; a table prints at most {sweepmod.MAX_TABLE_ROWS:,} (rich takes about "
+            "30 s per million): give --csv or --json for every row, or split the sweep into runs of fewer rows"
+        )
     limit = None if all_rows else render.SWEEP_TABLE_ROWS
     rows = result.rows(limit, sweepmod.TABLE_COLUMNS)
     render.sweep_table(

@@ -8,8 +8,8 @@ fp8 scale per 16 elements). Per-token-head caches (vLLM ``int8``, ``fp8_per_toke
 fp32 scale per head per row.
 
 Sources: ggml ``ggml-common.h`` block layouts (block_q8_0 = 2 + 32 B, block_q4_0 = 2 + 16 B,
-block_q4_1 = 4 + 16 B, block_q5_0 = 2 + 4 + 16 B, block_q5_1 = 4 + 4 + 16 B); NVIDIA NVFP4 (E2M1 data,
-E4M3 scale per 16); vLLM quantized KV cache docs (fp8 uses per-tensor scales; int8 per token-head
+block_q4_1 = 4 + 16 B, block_q5_0 = 2 + 4 + 16 B, block_q5_1 = 4 + 4 + 16 B, block_iq4_nl = 2 + 16 B); NVIDIA
+NVFP4 (E2M1 data, E4M3 scale per 16); vLLM quantized KV cache docs (fp8 uses per-tensor scales; int8 per token-head
 fp32 scales).
 """
 
@@ -95,10 +95,12 @@ _DTYPES: dict[str, KVDtype] = {
     )
 }
 
-# ggml's iq4_nl (18 B per 32: an fp16 scale and 16 B of 4-bit indices into a non-linear table; ggml-common.h
-# block_iq4_nl, QK4_NL = 32, :447) is a llama.cpp KV cache type (common/arg.cpp kv_cache_types) that kvplan sizes
-# for --engine llamacpp only: it is not in the table above, because ``kvplan verify`` has no packer for it.
+# ggml's iq4_nl: an fp16 scale and 16 B of 4-bit indices into a non-linear table per 32 elements (ggml-common.h
+# block_iq4_nl, QK4_NL = 32; gguf's GGML_QUANT_SIZES[IQ4_NL] = (32, 18)), a llama.cpp KV cache type (common/arg.cpp
+# kv_cache_types). get_kv_dtype knows it (estimate sizes it; only llama.cpp's EngineRules.kv_dtype takes it), but it
+# is not among kv_dtype_names: ``kvplan verify`` has no packer for it.
 IQ4_NL = KVDtype("iq4_nl", 32, 18, description="ggml iq4_nl: 18 B per 32 elements (llama.cpp cache type)")
+_SIZED_ONLY: dict[str, KVDtype] = {IQ4_NL.name: IQ4_NL}
 
 _ALIASES: dict[str, str] = {
     "float32": "fp32",
@@ -133,9 +135,9 @@ def get_kv_dtype(name: str, *, what: str = "--kv-dtype") -> KVDtype:
     key = str(name).strip().lower()
     key = _ALIASES.get(key, key)
     try:
-        return _DTYPES[key]
+        return _DTYPES[key] if key in _DTYPES else _SIZED_ONLY[key]
     except KeyError:
-        allowed = ", ".join(kv_dtype_names())
+        allowed = ", ".join([*kv_dtype_names(), *_SIZED_ONLY])
         raise UsageError(f"{what}: unknown dtype {name!r}; allowed: {allowed}") from None
 
 

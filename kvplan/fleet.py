@@ -172,6 +172,11 @@ def workload_from_data(data: Any, where: str) -> Workload:
             raise UsageError(
                 f"{where}: {key}: prompt_tokens + output_tokens must equal tokens={tokens} (each at least 1)"
             )
+        if prompt is not None and prefix > prompt:
+            raise UsageError(
+                f"{where}: {key}.shared_prefix={prefix} is longer than prompt_tokens={prompt} (the shared prefix is "
+                "part of each prompt)"
+            )
         tpot = check_ms(f"{where}: {key}.tpot_ms", c.get("tpot_ms"))
         ttft = check_ms(f"{where}: {key}.ttft_ms", c.get("ttft_ms"))
         name = _label(where, f"{key}.name", c.get("name")) or f"class{i}"
@@ -188,12 +193,13 @@ def _label(where: str, field: str, value: Any) -> str | None:
     """A workload or class name: one line of text (a number is written out), or None when not given.
 
     Raises:
-        UsageError: a name with control characters (a newline, an ESC that would colour the terminal).
+        UsageError: a name with a character that is not printable (``str.isprintable``: a newline, an ESC that
+            would colour the terminal, U+2028 that breaks the line, U+202E that reverses the text after it).
     """
     if not value:
         return None
     text = str(value)
-    if any(ord(ch) < 32 or 127 <= ord(ch) < 160 for ch in text):
+    if not text.isprintable():
         raise UsageError(f"{where}: {field}='{printable(text)[:80]}' must be one line of printable text")
     return text or None
 
@@ -351,6 +357,30 @@ class SLO:
     mfu: float | None = None
     max_num_seqs: bool = True
 
+    def check(self, workload: Workload) -> None:
+        """Refuse a ``prompt_len`` that cannot be the prompt of a class it applies to (one without its own
+        prompt/output split): not shorter than the class's tokens (no output left), or shorter than its shared
+        prefix (part of every prompt).
+
+        Raises:
+            UsageError: naming ``--prompt-len`` and the class.
+        """
+        if self.prompt_len is None:
+            return
+        for c in workload.classes:
+            if c.prompt_tokens is not None:
+                continue
+            if self.prompt_len >= c.tokens:
+                raise UsageError(
+                    f"--prompt-len: {self.prompt_len:,} tokens is not shorter than the {c.tokens:,} tokens of class "
+                    f"{c.name!r} (prompt and output together); give a prompt length below it"
+                )
+            if self.prompt_len < c.shared_prefix:
+                raise UsageError(
+                    f"--prompt-len: {self.prompt_len:,} tokens is shorter than the shared prefix of class {c.name!r}, "
+                    f"{c.shared_prefix:,} tokens (part of each prompt)"
+                )
+
     def prompt(self, c: RequestClass) -> int:
         """Prompt tokens of class ``c`` (TTFT): its split, else --prompt-len (below its tokens), else its tokens."""
         if c.prompt_tokens is not None:
@@ -440,17 +470,7 @@ def _pack_one_pool(
     used = 0
 
     def timed(per: int, comp: dict, cid: int, remaining: int) -> int:
-        hi = min(per, remaining)
-        if time_ok({**comp, cid: hi}):
-            return per
-        lo, hi = 0, hi - 1  # the largest k < hi with time_ok
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if time_ok({**comp, cid: mid}):
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
+        return _most_timed(time_ok, comp, cid, per, remaining)
 
     for j, (cid, (remaining, size, prefix)) in enumerate(order):
         need = prefix + size
@@ -633,17 +653,7 @@ def _pack_pools(caps: tuple, cls: list[tuple], cap: int, time_ok: TimeCheck | No
                 per = min(per, (lft - p) // z)
         if time_ok is None or per <= 0:
             return per
-        hi = min(per, remaining)
-        if time_ok({**comp, cid: hi}):
-            return per
-        lo, hi = 0, hi - 1  # the largest k < hi with time_ok
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if time_ok({**comp, cid: mid}):
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
+        return _most_timed(time_ok, comp, cid, per, remaining)
 
     def group(times: int, left: tuple, reqs: int, comp: dict, cid: int, k: int, pay: tuple, size: tuple) -> list:
         for i in pools:
@@ -800,8 +810,8 @@ def _speed(spec: ModelSpec, gpu: GPU, fit: FitResult, workload: Workload, slo: S
                         for c in workload.classes]  # fmt: skip
     est = perf.StepModel(spec, fit, est_hw, contexts, interference, terms=limit.terms)
     prompts = {slo.prompt(c) for c in workload.classes}
-    ttft_at = {p: (perf.step_bound(spec, fit, lim_hw, [(1, p)], prefill=True).seconds,
-                   perf.step_bound(spec, fit, est_hw, [(1, p)], prefill=True).seconds) for p in prompts}  # fmt: skip
+    lim_at, est_at = perf.prefill_seconds(spec, fit, lim_hw, prompts), perf.prefill_seconds(spec, fit, est_hw, prompts)
+    ttft_at = {p: (lim_at[p], est_at[p]) for p in prompts}
     ttft_lim, ttft_est = ttft_at[max(prompts)]
     targets = tuple(math.inf if slo.tpot(c) is None else slo.tpot(c) / 1e3 for c in workload.classes)
     out = dict(limit=limit, estimate=est, ttft_limit_s=ttft_lim, ttft_estimate_s=ttft_est, targets=targets,
@@ -810,8 +820,8 @@ def _speed(spec: ModelSpec, gpu: GPU, fit: FitResult, workload: Workload, slo: S
         target = slo.ttft(c)
         if ttft and target is not None:
             p = slo.prompt(c)
-            for what, hw, never in (("limit", lim_hw, True), ("estimate", est_hw, False)):
-                ms = perf.step_bound(spec, fit, hw, [(1, p)], prefill=True).seconds * 1e3
+            for what, at, never in (("limit", lim_at, True), ("estimate", est_at, False)):
+                ms = at[p] * 1e3
                 if ms > target:
                     why = " (no system is faster)" if never else ""
                     return _Speed(reason=f"TTFT {what} {ms:,.1f} ms for a {p:,}-token prompt of class {c.name} exceeds "
@@ -828,21 +838,95 @@ def _speed(spec: ModelSpec, gpu: GPU, fit: FitResult, workload: Workload, slo: S
     return _Speed(**out)
 
 
-def _time_check(speed: _Speed) -> TimeCheck | None:
-    """The packing's latency check: the estimated step of exactly the requests a group holds against the
-    tightest TPOT target among them (None when no class has one)."""
-    targets = speed.targets
-    if speed.estimate is None or all(t == math.inf for t in targets):
-        return None
-    model = speed.estimate
+SLO_CAP_SEARCH = 1 << 24
+"""The most requests of one class alone a latency cap is searched up to (:meth:`_TimeCheck.cap`)."""
 
-    def ok(counts: dict) -> bool:
+
+class _TimeCheck:
+    """The packing's latency check (a :data:`TimeCheck`): the estimated step of exactly the requests a group
+    holds against the tightest TPOT target among them.
+
+    The step only grows with the requests of any class, and a mix's target is at most each of its classes', so
+    a class's own cap (:meth:`cap`: the most requests of it alone that meet its target, found once) answers
+    every question about that class alone, and bounds it in any mix (:func:`_most_timed`): the answers are the
+    ones of computing each step, with far fewer steps computed (a 1,000-class workload asks a million)."""
+
+    def __init__(self, model, targets: tuple):
+        self.model, self.targets = model, targets
+        self._caps: dict[int, int] = {}
+        self._last = (0, 0)  # the last two caps found: the next class's (of a similar length and target) is
+        # searched near the one they extrapolate to
+
+    def _step_ok(self, present: dict) -> bool:
+        return self.model.seconds(present) <= min(self.targets[i] for i in present)
+
+    def cap(self, i: int) -> int:
+        """The largest k in [0, :data:`SLO_CAP_SEARCH`] whose group of k requests of class i alone meets its
+        target (binary search: the check is monotone)."""
+        found = self._caps.get(i)
+        if found is None:
+            before, last = self._last
+            hint = max(0, 2 * last - before)
+            found = _largest_near(lambda k: self._step_ok({i: k}) if k else True, hint, SLO_CAP_SEARCH)
+            self._caps[i] = found
+            self._last = (last, found)
+        return found
+
+    def adding(self, comp: dict, cid: int) -> Callable[[int], bool]:
+        """``k -> self({**comp, cid: k})`` for a class ``cid`` not in ``comp``, with ``comp``'s sums done once."""
+        present = {i: k for i, k in comp.items() if k}
+        if not present or cid in present:
+            return lambda k: self({**comp, cid: k})
+        mix, model = self.model.mix(present), self.model
+        target = min(self.targets[i] for i in {**present, cid: 1})
+        return lambda k: model.seconds_with(mix, cid, k) <= target if k else self(present)
+
+    def __call__(self, counts: dict) -> bool:
         present = {i: k for i, k in counts.items() if k}
         if not present:
             return True
-        return model.seconds(present) <= min(targets[i] for i in present)
+        if len(present) == 1:
+            ((i, k),) = present.items()
+            cap = self.cap(i)
+            if k <= cap or cap < SLO_CAP_SEARCH:
+                return k <= cap
+        return self._step_ok(present)
 
-    return ok
+
+def _most_timed(time_ok: TimeCheck, comp: dict, cid: int, per: int, remaining: int) -> int:
+    """``per`` when a group holding ``comp`` meets its targets with ``min(per, remaining)`` requests of class
+    ``cid`` more, else the largest k below that with which it does: what a binary search over the counts
+    finds for a monotone check, in fewer checks (each a step computed): the class's own cap (a
+    :class:`_TimeCheck`'s) bounds the count, and the search gallops up from 1 (a full group answers at once)."""
+    hi = min(per, remaining)
+    if isinstance(time_ok, _TimeCheck):
+        cap, ok = time_ok.cap(cid), time_ok.adding(comp, cid)
+    else:
+        cap, ok = SLO_CAP_SEARCH, lambda k: time_ok({**comp, cid: k})
+    top = hi if cap >= SLO_CAP_SEARCH else min(hi, cap)
+    if top == hi:
+        if ok(hi):
+            return per
+        top = hi - 1
+    lo, step = 0, 1  # lo: a count known to meet the targets; then the largest k <= top that does
+    while step <= top and ok(step):
+        lo, step = step, 2 * step
+    hi = min(step - 1, top)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if ok(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _time_check(speed: _Speed) -> TimeCheck | None:
+    """The packing's latency check (:class:`_TimeCheck`; None when no class has a TPOT target)."""
+    targets = speed.targets
+    if speed.estimate is None or all(t == math.inf for t in targets):
+        return None
+    return _TimeCheck(speed.estimate, targets)
 
 
 def serving_len(workload: Workload, opts: FitOptions) -> int:
@@ -969,7 +1053,7 @@ def plan_layout(
     limit = "memory" if groups_n == memory[0] else cap_name if groups_n == by_seqs[0] else "SLO"
     slo_caps = [None] * len(workload.classes)
     if ok is not None:
-        slo_caps = [_largest(lambda k, i=i: ok({i: k}), 1 << 24) for i in range(len(workload.classes))]
+        slo_caps = [ok.cap(i) for i in range(len(workload.classes))]
     slo_cap = None if ok is None else max(slo_caps)
     caps = [c for c in (seqs, slo_cap) if c]
     gpus = replicas * par.gpus
@@ -1062,6 +1146,35 @@ def plan_layout(
         class_speed=class_speed,
         **base,
     )
+
+
+def _largest_near(ok: Callable[[int], bool], hint: int, hi: int) -> int:
+    """:func:`_largest` (``ok(0)`` true), searched outward from ``hint``: doubling steps up or down to a bracket,
+    then bisection; the same answer, in about 2 log2(|answer − hint|) checks instead of log2(hi)."""
+    h = min(max(hint, 0), hi)
+    if ok(h):
+        lo, step = h, 1
+        while lo + step <= hi and ok(lo + step):
+            lo, step = lo + step, 2 * step
+        top = min(lo + step - 1, hi)
+    else:
+        fail, step = h, 1  # ok(fail) is false: the answer is below it
+        while True:
+            k = fail - step
+            if k <= 0:
+                lo, top = 0, fail - 1
+                break
+            if ok(k):
+                lo, top = k, fail - 1
+                break
+            fail, step = k, 2 * step
+    while lo < top:
+        mid = (lo + top + 1) // 2
+        if ok(mid):
+            lo = mid
+        else:
+            top = mid - 1
+    return lo
 
 
 def _largest(ok: Callable[[int], bool], hi: int) -> int:
@@ -1198,6 +1311,7 @@ def plan_fleet(
     if sort not in ("gpus", "cost"):
         raise UsageError(f"--sort: {sort!r}; allowed: gpus, cost")
     serving_len(workload, opts)  # a class longer than a given max_model_len: one line, before any layout
+    (slo or SLO()).check(workload)
     allowed = valid_tp_sizes(spec)
     for tp in tps or []:
         check_tp(spec, tp)
@@ -1501,6 +1615,7 @@ def plan_disaggregated(
     if isinstance(link_gbs, bool) or not isinstance(link_gbs, (int, float)) or not 0 < link_gbs < 1e6:
         raise UsageError(f"--kv-link-gbs: {link_gbs!r} must be a number of GB/s > 0")
     slo = slo or SLO()
+    slo.check(workload)
     for c in workload.classes:
         if slo.output(c) is None:
             raise UsageError(

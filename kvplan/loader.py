@@ -17,6 +17,7 @@ from kvplan.data import bundled_specs_dir
 from kvplan.errors import SpecError
 from kvplan.specs import ModelSpec, build_spec
 from kvplan.textio import clip as _clip
+from kvplan.textio import json_object_hook
 from kvplan.textio import read_text as _read_text
 from kvplan.textio import yaml_load as _yaml_load
 
@@ -95,7 +96,7 @@ def load_hf_config(path: str | os.PathLike, name: str | None = None) -> ModelSpe
         name = cache_snapshot_name(p.parent)  # org/name, not the commit hash of the folder
     text = _read_text(p)
     try:
-        config = json.loads(text)
+        config = json.loads(text, object_pairs_hook=json_object_hook(str(p)))
     except json.JSONDecodeError as e:
         raise SpecError(f"{p}: malformed JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
     except (ValueError, RecursionError) as e:  # 5,000-digit numbers, arrays nested 100,000 deep

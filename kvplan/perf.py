@@ -574,6 +574,7 @@ class _Stage:
         if par.attn_tp > 1:
             fixed_us += 2 * len(layers) * eff.collective_us
         self.fixed_s = fixed_us * 1e-6
+        self._by_tokens: dict[int, tuple] = {}  # seconds(): tokens -> (weights read, linear FLOPs, link s)
 
     def _parts(self, tokens: int, kv: int, state: int, kv_write: int, attn: int, prefill: bool) -> tuple:
         """(weights read, linear FLOPs, all-reduce bytes, all-to-all bytes, memory s, compute s, link s)."""
@@ -610,8 +611,19 @@ class _Stage:
                          link_s, a2a, self.fixed_s)  # fmt: skip
 
     def seconds(self, tokens: int, kv: int, state: int, attn: int) -> float:
-        """:attr:`StageCost.seconds` of :meth:`cost` for a decode step (the figure alone)."""
-        *_, memory_s, compute_s, link_s = self._parts(tokens, kv, state, 0, attn, False)
+        """:attr:`StageCost.seconds` of :meth:`cost` for a decode step (the figure alone): :meth:`_parts`'
+        arithmetic, its terms that depend on ``tokens`` alone (the weights read, the linear FLOPs, the link time)
+        kept per token count, so that the packing's many questions about one layout cost a few float operations
+        each (the same expressions, so the same floats)."""
+        known = self._by_tokens.get(tokens)
+        if known is None:
+            weights_read, linear, *_, link_s = self._parts(tokens, 0, 0, 0, 0, False)
+            known = self._by_tokens[tokens] = (weights_read, linear, link_s)
+        weights_read, linear, link_s = known
+        hw = self.hw
+        eff = hw.eff
+        memory_s = (weights_read + kv + state + 0) / (hw.bandwidth * eff.mbu)
+        compute_s = 0.0 if hw.peak_flops is None else (linear + attn) / (hw.peak_flops * eff.mfu)
         return max(memory_s, compute_s) + link_s + self.fixed_s
 
 
@@ -680,6 +692,24 @@ def step_bound(spec: ModelSpec, fit, hw: Hardware, requests: Sequence[tuple[int,
     return StepBound(stages, worst, sum(s.seconds for s in stages), worst.seconds)
 
 
+def prefill_seconds(spec: ModelSpec, fit, hw: Hardware, prompts: Sequence[int]) -> dict[int, float]:
+    """``{P: step_bound(spec, fit, hw, [(1, P)], prefill=True).seconds}`` for each prompt length: the same
+    arithmetic, each stage's fixed parts and layer lookups done once for all the prompts (a workload of
+    1,000 classes has as many prompt lengths).
+
+    Raises:
+        UsageError: an unknown KV dtype in ``fit``.
+    """
+    distinct = sorted(set(prompts))
+    per_stage = []
+    for r in _stages(spec, fit.pipeline_parallel_size):
+        stage = _Stage(spec, fit, hw, r)
+        terms = request_terms_many(spec, fit, r, distinct, True)
+        per_stage.append([stage.cost(p, k, s, w, a, True).seconds
+                          for p, (k, s, w, a) in zip(distinct, terms, strict=True)])  # fmt: skip
+    return {p: sum(times[j] for times in per_stage) for j, p in enumerate(distinct)}
+
+
 class StepModel:
     """The decode step of one layout as a function of how many requests of each class an attention group
     holds: the request terms (:func:`request_terms`) computed once per class and stage, so that packing can
@@ -734,6 +764,30 @@ class StepModel:
             return seconds, seconds
         out = [st.seconds(n, kv, state, attn) for st, (kv, state, attn) in zip(self.stages, per_stage, strict=True)]
         return sum(out), max(out)
+
+    def mix(self, counts: dict[int, int]) -> tuple:
+        """What :meth:`seconds_with` adds one class's requests to: (requests, per stage (KV read, state, attention
+        FLOPs), the prefill interference summed in ``counts``' order)."""
+        n, per_stage = self.sums(counts)
+        return n, per_stage, self.extra_s(counts)
+
+    def seconds_with(self, mix: tuple, i: int, k: int) -> float:
+        """:meth:`seconds` of ``{**counts, i: k}`` for ``mix = self.mix(counts)`` and a class ``i`` not in
+        ``counts``: the same ints and the same float operations in the same order, without summing ``counts``
+        again (the packing asks this for many ``k``)."""
+        n, per_stage, extra = mix
+        n += k
+        stages = []
+        for (kv, state, attn), terms in zip(per_stage, self.terms, strict=True):
+            tk, ts, _, ta = terms[i]
+            stages.append((kv + k * tk, state + k * ts, attn + k * ta))
+        if len(self.stages) == 1:
+            kv, state, attn = stages[0]
+            step = self.stages[0].seconds(n, kv, state, attn)
+        else:
+            step = sum(st.seconds(n, kv, state, attn)
+                       for st, (kv, state, attn) in zip(self.stages, stages, strict=True))  # fmt: skip
+        return step + (extra + k * self.interference[i])
 
     def extra_s(self, counts: dict[int, int]) -> float:
         """The prefill interference (s) a group holding ``counts`` adds to each step."""

@@ -1729,7 +1729,10 @@ def from_log_table(rep, con) -> None:
     if read:
         extra.append(f"{plural(read, 'figure')} the engine measured, shown as read")
     con.print(summary + (f" ({'; '.join(extra)})" if extra else "") + ".", highlight=False, markup=False)
-    con.print(f"kvplan's plan on this budget ({fmt_gib(max(rep.budget_bytes, 0))} per GPU):", highlight=False)
+    planned = (
+        "this budget" if rep.plan_budget_bytes is None else f"the smallest worker's budget, {rep.planned_budget:,} B"
+    )
+    con.print(f"kvplan's plan on {planned} ({fmt_gib(max(rep.planned_budget, 0))} per GPU):", highlight=False)
     for line in fit_lines(rep.result):
         con.print(f"  {line}", highlight=False, markup=False)
     if rep.what_if is not None:
@@ -1766,6 +1769,7 @@ def from_log_json(rep) -> dict[str, Any]:
         "gpu_source": rep.gpu_source,
         "settings": {k: {"value": v, "from": w} for k, (v, w) in rep.settings.items()},
         "budget_bytes": rep.budget_bytes,
+        "plan_budget_bytes": rep.planned_budget,
         "budget_range": list(rep.budget_range),
         "budget_source": rep.budget_source,
         "figures": [to_jsonable(f) for f in rep.figures],

@@ -33,6 +33,7 @@ from typing import Any, Iterator, Sequence
 
 from kvplan import engines
 from kvplan.calc import valid_tp_sizes
+from kvplan.dtypes import get_kv_dtype
 from kvplan.engines.base import count_requests, longest_request, numpy_ops
 from kvplan.errors import UsageError
 from kvplan.gpus import GPU
@@ -41,7 +42,11 @@ from kvplan.specs import ModelSpec
 from kvplan.units import plural
 
 EXACT_LIMIT = 1 << 53  # byte counts stay below this: exact in float64, so ratios round as Python's
-MAX_CONFIGURATIONS = 10_000_000  # rows of one sweep (about 150 B of arrays per row at the peak)
+# Rows of one sweep: what its output writes in seconds. Measured on this project's 2-core machine (8 models x
+# 125 --seq x 37 GPUs x 5 KV dtypes x 6 TPs, 1.02 M rows): computing 1.4 s and 350 MB of arrays, then --csv or
+# --json 5 s; 8.9 M rows took over 60 s and 2.5 GB. The table with --all is slower still (MAX_TABLE_ROWS).
+MAX_CONFIGURATIONS = 1_200_000
+MAX_TABLE_ROWS = 100_000  # rows `sweep --all` prints as a table (rich: about 30 s per million rows, 3 GB)
 # Upper bounds of the integer settings, checked by the sweep itself before any array is built: with
 # them every int64 intermediate stays far below 2^63.
 LIMITS = {
@@ -220,10 +225,15 @@ def _check_axes(specs, seqs, gpus, kv_dtypes, tps, opts: FitOptions) -> None:
             raise UsageError(f"{flag}: give at least one value")
     asked = len(specs) * len(seqs) * len(gpus) * len(kv_dtypes) * len(tps)
     if asked > MAX_CONFIGURATIONS:
+        axes = (("MODEL", specs), ("--seq", seqs), ("--gpu", gpus), ("--kv-dtype", kv_dtypes), ("--tp", tps))
+        runs = -(-asked // MAX_CONFIGURATIONS)
+        flag, axis = max(axes, key=lambda a: len(a[1]))
+        how = (f"split {flag}'s {len(axis):,} values into {runs} runs of at most {-(-len(axis) // runs):,}"
+               if len(axis) >= runs else "split it into several runs (fewer values of each axis per run)")  # fmt: skip
         raise UsageError(
             f"MODEL × --seq × --gpu × --kv-dtype × --tp: {asked:,} configurations asked ({len(specs)} × "
             f"{len(seqs)} × {len(gpus)} × {len(kv_dtypes)} × {len(tps)}); one sweep computes at most "
-            f"{MAX_CONFIGURATIONS:,}: split it into several runs"
+            f"{MAX_CONFIGURATIONS:,} (its CSV or JSON then writes in seconds): {how}"
         )
     for tp in tps:
         _check_int("--tp", tp, LIMITS["--tp"])
@@ -302,6 +312,8 @@ def _plan_lengths(np, xp, eng, spec, gpus, o, m, t, span, seq, max_seq, kvs, col
             for d in range(len(kvs)):
                 columns[col][(*at, d, t)] = values[:, None]  # (GPUs, S): numpy puts the list index first
         for d, kv in enumerate(kvs):
+            if kv is None:  # refused by the engine's kv_dtype
+                continue
             try:
                 cache = eng.plan(spec, kv, o, settings, max_seq)
             except UsageError as e:  # a KV dtype the engine's backends do not take for this model
@@ -378,7 +390,20 @@ def sweep(
             allowed &= set(valid_tp_sizes(draft, limit=min(max(64, *tps), draft.num_q_heads)))
         kvs = []
         for d, name in enumerate(kv_dtypes):
-            kv = eng.kv_dtype(spec, name)
+            try:
+                kv = eng.kv_dtype(spec, name)
+            except UsageError as e:  # a cache dtype the engine does not take: its rows are refused, as plan_fit does
+                if str(name).strip().lower() not in eng.kv_cache_dtypes:
+                    get_kv_dtype(name)  # a name kvplan does not know at all is an error, not a skipped row
+                for tp in tps:
+                    if tp in allowed:
+                        refused.setdefault((spec.name, str(name), tp), str(e))
+                label = str(name)
+                if label not in dtype_names:
+                    dtype_names.append(label)
+                dtype_code[m, d] = dtype_names.index(label)
+                kvs.append(None)
+                continue
             label = eng.kv_label(spec, kv, opts)  # llama.cpp's -ctk / -ctv, where given, name the cache
             if label not in dtype_names:
                 dtype_names.append(label)

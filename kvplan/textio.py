@@ -2,8 +2,9 @@
 
 Pure I/O helpers with no knowledge of what the files mean: :func:`read_text` reads a whole regular file of at
 most :data:`MAX_FILE_BYTES`, :func:`yaml_load` parses YAML with PyYAML's safe loader
-(:func:`yaml_loader`: no sexagesimal numbers, bounded integers) and no aliases, and
-:func:`clip` keeps a user string short enough for a one-line message.
+(:func:`yaml_loader`: no sexagesimal numbers, bounded integers, no key twice in a mapping) and no aliases,
+:func:`json_object_hook` refuses a JSON object with a key twice, and :func:`clip` keeps a user string short enough
+for a one-line message.
 """
 
 from __future__ import annotations
@@ -44,8 +45,29 @@ def yaml_loader():
     int_tag, float_tag = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
     plain = {int_tag: re.compile(_YAML_INT, re.X), float_tag: re.compile(_YAML_FLOAT, re.X)}
 
+    class DuplicateKey(yaml.YAMLError):
+        """A mapping with the same key twice: the key, the marks of its first and second use."""
+
+        def __init__(self, key, first, second):
+            super().__init__(f"duplicate key {key!r}")
+            self.key, self.first, self.second = key, first, second
+            self.problem = f"duplicate key {clip(key, 60)!r} (first at line {first.line + 1})"
+            self.problem_mark = second
+
     class SpecLoader(base):
-        pass
+        def construct_mapping(self, node, deep=False):
+            """A mapping; a key given twice is an error (PyYAML keeps the last one silently)."""
+            self.flatten_mapping(node)
+            seen: dict = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.setdefault(key, key_node.start_mark)
+                except TypeError:  # an unhashable key: SafeConstructor refuses it itself
+                    continue
+                if first is not key_node.start_mark:
+                    raise DuplicateKey(key, first, key_node.start_mark)
+            return super().construct_mapping(node, deep)
 
     SpecLoader.yaml_implicit_resolvers = {
         first: [(tag, plain.get(tag, regexp)) for tag, regexp in resolvers]
@@ -61,8 +83,26 @@ def yaml_loader():
         return yaml.constructor.SafeConstructor.construct_yaml_int(loader, node)
 
     SpecLoader.add_constructor(int_tag, construct_int)
+    SpecLoader.DuplicateKey = DuplicateKey
     _LOADER = SpecLoader
     return SpecLoader
+
+
+def json_object_hook(where: str):
+    """An ``object_pairs_hook`` for :func:`json.loads`: a dict, or a :class:`SpecError` naming ``where`` and the
+    key when an object has a key twice (Python's json keeps the last one silently)."""
+
+    def pairs(items: list) -> dict:
+        out: dict = {}
+        for key, value in items:
+            if key in out:
+                raise SpecError(
+                    f"{where}: duplicate key {clip(key, 60)!r} in a JSON object; which value is meant is not guessed"
+                )
+            out[key] = value
+        return out
+
+    return pairs
 
 
 def yaml_load(text: str, where: str) -> Any:
@@ -87,6 +127,11 @@ def yaml_load(text: str, where: str) -> Any:
         return yaml.load(text, Loader=loader)  # noqa: S506 - a safe loader (SafeLoader's resolvers and constructors)
     except RecursionError:
         raise SpecError(f"{where}: YAML nested too deeply") from None
+    except loader.DuplicateKey as e:
+        raise SpecError(
+            f"{where}: duplicate key {clip(e.key, 60)!r} at line {e.second.line + 1} (first at line "
+            f"{e.first.line + 1}); which value is meant is not guessed"
+        ) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -96,8 +141,6 @@ def yaml_load(text: str, where: str) -> Any:
         raise SpecError(f"{where}: {what}{at}: {problem}") from None
     except (ValueError, OverflowError) as e:  # a constructor's own error: datetime.date(2001, 13, 45)
         raise SpecError(f"{where}: a YAML value kvplan cannot read ({type(e).__name__}: {str(e)[:80]})") from None
-
-
 
 
 def clip(text: str, limit: int = 120) -> str:

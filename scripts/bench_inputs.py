@@ -13,6 +13,10 @@ Cases:
 - estimate on 100,000-layer spec YAMLs (plain, num_kv_shared_layers, a layers: rule block): target 1 s;
 - a GGUF claiming 2^63 tensors over 1 MiB of zeros (refused from the file size): target 1 s;
 - fleet of a 1,000-class workload over every catalog GPU and TP, no SLO: target 15 s;
+- fleet with latency targets (every class a tpot_ms, a billion requests each, so the packing asks the step of
+  most mixes): 100 classes over every catalog GPU, target 25 s (59 s before the packing's check kept each
+  class's cap and the stage's per-token terms); 1,000 classes (shared prefixes too) on an H100 and an L4,
+  target 6 s (10.7 s before);
 - sweep --all table of 5 models x 8 --seq x 20 GPUs x 2 KV dtypes x 4 TPs (6,400 rows) to a pipe: target 2 s;
 - fit of a 100,000-layer model that does not fit, on vLLM and on llama.cpp (the advice plans it about 140
   times, at every TP and catalog GPU; the per-layer work is computed once per spec and key and reused,
@@ -64,6 +68,12 @@ def write_inputs(folder: Path) -> dict[str, Path]:
     lines += [f"  - {{name: c{i}, concurrency: {1 + i % 50}, tokens: {512 + 37 * i}}}" for i in range(1000)]
     out["workload"] = folder / "classes-1000.yaml"
     out["workload"].write_text("\n".join(lines) + "\n")
+    for n, prefix in ((100, False), (1000, True)):  # latency targets: the break-it pass's c100_tpot and many.yaml
+        lines = ["name: slo", "classes:"]
+        lines += [f"  - {{name: c{i}, concurrency: 1000000000, tokens: {1000 + i}, tpot_ms: {50 + i}"
+                  + (f", shared_prefix: {i}}}" if prefix else "}") for i in range(n)]  # fmt: skip
+        out[f"slo{n}"] = folder / f"classes-{n}-tpot.yaml"
+        out[f"slo{n}"].write_text("\n".join(lines) + "\n")
     return out
 
 
@@ -81,6 +91,16 @@ def cases(files: dict[str, Path]) -> list[tuple[str, list[str], float | None]]:
         ("estimate: 100,000 layers, layers: rules", ["estimate", str(files["rules"]), "--seq", "4k"], 1.0),
         ("estimate: GGUF of 2^63 tensors over 1 MiB", ["estimate", str(files["gguf"]), "--seq", "4k"], 1.0),
         ("fleet: 1,000 classes, every catalog GPU", ["fleet", "llama3-8b", "--workload", str(files["workload"])], 15.0),
+        (
+            "fleet: 100 classes with tpot_ms, every catalog GPU",
+            ["fleet", "llama3-8b", "--workload", str(files["slo100"])],
+            25.0,
+        ),
+        (
+            "fleet: 1,000 classes with tpot_ms, h100 + l4",
+            ["fleet", "llama3-8b", "--workload", str(files["slo1000"]), "--gpu", "h100", "--gpu", "l4"],
+            6.0,
+        ),
         ("sweep --all: 6,400-row table", sweep, 2.0),
         ("fit: 100,000 layers that do not fit (advice)", ["fit", str(files["plain"]), "--gpu", "l4"], 5.0),
         ("fit: the same on llama.cpp", ["fit", str(files["plain"]), "--gpu", "l4", "--engine", "llamacpp"], 5.0),

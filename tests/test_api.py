@@ -98,8 +98,28 @@ def test_api_accepts_spec_and_gpu_objects():
         (lambda: kvplan.estimate("llama3-8b", 0), UsageError, "--seq"),
         (lambda: kvplan.fit("llama3-8b", "h1000"), UsageError, "--gpu: unknown GPU 'h1000'"),
         (lambda: kvplan.fleet("llama3-8b"), UsageError, "workload: give a workload, or concurrency with seq"),
+        # the CLI's rules, one UsageError each (they were a TypeError, a ValueError, or a cost of -1.0 / nan)
+        (lambda: kvplan.fit("llama3-8b", "h100", gpu_memory_utilization="0.9"), UsageError,
+         "--gpu-memory-utilization: '0.9' must be a number, not a str"),
+        (lambda: kvplan.fit("llama3-8b", "h100", gpu_memory_utilization=True), UsageError,
+         "--gpu-memory-utilization: True must be a number, not a bool"),
+        (lambda: kvplan.fit("llama3-8b", "h100", gpu_memory_utilization=float("nan")), UsageError,
+         "--gpu-memory-utilization: nan must be in (0, 1]"),
+        (lambda: kvplan.fleet("llama3-8b", concurrency=10, seq=4096, gpus=["h100"], prices={"h100": "abc"}),
+         UsageError, "--price: 'h100=abc' must be GPU=USD_PER_HOUR, e.g. h100=2.49"),
+        (lambda: kvplan.fleet("llama3-8b", concurrency=10, seq=4096, gpus=["h100"], prices={"h100": -1}),
+         UsageError, "--price: 'h100=-1': the price must be >= 0 USD per GPU-hour"),
+        (lambda: kvplan.fleet("llama3-8b", concurrency=10, seq=4096, gpus=["h100"], prices={"h100": float("nan")}),
+         UsageError, "--price: 'h100=nan' must be GPU=USD_PER_HOUR"),
+        (lambda: kvplan.fleet("llama3-8b", concurrency=10, seq=4096, gpus=["h100"], prices={"l4": 1.0}),
+         UsageError, "--price: 'l4' (l4-24gb) is not among the GPUs planned"),
+        (lambda: kvplan.fleet("llama3-8b", [1, 2], gpus=["h100"]), UsageError,
+         "workload: list '[1, 2]': give a workload YAML path, a mapping"),
+        (lambda: kvplan.fleet("llama3-8b", 5, gpus=["h100"]), UsageError, "workload: int '5': give a workload"),
+        (lambda: kvplan.fleet("llama3-8b", concurrency=10, seq=4096, gpus=[]), UsageError,
+         "gpus: an empty list; give GPUs, or None for the whole catalog"),
     ],
-)
+)  # fmt: skip
 def test_errors_are_kvplan_errors(call, error, message):
     with pytest.raises(error, match=re.escape(message)):
         call()

@@ -96,7 +96,7 @@ def test_estimate_hf_config_path(cli):
         (
             ["estimate", "llama3-8b", "--seq", "4096", "--kv-dtype", "fp9"],
             "kvplan: error: --kv-dtype: unknown dtype 'fp9'; allowed: fp32, fp16, bf16, fp8_e4m3, fp8_e5m2, "
-            "fp8_per_token_head, int8, q8_0, q4_0, q4_1, q5_0, q5_1, nvfp4",
+            "fp8_per_token_head, int8, q8_0, q4_0, q4_1, q5_0, q5_1, nvfp4, iq4_nl",
         ),
         (["estimate", "llama3-8b"], "kvplan estimate: error: Missing option '--seq' / '-s'."),
         (["estimate", "./missing.yaml", "--seq", "1"], "kvplan: error: missing.yaml: no such file"),

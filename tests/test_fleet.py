@@ -863,3 +863,120 @@ def test_speed_figures_say_they_are_the_largest_and_each_class_has_its_own(cli, 
         for c in dec["class_speed"]
     )
     assert decode.endswith(f": limit {dec['limit']}, {own}") and own.startswith("class chat: ")
+
+
+@pytest.mark.parametrize("extra", [[], ["--disaggregated"]])
+@pytest.mark.parametrize("prompt", ["1536", "100000"])
+def test_a_prompt_len_not_shorter_than_the_requests_is_refused(cli, extra, prompt):
+    # it was dropped without a word (and --disaggregated asked for the --prompt-len it had been given)
+    code, out, err = cli("fleet", "llama3.1-8b", "--concurrency", "2000", "--seq", "1536", "--prompt-len", prompt,
+                         "--gpu", "h100", "--tp", "1", "--pp", "1", "--tpot-ms", "40", *extra)  # fmt: skip
+    assert (code, out) == (2, "") and err == (
+        f"kvplan: error: --prompt-len: {int(prompt):,} tokens is not shorter than the 1,536 tokens of class "
+        "'requests' (prompt and output together); give a prompt length below it\n"
+    )
+
+
+def test_a_shared_prefix_longer_than_the_prompt_is_refused(cli, tmp_path):
+    p = tmp_path / "w.yaml"
+    p.write_text("name: w\nclasses:\n  - {name: rag, concurrency: 10, shared_prefix: 2000, prompt_tokens: 1000, "
+                 "output_tokens: 3000}\n")  # fmt: skip
+    code, out, err = cli("fleet", "llama3.1-8b", "--workload", p, "--gpu", "h100")
+    assert (code, out) == (2, "") and err == (
+        f"kvplan: error: {p}: classes[0].shared_prefix=2000 is longer than prompt_tokens=1000 (the shared prefix "
+        "is part of each prompt)\n"
+    )
+    p.write_text("name: w\nclasses:\n  - {name: rag, concurrency: 10, shared_prefix: 2000, tokens: 4000}\n")
+    code, out, err = cli("fleet", "llama3.1-8b", "--workload", p, "--gpu", "h100", "--prompt-len", "1000")
+    assert (code, out) == (2, "") and err == (
+        "kvplan: error: --prompt-len: 1,000 tokens is shorter than the shared prefix of class 'rag', 2,000 tokens "
+        "(part of each prompt)\n"
+    )
+
+
+@pytest.mark.parametrize("name, shown", [("x\u202eevil", "x\\u202eevil"), ("a\u2028b", "a\\u2028b")])
+def test_names_that_reorder_or_break_the_line_are_refused(cli, tmp_path, name, shown):
+    # U+202E (right-to-left override) and U+2028 (line separator) are not printable (str.isprintable), as the
+    # control characters refused before them
+    p = tmp_path / "w.yaml"
+    p.write_text(json.dumps({"name": "w", "classes": [{"name": name, "concurrency": 1, "tokens": "4k"}]}))
+    code, out, err = cli("fleet", "llama3-8b", "--workload", p, "--gpu", "h100")
+    assert (code, out) == (2, "")
+    assert err == f"kvplan: error: {p}: classes[0].name='{shown}' must be one line of printable text\n"
+    p.write_text(json.dumps({"name": name, "classes": [{"name": "c", "concurrency": 1, "tokens": "4k"}]}))
+    code, out, err = cli("fleet", "llama3-8b", "--workload", p, "--gpu", "h100")
+    assert (code, out) == (2, "")
+    assert err == f"kvplan: error: {p}: name='{shown}' must be one line of printable text\n"
+
+
+def _bisect_timed(ok, comp, cid, per, remaining):
+    """The packing's count under a latency check as it was first written: one check at min(per, remaining),
+    then bisection below it (the reference the faster search must equal)."""
+    hi = min(per, remaining)
+    if ok({**comp, cid: hi}):
+        return per
+    lo, hi = 0, hi - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if ok({**comp, cid: mid}):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 10**6), st.integers(1, 10**6), st.integers(0, 2 * 10**6), st.integers(0, 50))
+def test_the_latency_search_finds_what_bisection_finds(per, remaining, limit, others):
+    from kvplan.fleet import _most_timed
+
+    def ok(counts):  # monotone: more requests of any class never turn False into True
+        return sum(counts.values()) <= limit
+
+    comp = {1: others} if others else {}
+    assert _most_timed(ok, comp, 0, per, remaining) == _bisect_timed(ok, comp, 0, per, remaining)
+
+
+def test_the_packing_under_latency_targets_is_the_one_each_step_computed_gives(monkeypatch):
+    # break-it item 12: 100 classes with tpot_ms over the catalog took 59 s, the time in the checks of the packing;
+    # each class's cap, the stage's per-token terms and the sums of a mix are now kept, and the rows must be the
+    # ones of the check computing every step (kvplan's first packing check, rebuilt here), with far fewer steps
+    import kvplan.fleet as F
+
+    classes = [{"name": f"c{i}", "concurrency": 10**9 if i % 3 else 5000, "tokens": 1000 + 97 * i,
+                "shared_prefix": 50 * (i % 4), "tpot_ms": 30 + 7 * i} for i in range(24)]  # fmt: skip
+    classes += [{"name": "split", "concurrency": 10**6, "prompt_tokens": 3000, "output_tokens": 500, "tpot_ms": 60}]
+    wl = workload_from_data({"name": "w", "classes": classes}, "w")
+    spec, gpus = load_bundled("llama3.1-8b"), [get_gpu("h100"), get_gpu("l4")]
+    steps = {"n": 0}
+    real = F._TimeCheck._step_ok
+
+    def counted(self, present):
+        steps["n"] += 1
+        return real(self, present)
+
+    monkeypatch.setattr(F._TimeCheck, "_step_ok", counted)
+    fast = plan_fleet(spec, wl, gpus, FitOptions(), tps=[1, 2], pps=[1, 2])
+    fast_steps = steps["n"]
+
+    def every_step(speed):  # the first check: each question a step computed, no caps, no kept sums
+        if speed.estimate is None or all(t == float("inf") for t in speed.targets):
+            return None
+        model, targets = speed.estimate, speed.targets
+
+        def ok(counts):
+            steps["n"] += 1
+            present = {i: k for i, k in counts.items() if k}
+            return not present or model.seconds(present) <= min(targets[i] for i in present)
+
+        ok.cap = lambda i: F._largest(lambda k: ok({i: k}), F.SLO_CAP_SEARCH)  # slo_caps, as plan_layout asks
+        return ok
+
+    monkeypatch.setattr(F, "_time_check", every_step)
+    monkeypatch.setattr(F, "_most_timed", lambda ok, comp, cid, per, remaining: _bisect_timed(ok, comp, cid, per,
+                                                                                             remaining))  # fmt: skip
+    steps["n"] = 0
+    slow = plan_fleet(spec, wl, gpus, FitOptions(), tps=[1, 2], pps=[1, 2])
+    assert [r.limit for r in fast].count("SLO") >= 4  # the latency check set the replicas of these rows
+    assert fast == slow
+    assert fast_steps * 3 < steps["n"], (fast_steps, steps["n"])

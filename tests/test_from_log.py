@@ -252,10 +252,69 @@ def test_round_trip_vllm_v1_workers_and_tp_what_if(cli, tmp_path):
     assert f["kv_tokens"]["kvplan"] == 238_208 and f["num_gpu_blocks"]["kvplan"] == 14_834
     assert f["max_concurrency"]["kvplan"] == ["7.27", "7.24"]
     assert d["settings"]["tp"]["value"] == 8  # the weights the log prints (27.72 GiB per GPU) pick TP 8
-    # --tp 4 re-splits the weights: 2 x 27.72 GiB per GPU leaves nothing of the 39.98 GiB requested
-    d, _ = _json(cli, "fit", "qwen3-235b-a22b", "--from-log", log, "--tp", "4")
+    # --tp 4 re-splits the weights: 2 x 27.72 GiB per GPU leaves nothing of the 39.98 GiB requested (exit 1, as fit)
+    code, out, err = cli("fit", "qwen3-235b-a22b", "--from-log", log, "--tp", "4", "--json")
+    assert code == 1 and err.startswith("kvplan: error: what if --tp 4: the KV budget would be -")
+    d = json.loads(out)
     assert d["what_if"]["changes"] == [{"setting": "tp", "flag": "--tp", "log": 8, "new": 4}]
     assert d["what_if"]["budget_bytes"] == 0 and d["what_if"]["plan"]["max_requests_by_memory"] == 0
+
+
+def test_vllm_plans_on_the_worker_with_the_fewest_blocks(cli, tmp_path):
+    # the same log: the workers print 238,208 and 237,344 tokens; vLLM allocates the minimum, num_gpu_blocks 14,834
+    # of 16 tokens (the log's own line): the plan is counted on it, not on the first worker's 14,888 blocks
+    entry = ENTRIES["vllm-file-38962983769"]
+    d, _ = _json(cli, "fit", "qwen3-235b-a22b", "--from-log", _log(tmp_path, "vllm-file-38962983769"))
+    blocks = entry["printed"]["num_gpu_blocks"]
+    assert (d["plan"]["num_blocks"], d["plan"]["kv_capacity_tokens"]) == (blocks, blocks * 16) == (14_834, 237_344)
+    assert f"{d['plan']['max_concurrency']:.2f}" == f"{blocks * 16 / 32_768:.2f}" == "7.24"
+    assert d["plan_budget_bytes"] < d["budget_bytes"] == entry["printed"]["kv_cache_memory_bytes"]
+
+
+@pytest.mark.parametrize(
+    "flags, change",
+    [
+        (["--block-size", "1"], {"setting": "block_size", "flag": "--block-size", "log": 16, "new": 1}),
+        (["--pp", "2"], {"setting": "pp", "flag": "--pp", "log": 1, "new": 2}),
+    ],
+)
+def test_a_what_if_keeps_the_layout_the_log_gives(cli, tmp_path, flags, change):
+    # a TP 8 run (the entry's settings; the 27.72 GiB of weights per GPU the log prints pick it): a what-if of a
+    # setting the log does not print used to be read as part of the log, and the layout re-inferred from its plan
+    # (--block-size 1: "tp 1 ... the closest", 1 request; --pp 2: TP 2)
+    entry = ENTRIES["vllm-file-38962983769"]
+    d, _ = _json(cli, "fit", "qwen3-235b-a22b", "--from-log", _log(tmp_path, "vllm-file-38962983769"), *flags)
+    tp = entry["settings"]["tensor_parallel_size"]
+    assert d["settings"]["tp"]["value"] == tp == 8 and d["differs"] == 0 and d["reproduced"] == 6
+    assert d["what_if"]["changes"] == [change] and d["what_if"]["plan"]["tensor_parallel_size"] == tp
+    if flags[0] == "--block-size":  # the same bytes in 1-token blocks: the log's 237,344 tokens, 7 requests of 32k
+        plan = d["what_if"]["plan"]
+        assert plan["kv_capacity_tokens"] == entry["printed"]["num_gpu_blocks"] * 16
+        assert plan["max_concurrent_requests"] == int(entry["printed"]["num_gpu_blocks"] * 16 / 32_768) == 7
+    else:  # the weights per GPU halve over 16 GPUs
+        assert d["what_if"]["plan"]["pipeline_parallel_size"] == 2
+        assert "weights per GPU 27.72 GiB (the log) × 8 / 16 GPUs (TP × PP) = 13.86 GiB" in d["what_if"]["notes"]
+
+
+@pytest.mark.parametrize("flags", [["--max-model-len", "10000000"], ["--gpu-memory-utilization", "0.01"]])
+def test_a_what_if_that_fits_nothing_exits_1_as_fit_does(cli, tmp_path, flags):
+    log = _log(tmp_path, "vllm-file-38962983769")
+    code, out, err = cli("fit", "qwen3-235b-a22b", "--from-log", log, *flags)
+    assert code == 1 and "Max concurrent requests of" in out and err.count("\n") == 1
+    assert err.startswith(f"kvplan: error: what if {flags[0]} {flags[1]}: ")
+    code, out, _ = cli("fit", "qwen3-235b-a22b", "--from-log", log, *flags, "--json")
+    assert code == 1 and json.loads(out)["what_if"]["plan"]["max_concurrent_requests"] == 0
+
+
+def test_another_engine_than_the_logs_is_refused(cli, tmp_path):
+    log = _log(tmp_path, "vllm-file-38962983769")
+    code, out, err = cli("fit", "qwen3-235b-a22b", "--from-log", log, "--engine", "sglang")
+    assert (code, out) == (2, "") and err == (
+        f"kvplan: error: --engine sglang: {log} is a vLLM log, planned with vLLM's rules; drop --engine (or give "
+        "--engine vllm), or give a sglang log\n"
+    )
+    code, _, _ = cli("fit", "qwen3-235b-a22b", "--from-log", log, "--engine", "vllm", "--json")
+    assert code == 0
 
 
 def test_round_trip_vllm_v1_max_model_len_what_if(cli, tmp_path):
@@ -460,3 +519,91 @@ def test_the_largest_number_below_the_bound_is_read(tmp_path):
     # 10^18 - 1 GPU blocks is read as printed (the bound refuses only what no engine prints)
     r = read_log("INFO 01-01 [executor_base.py:100] # GPU blocks: 999999999999999999, # CPU blocks: 2048\n")
     assert r.printed["num_gpu_blocks"] == 999_999_999_999_999_999
+
+
+# --- bounded reading (break-it items 13 and 14) ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_log_that_is_not_a_regular_file_is_refused_unopened(cli, tmp_path, kind):
+    import os
+
+    if kind == "fifo":
+        path = tmp_path / "log.fifo"
+        os.mkfifo(path)  # opened, it would block until a writer came (the break-it pass saw a hang)
+    else:
+        path = Path("/dev/zero")  # it never ends: 64 MiB of zeros were read and scanned (14 s)
+        if not path.exists():
+            pytest.skip("no /dev/zero")
+    code, out, err = cli("fit", "llama3-8b", "--from-log", path)
+    assert (code, out, err) == (2, "", f"kvplan: error: --from-log {path}: not a regular file\n")
+
+
+def test_a_log_repeated_costs_what_its_distinct_lines_cost(cli, tmp_path, monkeypatch):
+    # the corpus log repeated 2,000 times (3.2 MB) took 48 s: every repeated 'GPU KV cache size' line was a budget
+    # search and a plan per worker; the searches and plans are now one per distinct line (counted, not timed)
+    import kvplan.fit as fitmod
+
+    lines = ENTRIES["vllm-file-38962983769"]["lines"]
+    plans = {"n": 0}
+    real = fitmod.fit_plan
+
+    def counted(*a, **k):
+        plans["n"] += 1
+        return real(*a, **k)
+
+    monkeypatch.setattr(fitmod, "fit_plan", counted)
+    got = []
+    for times in (1, 50):
+        p = tmp_path / f"x{times}.log"
+        p.write_text("\n".join(lines * times) + "\n", encoding="utf-8")
+        plans["n"] = 0
+        d, f = _json(cli, "fit", "qwen3-235b-a22b", "--from-log", p)
+        got.append((plans["n"], d["plan"]["num_blocks"], f["num_gpu_blocks"]["kvplan"], d["reproduced"]))
+    assert got[1] == got[0] and got[0][1:] == (14_834, 14_834, 6), got
+
+
+def test_long_noise_lines_are_read_in_linear_time(tmp_path):
+    # lines of one long word: patterns that began with an unanchored \w+ or \S+ retried it from every character
+    # (quadratic: a 65 MB log of such lines took 150 s); a bound far above the linear time, far below the old one
+    import time
+
+    from kvplan.logs import read_log
+
+    noise = ["INFO noise line " + "y" * 4000] * 500  # 2 MB
+    for engine_lines in (ENTRIES["vllm-file-38962983769"]["lines"], ENTRIES["llamacpp-file-44321302313"]["lines"]):
+        text = "\n".join(noise + engine_lines) + "\n"
+        t0 = time.process_time()
+        reading = read_log(text)
+        assert time.process_time() - t0 < 5.0
+        assert reading.printed  # the start-up lines after the noise are read
+
+
+def test_sglangs_token_count_from_memory_is_never_negative():
+    # a fraction that leaves less than nothing printed '-77,538 to -77,292' tokens; it is 0 now (and differs)
+    from types import SimpleNamespace
+
+    from kvplan.fromlog.sglang import _from_memory
+
+    printed = ENTRIES["sglang-llms-in-clouds-qwq32b"]["printed"]
+    ctx = SimpleNamespace(reading=SimpleNamespace(printed=printed), opts=SimpleNamespace(gpu_memory_utilization=0.01))
+    (fig,) = _from_memory(ctx, 65_536)
+    assert (fig.kvplan, fig.status) == ("0 (no memory left at this fraction)", DIFFERS)
+    ctx.opts.gpu_memory_utilization = 0.85  # the run's own fraction: the printed count lies in the range
+    (fig,) = _from_memory(ctx, 65_536)
+    assert fig.status == REPRODUCED and fig.printed == printed["max_total_num_tokens"]
+
+
+def test_an_sglang_fraction_what_if_moves_the_budget_from_the_default_taken(cli, tmp_path):
+    # the QwQ log does not print mem_fraction_static: a what-if of 0.9 left the budget as it was (the fraction it
+    # replaced was unknown); SGLang's default for the GPU is taken and the budget moves by the difference of the
+    # memory available at start the log prints (21.63 GB)
+    log = _log(tmp_path, "sglang-llms-in-clouds-qwq32b")
+    code, out, err = cli("fit", "qwen2.5-32b", "--from-log", log, "--gpu-memory-utilization", "0.9", "--json")
+    d = json.loads(out)
+    (change,) = d["what_if"]["changes"]
+    assert (change["setting"], change["new"]) == ("gpu_memory_utilization", 0.9)
+    assert f"mem_fraction_static not in the log: {change['log']} (SGLang's default" in d["what_if"]["notes"][0]
+    before = ENTRIES["sglang-llms-in-clouds-qwq32b"]["printed"]["avail_before_weights_gb"]
+    moved = d["what_if"]["budget_bytes"] - d["plan_budget_bytes"]
+    assert moved == int(before * (1 << 30) * (0.9 - change["log"])) > 0

@@ -412,7 +412,7 @@ def test_a_huge_block_count_is_refused_before_any_per_layer_list(cli, tmp_path, 
     code, out, err = cli("estimate", path, "--seq", "4k")
     assert time.perf_counter() - start < 1
     assert (code, out) == (2, "") and err.count("\n") == 1
-    assert f"llama.block_count ={blocks} is more layers than kvplan handles (100,000)" in err
+    assert f"llama.block_count={blocks} is more layers than kvplan handles (100,000)" in err  # no stray space
 
 
 def test_a_string_that_is_not_utf8_is_one_line(cli, tmp_path):
@@ -588,3 +588,12 @@ def test_a_gguf_without_tensor_infos_is_not_blamed_on_safetensors(cli, tmp_path)
         f"kvplan: error: meta-only: {p} has no tensor infos (metadata only), so weights are unknown; "
         "give --weights-gib (weights per GPU)\n"
     )
+
+
+@pytest.mark.parametrize("blocks, line", [(0, "llama.block_count=0 must be an integer >= 1")])
+def test_a_gguf_value_error_names_the_key_with_no_stray_space(cli, tmp_path, blocks, line):
+    keys = {k: v for k, v in LLAMA3_8B.items() if k != "block_count"}
+    extra = {"llama.block_count": (blocks, gguf.GGUFValueType.UINT32)}
+    path = write_gguf(tmp_path / "m.gguf", "llama", keys, extra=extra)
+    code, out, err = cli("estimate", path, "--seq", "4k")
+    assert (code, out, err) == (2, "", f"kvplan: error: {path}: {line}\n")

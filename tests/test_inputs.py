@@ -381,7 +381,7 @@ def test_fleet_csv_quotes_names_too(cli, tmp_path):
         ("-cmd|' /C calc'!A0", "'-cmd|' /C calc'!A0"),
         ("-2+3+cmd|' /C calc'!A0", "'-2+3+cmd|' /C calc'!A0"),
         ("-2+3", "'-2+3"),
-        ("--x=HYPERLINK(\"http://x\")", "'--x=HYPERLINK(\"http://x\")"),
+        ('--x=HYPERLINK("http://x")', '\'--x=HYPERLINK("http://x")'),
         ("@SUM(A1)", "'@SUM(A1)"),
         ("-", "'-"),
     ],
@@ -470,3 +470,81 @@ def test_the_advice_of_a_plan_that_does_not_fit_reuses_the_per_layer_work(engine
 
     one = _traced_events(lambda: plan_fit(build_spec(data, "big.yaml"), gpu, opts))
     assert _traced_events(advice) <= 8 * one
+
+
+LLAMA_CONFIG = "tests/fixtures/hf_configs/llama3.1-8b.json"
+
+
+@pytest.mark.parametrize(
+    "renamed, message",
+    [
+        # a case-only misspelling: was read as absent, H_kv = H_q (the MHA default), 2 GiB at 4k instead of 0.5 GiB
+        ("Num_Key_Value_Heads", "unknown key 'Num_Key_Value_Heads' (did you mean 'num_key_value_heads'?); a "
+         "misspelt key is not guessed"),
+        # Falcon's name of the same field (FalconConfig attribute_map: num_kv_heads <- n_head_kv) in a llama config
+        ("n_head_kv", "unknown key 'n_head_kv': another family's name of 'num_key_value_heads', which the llama "
+         "reader reads (did you mean 'num_key_value_heads'?); a misspelt key is not guessed"),
+        ("NUM_HIDDEN_LAYERS", "unknown key 'NUM_HIDDEN_LAYERS' (did you mean 'num_hidden_layers'?)"),
+    ],
+)  # fmt: skip
+def test_a_key_in_another_case_or_another_familys_name_is_refused(cli, tmp_path, renamed, message):
+    import json
+    from pathlib import Path
+
+    src = json.loads((Path(__file__).resolve().parent.parent / LLAMA_CONFIG).read_text())
+    original = renamed.lower() if renamed.lower() in src else "num_key_value_heads"
+    assert src["num_key_value_heads"] == 8 and src["num_attention_heads"] == 32  # the fixture's GQA (0.5 GiB at 4k)
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({(renamed if k == original else k): v for k, v in src.items()}))
+    code, out, err = cli("estimate", p, "--seq", "4k")
+    assert (code, out, err.count("\n")) == (2, "", 1), err
+    assert err.startswith(f"kvplan: error: {p}: {message}")
+
+
+def test_a_key_given_twice_is_refused_in_yaml_and_json(cli, tmp_path):
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    spec = tmp_path / "s.yaml"
+    text = (root / "model_specs" / "llama3-8b.yaml").read_text()
+    first = 1 + text.splitlines().index("num_layers: 32")
+    spec.write_text(text + "num_layers: 64\n")
+    last = len(spec.read_text().splitlines())
+    code, out, err = cli("estimate", spec, "--seq", "4k")
+    assert (code, out) == (2, "") and err == (
+        f"kvplan: error: {spec}: duplicate key 'num_layers' at line {last} (first at line {first}); which value is "
+        "meant is not guessed\n"
+    )
+    cfg = tmp_path / "config.json"
+    lines = (root / LLAMA_CONFIG).read_text().rstrip().rstrip("}").rstrip()
+    cfg.write_text(lines + ',\n  "num_key_value_heads": 32\n}\n')
+    code, out, err = cli("estimate", cfg, "--seq", "4k")
+    assert (code, out) == (2, "") and err == (
+        f"kvplan: error: {cfg}: duplicate key 'num_key_value_heads' in a JSON object; which value is meant is not "
+        "guessed\n"
+    )
+    wl = tmp_path / "w.yaml"
+    wl.write_text("name: w\nclasses:\n  - {name: c, concurrency: 1, tokens: 4k, tokens: 8k}\n")
+    code, _, err = cli("fleet", "llama3-8b", "--workload", wl, "--gpu", "h100")
+    assert code == 2 and err.startswith(f"kvplan: error: {wl}: duplicate key 'tokens' at line 3 (first at line 3)")
+
+
+@pytest.mark.parametrize(
+    "where, value, shown",
+    [("model_type", ["llama"], '["llama"]'), ("model_type", {"a": 1}, '{"a": 1}'), ("model_type", 5, "5"),
+     ("text_config.model_type", ["x"], '["x"]')],
+)  # fmt: skip
+def test_a_model_type_that_is_not_a_name_is_one_line(cli, tmp_path, where, value, shown):
+    import json
+    from pathlib import Path
+
+    config = json.loads((Path(__file__).resolve().parent.parent / LLAMA_CONFIG).read_text())
+    if where == "model_type":
+        config["model_type"] = value
+    else:
+        config["text_config"] = {"model_type": value}
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(config))
+    code, out, err = cli("estimate", p, "--seq", "4k")
+    assert (code, out) == (2, "")
+    assert err == f'kvplan: error: {p}: {where}={shown} must be a string (a model type, e.g. "llama")\n'

@@ -120,7 +120,23 @@ def test_refusals_are_one_line_naming_the_flag(cli, tmp_path):
     code, _, err = cli("fit", "llama3.1-8b", "--gpu", "h100", "--engine", "llamacpp", "-ctv", "q4_0", "-fa", "off")
     assert code == 2 and "llama.cpp refuses a quantized V cache without flash attention" in err
     code, _, err = cli("fit", "llama3.1-8b", "--gpu", "h100", "--engine", "llamacpp", "--kv-dtype", "fp8")
-    assert code == 2 and "llama.cpp has no 'fp8_e4m3' cache type; allowed: f32, f16, bf16, q8_0" in err
+    assert code == 2 and "--kv-dtype: llama.cpp has no 'fp8' cache type; allowed: f32, f16, bf16, q8_0" in err
+
+
+def test_iq4_nl_is_a_cache_type_as_llama_cpp_allocates_it(cli, tmp_path):
+    # row llama/ctx4096-np1-iq4_nl-iq4_nl-faon: llama.cpp's K and V caches of 1,179,648 B each (was refused by
+    # the CLI as "--kv-dtype: unknown dtype 'iq4_nl'", naming a flag the user did not type)
+    (row,) = [r for r in FIXTURE["cases"] if r["id"] == "llama/ctx4096-np1-iq4_nl-iq4_nl-faon"]
+    g = _gguf(tmp_path, "llama")
+    d = fit_json(cli, g, "--gpu", "h100", "--engine", "llamacpp", "-c", "4096", "-np", "1", "-ctk", "iq4_nl",
+                 "-ctv", "iq4_nl", "-fa", "on", "--kv-cache-memory", "1GiB")  # fmt: skip
+    (c,) = d["engine_settings"]["caches"]
+    assert (c["k_bytes"], c["v_bytes"]) == (row["caches"][0]["k_bytes"], row["caches"][0]["v_bytes"]) == (1179648,) * 2
+    code, out, err = cli("fit", "llama3-8b", "--gpu", "h100", "--engine", "llamacpp", "-c", "4096", "-np", "1",
+                         "-ctk", "iq4_nl")  # fmt: skip
+    assert code == 0 and "iq4_nl" in out, err
+    code, _, err = cli("fit", "llama3-8b", "--gpu", "h100", "--engine", "llamacpp", "-ctk", "fp8")
+    assert code == 2 and "kvplan: error: --cache-type-k: llama.cpp has no 'fp8' cache type" in err
 
 
 def test_llama_cli_has_one_slot(cli):
@@ -251,3 +267,13 @@ def test_the_settings_echo_pastes_back(cli):
     assert again["engine_settings"].pop("parallel_auto") is False  # -np given now, not llama-server's own choice
     first["engine_settings"].pop("parallel_auto")
     assert again == first
+
+
+def test_the_replication_note_says_llama_cpp_has_no_tensor_parallelism(cli):
+    # --tp under llama.cpp is kvplan's own head split (docs/engines-llamacpp.md, "Not modelled"): the note cited
+    # vLLM's get_num_kv_heads as if llama.cpp had that rule
+    code, out, _ = cli("fit", "qwen3-235b-a22b", "--gpu", "h100", "--engine", "llamacpp", "--tp", "8", "-c", "4096",
+                       "--kv-cache-memory", "1GiB")  # fmt: skip
+    assert code in (0, 1)
+    assert ("each KV head is cached on 2 of the 8 GPUs (kvplan's split; llama.cpp itself has no tensor "
+            "parallelism: max(1, H_kv // TP) heads per GPU)") in out  # fmt: skip

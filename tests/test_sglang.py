@@ -169,7 +169,7 @@ def test_fit_prints_sglangs_settings_and_pools(cli, tmp_path):
         (["--max-total-tokens", "0"], "--max-total-tokens"),
         (["--mamba-ssm-dtype", "int8"], "--mamba-ssm-dtype: 'int8'; allowed: float32, bfloat16, float16"),
         (["--max-running-requests", "0"], "--max-num-seqs: 0 must be an integer >= 1"),
-        (["--kv-dtype", "q4_0"], "--kv-dtype q4_0: SGLang 0.5.23's KV pools take auto"),
+        (["--kv-dtype", "q4_0"], "--kv-dtype: SGLang has no 'q4_0' KV cache; allowed: auto, bf16, bfloat16"),
     ],
 )
 def test_bad_sglang_values_are_one_line_errors(cli, args, message):

@@ -130,8 +130,13 @@ def test_skipped_tp_rows_are_counted_not_errors():
         ("qwen2.5-7b", 16),
     )
     per_pair = len(SEQS) * len(GPUS) * len(DTYPES)  # 13 × 6 × 6 = 468 rows per (model, TP)
-    assert result.skipped_rows == 7 * per_pair
-    assert result.num_rows == len(MODELS) * len(TPS) * per_pair - 7 * per_pair
+    # and the rows of q4_0, a cache vLLM does not have (its CacheDType: tests/fixtures/engine_kv_dtypes.json), for
+    # each (model, TP) planned: refused by the engine, not by the heads
+    assert {kv for _, kv, _, _ in result.skipped_refused} == {"q4_0"}
+    assert len(result.skipped_refused) == len(MODELS) * len(TPS) - 7
+    refused_rows = len(result.skipped_refused) * len(SEQS) * len(GPUS)
+    assert result.skipped_rows == 7 * per_pair + refused_rows
+    assert result.num_rows == len(MODELS) * len(TPS) * per_pair - 7 * per_pair - refused_rows
     for name, tp in result.skipped_tp:  # the scalar code refuses exactly those
         with pytest.raises(UsageError):
             plan_fit(load_bundled(name), GPU_OBJS[0], FitOptions(tensor_parallel_size=tp))
@@ -297,13 +302,31 @@ def test_gpu_beyond_8_tib_is_refused_not_miscomputed():
 
 def test_too_many_configurations_refused_before_computing():
     spec, gpu = load_bundled("llama3-8b"), get_gpu("h100")
-    # 2 × 1,000 × 1,000 × 1 × 6 = 12,000,000 > 10,000,000: refused at once (no 4.5 GB of arrays)
+    # 2 × 1,000 × 1,000 × 1 × 6 = 12,000,000 > 1,200,000: refused at once (8.9 M rows took over 60 s to write and
+    # 2.5 GB); the message says how to split the largest axis
     with pytest.raises(UsageError) as e:
         sweep([spec, spec], list(range(1, 1001)), [gpu] * 1000, tps=[1, 2, 4, 8, 16, 32])
     assert str(e.value) == (
         "MODEL × --seq × --gpu × --kv-dtype × --tp: 12,000,000 configurations asked (2 × 1000 × 1000 × 1 × 6); "
-        "one sweep computes at most 10,000,000: split it into several runs"
+        "one sweep computes at most 1,200,000 (its CSV or JSON then writes in seconds): split --seq's 1,000 values "
+        "into 10 runs of at most 100"
     )
+    with pytest.raises(UsageError, match=r"\(34 × 34 × 34 × 34 × 34\);.*: split it into several runs \(fewer"):
+        sweep([spec] * 34, list(range(1, 35)), [gpu] * 34, ["auto"] * 34, list(range(1, 35)))  # 38 runs: no one axis
+
+
+def test_a_table_of_every_row_is_bounded(cli, monkeypatch):
+    import kvplan.sweep as sweepmod
+
+    monkeypatch.setattr(sweepmod, "MAX_TABLE_ROWS", 10)
+    args = ["sweep", "llama3-8b", "--seq", "1k,2k,4k,8k", "--gpu", "h100,l4,h200", "--tp", "1"]
+    code, out, err = cli(*args, "--all")
+    assert (code, out) == (2, "") and err == (
+        "kvplan: error: --all: 12 rows; a table prints at most 10 (rich takes about 30 s per million): give --csv "
+        "or --json for every row, or split the sweep into runs of fewer rows\n"
+    )
+    code, out, _ = cli(*args, "--csv")
+    assert code == 0 and len(out.strip().splitlines()) == 13  # a header and every row
 
 
 # --- CLI --------------------------------------------------------------------------------------------

@@ -189,3 +189,17 @@ def test_gpt_oss_sliding_layers_full_in_every_rule_set(version):
     spec = load_hf_config(FIXTURES / "hf_configs" / "gpt-oss-120b.json")
     r = plan_fit(spec, get_gpu("h200"), trt(4096, 8 << 30, engine_version=version))
     assert (r.kv_bytes_per_token, r.kv_bytes_per_request) == (per_token, 4096 * per_token) == (73_728, 4096 * 73_728)
+
+
+def test_the_replication_note_cites_tensorrt_llms_own_rule(cli):
+    # it cited vLLM's get_num_kv_heads; TensorRT-LLM's KVCacheManager keeps ceil(H_kv / TP) heads per rank and an
+    # MLA latent as one K-only head on every rank (the rules fixture's expressions, read from its source)
+    rules = yaml.safe_load((FIXTURES / "trtllm_rules.yaml").read_text())["expressions"]
+    assert rules["tp_heads_pool"].startswith("(num_kv_heads + tp_size - 1) // tp_size")
+    assert rules["mla_pool"].startswith("CacheType.SELFKONLY (kv_factor 1), num_kv_heads=1")
+    code, out, _ = cli("fit", "qwen3-235b-a22b", "--gpu", "h100", "--engine", "trtllm", "--tp", "8")
+    assert code in (0, 1) and "vLLM" not in out.split("KV replicated")[1].splitlines()[0]
+    assert ("each KV head is cached on 2 of the 8 GPUs (TensorRT-LLM KVCacheManager, _torch/pyexecutor/"
+            "resource_manager.py: ceil(H_kv / TP) heads per GPU)") in out  # fmt: skip
+    code, out, _ = cli("fit", "deepseek-v3", "--gpu", "h200", "--engine", "trtllm", "--tp", "8")
+    assert "cached whole on each of the 8 GPUs (TensorRT-LLM create_kv_cache_manager: CacheType.SELFKONLY" in out

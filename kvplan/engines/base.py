@@ -515,7 +515,11 @@ class EngineRules:
         settings_depend_on_seq: the settings depend on max_model_len (SGLang's mem_fraction_static on ROCm):
             the sweep then groups sequence lengths by :meth:`settings_key` too.
         kv_split_source: the engine code the KV-replication note cites (:func:`kvplan.calc.kv_replication`): the
-            KV-head split over the attention TP and the MLA latent kept whole on every rank (default vLLM's).
+            KV-head split over the attention TP and the MLA latent kept whole on every rank (default vLLM's), and
+            optionally the head rule as the engine writes it (default ``max(1, H_kv // TP)``).
+        kv_cache_dtypes: the KV cache dtypes the engine's own code takes, as it spells them -> kvplan's dtype
+            name (``auto``, the model's dtype, is always taken); :meth:`kv_dtype` refuses the others.
+        kv_cache_dtypes_source: the engine code :attr:`kv_cache_dtypes` mirrors, named in the refusal.
     """
 
     engine: Engine
@@ -530,8 +534,10 @@ class EngineRules:
     #: (DeepSeek-V4's ``compressed`` layers, RecurrentGemma's ``rglru`` blocks). ``check`` refuses them.
     unplanned_kinds: dict[str, str] = {}
     request_cap_name: str = "max_num_seqs"
-    kv_split_source: tuple[str, str] = ("vLLM get_num_kv_heads", "vLLM MLAAttentionSpec")
+    kv_split_source: tuple[str, ...] = ("vLLM get_num_kv_heads", "vLLM MLAAttentionSpec")
     settings_depend_on_seq: bool = False
+    kv_cache_dtypes: dict[str, str] = {}
+    kv_cache_dtypes_source: str = ""
 
     # --- versions ---------------------------------------------------------------------------------------
 
@@ -579,14 +585,32 @@ class EngineRules:
         return ()
 
     def kv_dtype(self, spec: ModelSpec, name: str | None) -> KVDtype:
-        """The KV dtype of ``--kv-dtype`` ``name`` (None / ``auto``: the model's dtype).
+        """The KV dtype of ``--kv-dtype`` ``name`` (None / ``auto``: the model's dtype): one the engine's own
+        code takes (:attr:`kv_cache_dtypes`, in its spelling or kvplan's), the one place each engine's cache
+        dtypes are checked.
 
         Raises:
-            UsageError: an unknown dtype.
+            UsageError: an unknown dtype, or one the engine does not take (the message lists those it takes).
         """
         from kvplan.calc import resolve_kv_dtype
+        from kvplan.dtypes import get_kv_dtype
 
-        return resolve_kv_dtype(spec, name)
+        if name is None or str(name).strip().lower() == "auto":
+            return resolve_kv_dtype(spec, None)
+        key = str(name).strip().lower()
+        if key in self.kv_cache_dtypes:
+            return get_kv_dtype(self.kv_cache_dtypes[key])
+        try:
+            d = get_kv_dtype(key)
+        except UsageError:
+            d = None
+        if d is not None and d.name in self.kv_cache_dtypes.values():
+            return d
+        allowed = ", ".join(["auto", *self.kv_cache_dtypes])
+        raise UsageError(
+            f"--kv-dtype: {self.display_name} has no {name!r} KV cache; allowed: {allowed} "
+            f"({self.kv_cache_dtypes_source})"
+        )
 
     def kv_label(self, spec: ModelSpec, kv: KVDtype, opts: FitOptions) -> str:
         """The name of the cache a plan at KV dtype ``kv`` keeps (the sweep's KV dtype column): ``kv``'s by

@@ -815,14 +815,26 @@ class LlamacppEngine(EngineRules):
             return kv.name
         return kv_dtype_label(k, v)
 
+    # llama.cpp has no tensor parallelism: --tp splits heads the way kvplan does for the other engines
+    # (docs/engines-llamacpp.md, "Not modelled"), so the replication note cites kvplan's split, not an engine's
+    kv_split_source = (
+        "kvplan's split; llama.cpp itself has no tensor parallelism",
+        "kvplan's split; llama.cpp itself has no tensor parallelism",
+    )
+    kv_cache_dtypes = {name: d.name for name, d in CACHE_TYPES.items()}
+    kv_cache_dtypes_source = "llama.cpp common/arg.cpp kv_cache_types"
+
     def kv_dtype(self, spec: ModelSpec, name: str | None) -> KVDtype:
         """``--kv-dtype``: ``auto`` is f16, llama.cpp's default cache type whatever the model's dtype
-        (common/common.h:589-590); ``iq4_nl`` and the other ggml names are taken; a type llama.cpp lacks
-        (fp8 ...) resolves here and is refused by :meth:`plan`."""
+        (common/common.h:589-590); ``iq4_nl`` and the other ggml names are taken (:data:`CACHE_TYPES`, kvplan's
+        names of them too).
+
+        Raises:
+            UsageError: a type llama.cpp lacks (fp8, nvfp4, int8 ...), listing those it has.
+        """
         if name is None or str(name).strip().lower() == "auto":
             return CACHE_TYPES["f16"]
-        key = str(name).strip().lower()
-        return CACHE_TYPES[key] if key in CACHE_TYPES else get_kv_dtype(key)
+        return cache_type(name, "--kv-dtype")
 
     def _fixed(self, spec: ModelSpec, opts: FitOptions) -> tuple[int, str, int]:
         """(model buffer per GPU, how it was sized, overhead): the GGUF's tensors less those llama.cpp keeps

@@ -865,6 +865,17 @@ class SglangEngine(EngineRules):
         "hidden": "SGLang 0.5.23 has no XLNet or Reformer model (srt/models/ has none)",
         "prefix_tokens": "SGLang 0.5.23 has no CPM-Ant model (srt/models/ has none)",
     }
+    # srt/arg_groups/fields/model.py (0.5.23) kv_cache_dtype choices: auto, fp8_e5m2, fp8_e4m3, mxfp8, bf16,
+    # bfloat16, nvfp4, fp4_mx_block16 (kvplan does not model the mxfp8 and fp4 caches); with auto the cache is the
+    # model dtype (--dtype choices half, float16, bfloat16, float, float32)
+    kv_cache_dtypes = {
+        "bf16": "bf16", "bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "fp8_e4m3": "fp8_e4m3",
+        "fp8_e5m2": "fp8_e5m2",
+    }  # fmt: skip
+    kv_cache_dtypes_source = (
+        "SGLang 0.5.23 --kv-cache-dtype choices, srt/arg_groups/fields/model.py, float16/float32 through --dtype; "
+        "kvplan does not model its mxfp8, nvfp4 and fp4_mx_block16 caches"
+    )
     block_size = PAGE_SIZE
     utilization = 0.88  # not used: mem_fraction_static_default resolves it
     max_num_batched_tokens = 8192

@@ -171,6 +171,22 @@ class TrtllmEngine(EngineRules):
     utilization = 0.9
     max_num_batched_tokens = 8192
     max_batch_size = 2048
+    # tensorrt_llm/_torch/pyexecutor/model_loader.py _VALID_KV_CACHE_DTYPES = ("fp8", "nvfp4", "auto") (1.0-1.2;
+    # validate_and_set_kv_cache_quant refuses any other kv_cache_config.dtype): FP8 is E4M3 (QuantAlgo.FP8); with
+    # auto the cache is the model dtype (LLM(dtype=...): float16, bfloat16, float32)
+    # KVCacheManager.__init__ (_torch/pyexecutor/resource_manager.py): (num_kv_heads + tp_size - 1) // tp_size heads
+    # per rank; an MLA layer one K-only head of kv_lora_rank + qk_rope_head_dim on every rank (_util.py
+    # create_kv_cache_manager: CacheType.SELFKONLY, num_kv_heads=1): tests/fixtures/trtllm_rules.yaml
+    kv_split_source = (
+        "TensorRT-LLM KVCacheManager, _torch/pyexecutor/resource_manager.py",
+        "TensorRT-LLM create_kv_cache_manager: CacheType.SELFKONLY, num_kv_heads=1, _torch/pyexecutor/_util.py",
+        "ceil(H_kv / TP)",
+    )
+    kv_cache_dtypes = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "fp8": "fp8_e4m3", "nvfp4": "nvfp4"}
+    kv_cache_dtypes_source = (
+        "TensorRT-LLM 1.x _torch/pyexecutor/model_loader.py _VALID_KV_CACHE_DTYPES; the 16/32-bit ones are the model "
+        "dtype with the auto cache"
+    )
 
     def resolve_rules(self, version: str | None) -> TrtllmRules:
         return resolve_rules(version)

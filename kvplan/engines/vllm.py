@@ -1311,6 +1311,18 @@ class VllmEngine(EngineRules):
         "hidden": "vLLM 0.33 serves no XLNet or Reformer model (model_executor/models/registry.py has neither)",
         "prefix_tokens": "vLLM 0.33 serves no CPM-Ant model (model_executor/models/registry.py has no CpmAnt class)",
     }
+    # vllm/config/cache.py CacheDType (0.33.0) -> kvplan's dtypes: the values it takes that kvplan sizes
+    # (int8_per_token_head is kvplan's int8), and float32, which only the model dtype makes (--dtype float32 with
+    # the auto cache: CacheDType has no float32). Its fp8_inc, fp8_ds_mla, nvfp4_ds_mla, nvfp4_4over6,
+    # int4_per_token_head, turboquant_*, octave_* and ultraquant_4bit caches are not modelled.
+    kv_cache_dtypes = {
+        "float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3",
+        "fp8_e5m2": "fp8_e5m2", "int8_per_token_head": "int8", "fp8_per_token_head": "fp8_per_token_head",
+        "nvfp4": "nvfp4",
+    }  # fmt: skip
+    kv_cache_dtypes_source = (
+        "vLLM 0.33.0 vllm/config/cache.py CacheDType, those kvplan sizes; float32 through --dtype with the auto cache"
+    )
 
     def resolve_rules(self, version: str | None) -> VllmRules:
         return resolve_rules(version)

@@ -17,8 +17,11 @@ From the log (:func:`kvplan.logs.read_log`) to a plan, in four steps:
    weights re-split: the budget changes by the difference in weights per GPU; the rest of the engine's
    fixed memory is kept as the log's).
 
-Settings the log does not state are taken from the flags given (then they are part of the reproduction, not
-a what-if), else kvplan's default; TP and the KV dtype, when neither the log nor the flags state them, are
+Settings the log does not state are taken from the flags given when the figures need them or agree with them
+(then they are part of the reproduction); a flag under which the figures no longer reproduce, when they do
+without it, is a what-if on the log's reading, its layout kept (:func:`_what_ifs_on_the_reading`); else kvplan's
+default. The plan is counted on the budget the engine plans on (vLLM: the worker with the fewest blocks). TP
+and the KV dtype, when neither the log nor the flags state them, are
 the ones under which the printed figures reproduce (tried: the TPs the model's heads allow up to 8, the
 model's dtype and FP8), and the output says so. The engine-specific parts (which settings, which figures,
 how each is computed) are in this package's modules, one per engine, calling the rules of
@@ -90,6 +93,8 @@ class Reproduction:
         what_if: the plan with the what-if flags on the same budget (None without such flags), its
             ``what_if_changes`` (flag, old, new) and ``what_if_budget`` (bytes) and ``what_if_notes``.
         notes: what the reproduction assumed or noticed.
+        plan_budget_bytes: the budget ``result`` is counted on when the engine plans on another than
+            ``budget_bytes`` (vLLM: the worker with the fewest blocks), else None (:attr:`planned_budget`).
     """
 
     reading: Any
@@ -110,6 +115,13 @@ class Reproduction:
     what_if_budget: int | None = None
     what_if_notes: list = field(default_factory=list)
     notes: list = field(default_factory=list)
+    plan_budget_bytes: int | None = None
+
+    @property
+    def planned_budget(self) -> int:
+        """The KV budget per GPU the plan (``result``) and the what-ifs are counted on, B: ``budget_bytes``, or
+        the engine's own choice among its workers' budgets (vLLM: the fewest blocks)."""
+        return self.budget_bytes if self.plan_budget_bytes is None else self.plan_budget_bytes
 
     @property
     def reproduced(self) -> list:
@@ -124,10 +136,12 @@ class Reproduction:
 
 
 def read_log_file(path: str | Path) -> str:
-    """The text of a log file (at most 64 MiB; bytes that are not UTF-8 replaced).
+    """The text of a log file: a regular file of at most :data:`MAX_LOG_BYTES` (64 MiB), bytes that are not
+    UTF-8 replaced. A FIFO, a device (``/dev/zero``) or a socket is refused before it is opened, as model and
+    workload inputs are (:func:`kvplan.textio.read_text`): a FIFO would block, a device never end.
 
     Raises:
-        UsageError: no such file, a directory, too large, unreadable.
+        UsageError: no such file, a directory, not a regular file, too large, unreadable.
     """
     p = Path(path)
     where = f"--from-log {path}"
@@ -136,10 +150,15 @@ def read_log_file(path: str | Path) -> str:
             raise UsageError(f"{where}: is a directory, not a log file")
         if not p.exists():
             raise UsageError(f"{where}: no such file")
-        if p.is_file() and p.stat().st_size > MAX_LOG_BYTES:
-            raise UsageError(f"{where}: larger than {MAX_LOG_BYTES >> 20} MiB; give the start-up part of the log")
+        if not p.is_file():
+            raise UsageError(f"{where}: not a regular file")
+        too_big = f"{where}: larger than {MAX_LOG_BYTES >> 20} MiB; give the start-up part of the log"
+        if p.stat().st_size > MAX_LOG_BYTES:
+            raise UsageError(too_big)
         with p.open("rb") as f:
             data = f.read(MAX_LOG_BYTES + 1)
+        if len(data) > MAX_LOG_BYTES:  # grew since stat: never more than the cap
+            raise UsageError(too_big)
     except OSError as e:
         raise UsageError(f"{where}: cannot read ({e.strerror or type(e).__name__})") from None
     return data.decode("utf-8", errors="replace")
@@ -263,7 +282,10 @@ def engine_module(engine: str):
     return import_module(f"kvplan.fromlog.{engine}")
 
 
-def reproduce(text: str, model=None, given: dict | None = None, source: str = "the log", gpu: str | None = None):
+def reproduce(
+    text: str, model=None, given: dict | None = None, source: str = "the log", gpu: str | None = None,
+    engine: str | None = None,
+):  # fmt: skip
     """Read a start-up log, reproduce the engine's figures, and plan the what-ifs on its budget.
 
     Args:
@@ -275,16 +297,19 @@ def reproduce(text: str, model=None, given: dict | None = None, source: str = "t
             the reading.
         source: the file's name, for messages.
         gpu: ``--gpu`` (a catalog name or a size), else the log's.
+        engine: ``--engine``, when given: it must be the log's engine (a log is planned with its own engine's
+            rules).
 
     Returns:
         A :class:`Reproduction`.
 
     Raises:
         UsageError: not a log kvplan reads, no KV figure in it, no model (one line naming what is missing), a
-            number no engine prints (naming its line).
+            number no engine prints (naming its line), an ``engine`` that is not the log's.
     """
     from kvplan import api
     from kvplan.logs import LogNumberError, NotALog, read_log
+    from kvplan.options import get_engine
 
     given = {k: v for k, v in (given or {}).items() if v is not None}
     try:
@@ -295,6 +320,11 @@ def reproduce(text: str, model=None, given: dict | None = None, source: str = "t
         raise UsageError(f"--from-log {source}: {e}") from None
     em = engine_module(reading.engine)
     name = em.ENGINE_NAME
+    if engine is not None and get_engine(engine).value != reading.engine:
+        raise UsageError(
+            f"--engine {engine}: {source} is a {name} log, planned with {name}'s rules; drop --engine (or give "
+            f"--engine {reading.engine}), or give a {engine} log"
+        )
     if not any(k in reading.printed for k in em.KV_FIGURES):
         raise UsageError(
             f"--from-log {source}: a {name} log without a KV-cache figure: none of {', '.join(em.KV_LINES)} is in it"
@@ -336,20 +366,11 @@ def reproduce(text: str, model=None, given: dict | None = None, source: str = "t
                 changes.append((key, stated[key][0], value))
         else:
             fill[key] = value
-    open_keys = [k for k in ("tp", "kv_dtype") if k in fill and k not in stated]
-    if open_keys:  # given for a setting the log does not state: a what-if when the figures determine it
-        probe_base = {k: v for k, (v, _) in settings.items()}
-        probe_base.update({k: v for k, v in fill.items() if k not in open_keys})
-        try:
-            probe = _best_context(em, reading, spec, g, probe_base, [k for k in ("tp", "kv_dtype") if k not in stated])
-        except UsageError:
-            probe = {"inferred": []}
-        for key, value, how in probe["inferred"]:
-            if key in open_keys and _determined(how) and _norm_kv(value) != _norm_kv(fill[key]):
-                settings[key] = (None if key == "kv_dtype" and value == "auto" else value, how)
-                changes.append((key, settings[key][0], fill.pop(key)))
     # max_num_seqs changes no figure of the log: given, it is a what-if against the engine's default
     late = {k: fill.pop(k) for k in ("max_num_seqs",) if k in fill}
+    open_keys = [k for k in fill if k in WHAT_IF_KEYS]
+    if open_keys:  # flags for settings the log does not state: what-ifs on its reading when that stands alone
+        _what_ifs_on_the_reading(em, reading, spec, g, settings, fill, open_keys, changes)
     for key, value in fill.items():
         settings[key] = (value, "flag")
     base = {k: v for k, (v, _) in settings.items()}
@@ -373,10 +394,83 @@ def reproduce(text: str, model=None, given: dict | None = None, source: str = "t
         reading=reading, source=source, spec=spec, model_source=model_source, gpu=g, gpu_source=gpu_source,
         opts=ctx["opts"], settings=settings, budget_bytes=budget, budget_range=lo_hi, budget_source=budget_source,
         result=result, figures=figures, notes=notes,
+        plan_budget_bytes=None if ctx["plan_budget"] == budget else ctx["plan_budget"],
     )  # fmt: skip
     if changes:
         what_if(rep, em, changes)
     return rep
+
+
+_RESULT_FIELDS = {"tp": "tensor_parallel_size", "pp": "pipeline_parallel_size"}
+
+
+def _what_ifs_on_the_reading(em, reading, spec, gpu, settings: dict, fill: dict, open_keys: list, changes: list):
+    """Sort the flags ``open_keys`` (settings the log does not state, in ``fill``) into what-ifs and completions.
+
+    The log is first read without them. When its figures reproduce so (every figure kvplan computes agrees), that
+    reading stands, its layout (the TP, the KV dtype and the rule set the figures gave) included, and a flag is a
+    what-if on it (moved from ``fill`` into ``changes`` as (key, the reading's value, the flag's)) unless it
+    agrees with the log: a TP or KV dtype among those the figures reproduce with when the figures (or the
+    weights the log prints) do not pick one (the flag says which it was), or another setting under which every
+    figure still reproduces at the log's layout (a memory fraction the figures do not show). When the figures
+    do not reproduce without the flags, the flags complete the reading (a block size or KV dtype the log does
+    not print). A what-if never re-infers the layout from its own plan (``--block-size 1`` is not read as TP 1,
+    ``--pp 2`` not as TP 2).
+    """
+    base = {k: v for k, (v, _) in settings.items()}
+    base.update({k: v for k, v in fill.items() if k not in open_keys})
+    try:
+        probe = _best_context(em, reading, spec, gpu, base, [k for k in ("tp", "kv_dtype") if k not in base])
+    except UsageError:
+        return
+    if not (_clean(probe) and probe["checks"] > 0):
+        return
+    inferred = {key: (value, how) for key, value, how in probe["inferred"]}
+    layouts = probe.get("clean", [])
+    layout = {k: v for k, (v, _) in inferred.items() if not (k == "kv_dtype" and v == "auto")}
+    moved = False
+    for key in open_keys:
+        value = fill[key]
+        open_choice = key in inferred and not _determined(inferred[key][1])
+        if open_choice and key == "tp" and any(t == value for t, _ in layouts):
+            continue  # one of the TPs the figures reproduce with (and do not choose among): it completes the reading
+        if open_choice and key == "kv_dtype" and any(_same_kv(spec, k, value) for _, k in layouts):
+            continue
+        if key not in ("tp", "kv_dtype") and _agrees(em, reading, spec, gpu, dict(base, **layout, **{key: value})):
+            continue  # every figure reproduces with it at the log's layout: it completes the reading
+        if key in inferred:
+            old = inferred[key][0]
+            old = None if key == "kv_dtype" and old == "auto" else old
+        else:
+            old = getattr(probe["result"], _RESULT_FIELDS.get(key, key))
+        fill.pop(key)
+        moved = True
+        if not (key == "kv_dtype" and _same_kv(spec, old, value)) and old != value:
+            changes.append((key, old, value))
+    if moved:  # the reading's layout is kept for the what-ifs: not re-inferred from the flags' plan
+        for key in ("tp", "kv_dtype"):
+            if key in inferred and key not in fill and key not in settings and not (key == "kv_dtype" and "tp" in fill):
+                value, how = inferred[key]
+                settings[key] = (None if key == "kv_dtype" and value == "auto" else value, how)
+
+
+def _agrees(em, reading, spec, gpu, trial: dict) -> bool:
+    """True when every figure kvplan computes (at least one) reproduces under the settings ``trial``."""
+    try:
+        ctx = _context(em, reading, spec, gpu, trial)
+    except UsageError:
+        return False
+    return _clean(ctx) and ctx["checks"] > 0
+
+
+def _same_kv(spec, a, b) -> bool:
+    """True when two KV dtype names (None / ``auto``: the model's) are the same cache."""
+    from kvplan.calc import resolve_kv_dtype
+
+    try:
+        return resolve_kv_dtype(spec, _norm_kv(a)).name == resolve_kv_dtype(spec, _norm_kv(b)).name
+    except UsageError:
+        return _norm_kv(a) == _norm_kv(b)
 
 
 def _determined(how: str) -> bool:
@@ -519,6 +613,7 @@ def _best_context(em, reading, spec, gpu, base: dict, unknown: list) -> dict:
             "not in the log; the newest rules")  # fmt: skip
         inferred.append(("engine_version", ctx["version"], why))
     ctx["inferred"] = inferred
+    ctx["clean"] = [t[0] for t in clean]
     return ctx
 
 
@@ -575,12 +670,17 @@ def _context(em, reading, spec, gpu, base: dict) -> dict:
             f"({'; '.join(notes) or 'none printed'})"
         )
     result, cache, opts = _plan(em, spec, gpu, base, budget)
-    figures = em.figures(
-        Context(reading, spec, result, cache, opts, budget, lo_hi, anchor_key, _plan_at(em, spec, gpu, base))
-    )
+    here = Context(reading, spec, result, cache, opts, budget, lo_hi, anchor_key, _plan_at(em, spec, gpu, base))
+    figures = em.figures(here)
     checks = sum(f.status in (REPRODUCED, DIFFERS) for f in figures)
+    # the budget the engine plans on, when it is not the one the figure gave (vLLM: the worker with the fewest
+    # blocks); the plan and the what-ifs are counted on it, the figures on their own workers' budgets
+    plan_budget, why = em.plan_budget(here) if hasattr(em, "plan_budget") else (budget, "")
+    if plan_budget != budget:
+        result, cache, opts = _plan(em, spec, gpu, base, plan_budget)
+        notes.append(why)
     return dict(result=result, cache=cache, opts=opts, budget=budget, range=lo_hi, how=how, figures=figures,
-                notes=notes, checks=checks)  # fmt: skip
+                notes=notes, checks=checks, plan_budget=plan_budget)  # fmt: skip
 
 
 @dataclass
@@ -641,8 +741,14 @@ def budget_figure(ctx: Context, key: str, label: str, how: str = "") -> LogFigur
 def _plan_at(em, spec, gpu, base):
     """``plan_at(budget) -> (FitResult, CachePlan)`` at the same settings (for figures that need other budgets)."""
 
+    kept: dict[int, tuple] = {}  # the plans at the log's settings, by budget (asked once per worker line)
+
     def plan_at(budget: int, **changes):
+        if not changes and budget in kept:
+            return kept[budget]
         result, cache, _ = _plan(em, spec, gpu, dict(base, **changes), budget)
+        if not changes:
+            kept[budget] = (result, cache)
         return result, cache
 
     return plan_at
@@ -661,7 +767,7 @@ def what_if(rep: Reproduction, em, changes: list) -> None:
     new = dict(base)
     for key, _, value in changes:
         new[key] = value
-    budget = rep.budget_bytes
+    budget = rep.planned_budget
     notes = []
     delta, why = em.what_if_budget(rep, base, new)
     if delta:

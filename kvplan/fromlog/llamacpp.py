@@ -20,7 +20,7 @@ MODEL_LINES = "'general.name'"
 LABELS = {"kv_size_mib": "KV cache size (MiB)", "kv_cells": "cells"}
 MIB = 1 << 20
 TYPES = {"f16": "fp16", "bf16": "bf16", "f32": "fp32", "q8_0": "q8_0", "q4_0": "q4_0", "q4_1": "q4_1", "q5_0": "q5_0",
-         "q5_1": "q5_1"}  # fmt: skip
+         "q5_1": "q5_1", "iq4_nl": "iq4_nl"}  # fmt: skip
 READ_LABELS = {
     "free_at_start_mib": "device memory free at start (MiB)", "model_buffer_mib": "model buffer (MiB)",
     "model_buffer_mib_per_device": "model buffer per device (MiB)", "cpu_mapped_model_mib": "CPU_Mapped model (MiB)",
@@ -43,6 +43,13 @@ def options(reading) -> dict:
     if kt in TYPES:
         out["kv_dtype"] = (TYPES[kt], "log (type_k)")
     out["tp"] = (1, "llama.cpp (layers split over devices, not heads)")
+    seqs, unified = s.get("n_seq_max"), s.get("kv_unified")
+    if isinstance(seqs, int) and seqs >= 1:  # the slots the context was made for (not llama-server's default -np)
+        out["n_parallel"] = (seqs, "log (n_seq_max)")
+        if unified in (0, 1, True, False, "true", "false"):
+            out["kv_unified"] = (unified in (1, True, "true"), "log (kv_unified)")
+        if isinstance(cells, int) and seqs > 1:  # -c: the cells of all slots (llama.cpp's n_ctx)
+            out["ctx_size"] = (cells, "log (the cache's cells)")
     if isinstance(p.get("n_ubatch"), int):
         out["max_num_batched_tokens"] = (p["n_ubatch"], "log (n_ubatch)")
     if s.get("swa_full"):

@@ -172,8 +172,10 @@ def _from_memory(ctx, per_token: int) -> list:
     hi = ((a + 0.005) - (b - 0.005) * (1 - frac)) * GIB // per_token
     t = p["max_total_num_tokens"]
     ok = lo <= t <= hi
+    # a fraction that leaves less than nothing gives no tokens, not a negative count
+    shown = f"{int(max(lo, 0)):,} to {int(max(hi, 0)):,}" if hi > 0 else "0 (no memory left at this fraction)"
     return [LogFigure("max_total_num_tokens_memory", "max_total_num_tokens from the memory figures", t,
-                      f"{int(lo):,} to {int(hi):,}", REPRODUCED if ok else DIFFERS,
+                      shown, REPRODUCED if ok else DIFFERS,
                       f"({a} − {b} × (1 − {frac})) GiB // {per_token:,} B (model_runner.py profile_max_num_token; "
                       "each figure rounded)")]  # fmt: skip
 
@@ -183,6 +185,9 @@ def what_if_budget(rep, base: dict, new: dict) -> tuple[int, list]:
 
     delta, notes = weights_moved(rep, base, {k: v for k, v in new.items() if k != "gpu_memory_utilization"})
     u0, u1 = base.get("gpu_memory_utilization"), new.get("gpu_memory_utilization")
+    if u1 is not None and u0 is None:  # not in the log: the default SGLang resolved for the reading's GPU
+        u0 = rep.result.gpu_memory_utilization
+        notes.append(f"mem_fraction_static not in the log: {u0} (SGLang's default for this GPU and settings) taken")
     if u1 is not None and u0 is not None and u0 != u1:
         before = rep.reading.printed.get("avail_before_weights_gb")
         if isinstance(before, (int, float)):

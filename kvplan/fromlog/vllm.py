@@ -129,10 +129,29 @@ def _worker_budgets(ctx):
 
     tokens = ctx.reading.per_worker.get("kv_tokens", [])
     seq = ctx.result.max_model_len
-    out = []
-    for t in tokens:
-        out.append(budget_range(lambda b: int(ctx.cache.measures(b, seq)["kv_capacity_tokens"]), t) if t > 0 else None)
-    return out
+    found = {}  # each distinct count searched once: a log whose lines repeat costs what its distinct lines cost
+    for t in dict.fromkeys(tokens):
+        found[t] = budget_range(lambda b: int(ctx.cache.measures(b, seq)["kv_capacity_tokens"]), t) if t > 0 else None
+    return [found[t] for t in tokens]
+
+
+def plan_budget(ctx) -> tuple[int, str]:
+    """(budget, why): the KV budget vLLM plans on. Each worker prints its own ``GPU KV cache size``; the engine
+    then gives every worker the fewest blocks any has (vLLM 0.33 ``v1/core/kv_cache_planning.py``
+    ``get_kv_cache_configs``: "Change the num_blocks of each rank to the smallest among all ranks"), so with
+    workers whose counts differ the plan is counted on the smallest budget that gives that worker's count; else
+    the context's budget, ``""``."""
+    workers = [w for w in _worker_budgets(ctx) if w is not None]
+    if len(workers) < 2:
+        return ctx.budget, ""
+    low = min(w[0] for w in workers)
+    fewest, have = _at(ctx, low).num_blocks, ctx.result.num_blocks
+    if low >= ctx.budget or fewest >= have:
+        return ctx.budget, ""
+    return low, (
+        f"planned on the worker with the fewest blocks, {fewest:,} (the budget gives {have:,}): vLLM gives every "
+        f"worker the smallest count (get_kv_cache_configs); {low:,} B is the smallest budget giving it"
+    )
 
 
 def figures(ctx) -> list:
@@ -381,19 +400,22 @@ def what_if_budget(rep, base: dict, new: dict) -> tuple[int, list]:
     delta, notes = 0, []
     p = rep.reading.printed
     tp0, tp1 = base.get("tp", 1), new.get("tp", 1)
-    if tp0 != tp1:
+    pp0, pp1 = base.get("pp") or 1, new.get("pp") or 1
+    if (tp0, pp0) != (tp1, pp1):  # the weights are split over TP × PP GPUs
+        g0, g1 = tp0 * pp0, tp1 * pp1
         w = p.get("weights_gib")
         if isinstance(w, (int, float)):
             w0 = int(w * GIB)
-            w1 = w0 * tp0 // tp1
-            notes.append(f"weights per GPU {w0 / GIB:.2f} GiB (the log) × {tp0} / {tp1} = {w1 / GIB:.2f} GiB")
+            w1 = w0 * g0 // g1
+            what = f"{tp0} / {tp1}" if pp0 == pp1 else f"{g0} / {g1} GPUs (TP × PP)"
+            notes.append(f"weights per GPU {w0 / GIB:.2f} GiB (the log) × {what} = {w1 / GIB:.2f} GiB")
         else:
-            w0 = weights_per_gpu(rep.spec, base.get("weights_dtype"), tp0, base.get("pp", 1))[0]
-            w1 = weights_per_gpu(rep.spec, base.get("weights_dtype"), tp1, base.get("pp", 1))[0]
+            w0 = weights_per_gpu(rep.spec, base.get("weights_dtype"), tp0, pp0)[0]
+            w1 = weights_per_gpu(rep.spec, base.get("weights_dtype"), tp1, pp1)[0]
             notes.append(f"weights per GPU {w0 / GIB:.2f} → {w1 / GIB:.2f} GiB (kvplan's weights model)")
         delta += w0 - w1
         notes.append("activation and non-torch memory kept as the log's (NCCL buffers and the activation per GPU "
-                     "change with TP too: modelled, not measured)")  # fmt: skip
+                     "change with TP and PP too: modelled, not measured)")  # fmt: skip
     u0, u1 = base.get("gpu_memory_utilization"), new.get("gpu_memory_utilization")
     if u1 is not None and u0 != u1:
         if u0 is None:

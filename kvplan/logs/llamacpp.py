@@ -59,9 +59,9 @@ LINES = [
     ),
     ("creating", _re(r"creating\s+(?P<which>non-SWA|SWA) KV cache, size = (?P<cells>\d+) cells")),
     ("swa_full", _re(r"using full-size SWA cache")),
-    ("kv_buffer", _re(r"(?P<dev>\S+) KV buffer size\s*=\s*(?P<mib>{N}) MiB")),
-    ("compute", _re(r"(?P<dev>\S+) compute buffer size\s*=\s*(?P<mib>{N}) MiB")),
-    ("output", _re(r"(?P<dev>\S+)\s+output buffer size\s*=\s*(?P<mib>{N}) MiB")),
+    ("kv_buffer", _re(r"(?<!\S)(?P<dev>\S+) KV buffer size\s*=\s*(?P<mib>{N}) MiB")),
+    ("compute", _re(r"(?<!\S)(?P<dev>\S+) compute buffer size\s*=\s*(?P<mib>{N}) MiB")),
+    ("output", _re(r"(?<!\S)(?P<dev>\S+)\s+output buffer size\s*=\s*(?P<mib>{N}) MiB")),
     (
         "model_buffer",
         _re(r"(?:load_tensors|llm_load_tensors):\s+(?P<dev>\S+) (?:model )?buffer size\s*=\s*(?P<mib>{N}) MiB"),
@@ -112,6 +112,9 @@ def parse(lines: list[str]) -> LogReading:
                     r.put(f"{pre}kv_layers", integer(g["layers"]))
                 if g.get("seqs") and not pre:
                     r.put("n_seq", integer(g["seqs"]))
+                    if g.get("seq"):  # "s/S seqs": n_seq_max / streams (llama-kv-cache.cpp: one stream when unified)
+                        r.setting("n_seq_max", integer(g["seq"]))
+                        r.setting("kv_unified", integer(g["seq"]) > 1 and integer(g["seqs"]) == 1)
                 if pre:
                     r.put("swa_k_mib", num(g["k"]))
                     r.put("swa_v_mib", num(g["v"]))

@@ -54,12 +54,12 @@ LINES: list[tuple[str, str, re.Pattern]] = [
         "kv_cache_size",
         "kv_one_line",
         _re(
-            r"(?P<dev>\w+) KV cache size: (?P<tokens>{N}) tokens, Maximum concurrency for (?P<len>{N}) tokens per "
+            r"\b(?P<dev>\w+) KV cache size: (?P<tokens>{N}) tokens, Maximum concurrency for (?P<len>{N}) tokens per "
             r"request: "
             r"(?P<conc>{N})x"
         ),
     ),
-    ("kv_cache_size", "kv_tokens", _re(r"(?P<dev>\w+) KV cache size:\s+(?P<tokens>{N}) tokens")),
+    ("kv_cache_size", "kv_tokens", _re(r"\b(?P<dev>\w+) KV cache size:\s+(?P<tokens>{N}) tokens")),
     ("kv_concurrency", "concurrency", _re(r"Maximum concurrency for (?P<len>{N}) tokens per request: (?P<conc>{N})x")),
     ("available_kv", "available_kv", _re(r"Available KV cache memory: (?P<gib>{N}) GiB")),
     (
@@ -107,7 +107,11 @@ LINES: list[tuple[str, str, re.Pattern]] = [
     ),
     ("", "no_memory", _re(r"No available memory for the cache blocks")),
     # --- V0 ---
-    ("", "v0_blocks", _re(r"(?:# )?(?P<dev>GPU|CUDA|cuda|\w+) blocks: (?P<gpu>\d+)(?:, # CPU blocks: (?P<cpu>\d+))?")),
+    (
+        "",
+        "v0_blocks",
+        _re(r"(?:# )?\b(?P<dev>GPU|CUDA|cuda|\w+) blocks: (?P<gpu>\d+)(?:, # CPU blocks: (?P<cpu>\d+))?"),
+    ),
     ("v0_weights", "v0_weights", _re(r"Loading model weights took (?P<gib>{N}) GB")),
     (
         "",

@@ -230,6 +230,16 @@ def spec_from_hf_config(config: Any, where: str, name: str | None = None):
 
     if not isinstance(config, dict):
         raise SpecError(f"{where}: a config.json must hold a JSON object")
+    text_config = config.get("text_config")
+    for key, value in (
+        ("model_type", config.get("model_type")),
+        ("text_config.model_type", text_config.get("model_type") if isinstance(text_config, dict) else None),
+    ):
+        if value is not None and not isinstance(value, str):
+            from kvplan.textio import clip
+
+            shown = clip(json.dumps(value), 60)
+            raise SpecError(f'{where}: {key}={shown} must be a string (a model type, e.g. "llama")')
     cfg = HFConfig(config, where)
     wrapper, text_type = text_model_type(config)
     if text_type:

@@ -68,6 +68,20 @@ LAYOUT_KEYS = (
     "per_layer_config",
 )
 
+# One field's names in different families' configs (transformers' attribute_maps: FalconConfig n_head_kv and
+# num_kv_heads, GPT2Config n_embd / n_head / n_layer / n_positions, MptConfig d_model / n_heads / n_layers /
+# max_seq_len, ChatGLM multi_query_group_num / kv_channels / seq_length, Qwen (v1) kv_channels / seq_length):
+# a reader that asks for one name and finds another of its group unread refuses it (check_unhandled), as it
+# refuses a misspelling; it would otherwise take the class default (MHA for num_key_value_heads).
+FIELD_SPELLINGS = (
+    ("num_key_value_heads", "num_kv_heads", "n_head_kv", "n_kv_heads", "multi_query_group_num", "kv_n_heads"),
+    ("num_attention_heads", "n_head", "n_heads", "num_heads"),
+    ("num_hidden_layers", "n_layer", "n_layers", "num_layers"),
+    ("hidden_size", "n_embd", "d_model"),
+    ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "max_sequence_length"),
+    ("head_dim", "kv_channels"),
+)
+
 # Model types whose configs are encoder-only or bidirectional: they keep no KV cache when serving.
 # Encoder-only model types: no KV cache to plan. Besides encoders transformers maps to no causal-LM class,
 # the BERT family whose config class defaults to an encoder (``is_decoder`` False) and which transformers also
@@ -327,12 +341,24 @@ class HFConfig:
                     "does not handle it; kvplan will not guess (write a spec YAML, see 'kvplan models')"
                 )
         missing = sorted(k for k in self.asked if self.raw.get(k) is None)
-        for key in sorted(self.raw):
-            if key in self.read or not isinstance(key, str):
+        lower = {k.lower(): k for k in missing}
+        for key in sorted(k for k in self.raw if isinstance(k, str)):
+            if key in self.read:
                 continue
-            close = difflib.get_close_matches(key, missing, n=1, cutoff=0.9)
+            close = difflib.get_close_matches(key.lower(), list(lower), n=1, cutoff=0.9)  # case does not count
             if close:
-                raise self.error(f"unknown key {key!r} (did you mean {close[0]!r}?); a misspelt key is not guessed")
+                raise self.error(
+                    f"unknown key {key!r} (did you mean {lower[close[0]]!r}?); a misspelt key is not guessed"
+                )
+            for group in FIELD_SPELLINGS:
+                if key.lower() in group:
+                    wanted = next((k for k in group if k in missing), None)
+                    if wanted is not None:
+                        raise self.error(
+                            f"unknown key {key!r}: another family's name of {wanted!r}, which the "
+                            f"{self.model_type or 'generic'} reader reads (did you mean {wanted!r}?); a misspelt "
+                            "key is not guessed"
+                        )
 
 
 def attention_dims(cfg: HFConfig, defaults: dict | None = None, *, head_dim_default: Any = _MISSING) -> dict:

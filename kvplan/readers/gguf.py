@@ -511,7 +511,9 @@ class _Meta:
         return self.meta.get(self.key(suffix), default)
 
     def error(self, suffix: str, problem: str) -> SpecError:
-        return SpecError(f"{self.where}: {self.key(suffix)} {problem}")
+        """``FILE: arch.suffix problem`` (a problem that starts with ``=`` follows the key directly: ``=0 must``)."""
+        sep = "" if problem.startswith("=") else " "
+        return SpecError(f"{self.where}: {self.key(suffix)}{sep}{problem}")
 
     def int(self, suffix: str, default: Any = ..., minimum: int = 1) -> int | None:
         """A scalar integer key (``default`` when absent; required when no default)."""

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from kvplan.errors import SpecError
+from kvplan.textio import json_object_hook
 
 # org/name[@revision]: the Hub's repo name rules (letters, digits, '-', '_', '.'; at most 96 characters each)
 _REPO_RE = re.compile(
@@ -573,7 +574,10 @@ def _load_json(text: str | bytes, where: str, constants: bool = False) -> Any:
     accepts them, as for a config.json read from a local path), nesting and digits bounded by Python's
     parser (a RecursionError, a 4,300-digit int), each a one-line :class:`SpecError` naming ``where``."""
     try:
-        return json.loads(text) if constants else json.loads(text, parse_constant=_json_constant)
+        hook = json_object_hook(where)
+        if constants:
+            return json.loads(text, object_pairs_hook=hook)
+        return json.loads(text, parse_constant=_json_constant, object_pairs_hook=hook)
     except json.JSONDecodeError as e:
         raise SpecError(f"{where}: malformed JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
     except (ValueError, RecursionError) as e:  # 5,000-digit numbers, NaN, objects nested 100,000 deep
