@@ -58,6 +58,18 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def largest_true(ok, lo: int, hi: int) -> int:
+    """The largest k in [lo, hi] with ``ok(k)``, by bisection, for a monotone ``ok`` (true up to some k) with
+    ``ok(lo)`` known true; ``lo`` when ``hi <= lo``."""
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if ok(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
 def kv_heads_per_rank(num_kv_heads: int, tensor_parallel_size: int = 1) -> int:
     """KV heads one tensor-parallel rank stores: ``max(1, H_kv // TP)`` (replicated when TP > H_kv).
 
@@ -201,9 +213,7 @@ def layer_token_bytes(
     return 0
 
 
-def layer_compressed_bytes(
-    layer: LayerSpec, kv_dtype: KVDtype, seq_len: int, block_size: int | None = None
-) -> int:
+def layer_compressed_bytes(layer: LayerSpec, kv_dtype: KVDtype, seq_len: int, block_size: int | None = None) -> int:
     """Bytes of the compressed entries one request of ``seq_len`` tokens keeps in one ``compressed`` layer (0
     for other kinds and for ratio 0): ``(S // m) × (row(head_dim) + row(index_head_dim))``, the indexer key
     on CSA layers only, S rounded up to whole blocks when ``block_size`` is set; every TP rank keeps them.

@@ -33,7 +33,7 @@ from operator import le
 from pathlib import Path
 from typing import Any, Callable
 
-from kvplan.calc import check_tp, valid_tp_sizes
+from kvplan.calc import check_tp, largest_true, valid_tp_sizes
 from kvplan.errors import LoadRefused, UsageError
 from kvplan.fit import FitOptions, FitResult, does_not_fit_detail, fit_plan
 from kvplan.gpus import GPU
@@ -911,14 +911,7 @@ def _most_timed(time_ok: TimeCheck, comp: dict, cid: int, per: int, remaining: i
     lo, step = 0, 1  # lo: a count known to meet the targets; then the largest k <= top that does
     while step <= top and ok(step):
         lo, step = step, 2 * step
-    hi = min(step - 1, top)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if ok(mid):
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
+    return largest_true(ok, lo, min(step - 1, top))
 
 
 def _time_check(speed: _Speed) -> TimeCheck | None:
@@ -1168,25 +1161,12 @@ def _largest_near(ok: Callable[[int], bool], hint: int, hi: int) -> int:
                 lo, top = k, fail - 1
                 break
             fail, step = k, 2 * step
-    while lo < top:
-        mid = (lo + top + 1) // 2
-        if ok(mid):
-            lo = mid
-        else:
-            top = mid - 1
-    return lo
+    return largest_true(ok, lo, top)
 
 
 def _largest(ok: Callable[[int], bool], hi: int) -> int:
     """The largest k in [0, hi] with ``ok(k)`` (monotone: true up to some k), by binary search."""
-    lo = 0
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if ok(mid):
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
+    return largest_true(ok, 0, hi)
 
 
 DEFAULT_PPS = (1, 2, 4)

@@ -56,7 +56,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from kvplan.calc import cdiv, layer_state_bytes, layer_token_bytes, resolve_kv_dtypes
+from kvplan.calc import cdiv, largest_true, layer_state_bytes, layer_token_bytes, resolve_kv_dtypes
 from kvplan.errors import UsageError
 from kvplan.specs import STATE_KINDS, LayerSpec, ModelSpec
 from kvplan.units import MAX_BATCH, MAX_TOKENS
@@ -958,9 +958,7 @@ def bound(
         compute_dtype=hw.compute_dtype,
         weights_bytes=fit.weights_bytes,
         weights_read_bytes=w.weights_read_bytes,
-        experts_touched=None
-        if moe is None
-        else experts_touched(moe.num_experts, moe.experts_per_token, group_tokens),
+        experts_touched=None if moe is None else experts_touched(moe.num_experts, moe.experts_per_token, group_tokens),
         kv_read_bytes=w.kv_read_bytes,
         state_rw_bytes=w.state_bytes,
         decode_step_bytes=w.bytes,
@@ -1016,14 +1014,7 @@ def max_concurrency_for_tpot(
 
     if limit < 1 or not ok(1):
         return 0
-    lo, hi = 1, limit
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if ok(mid):
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
+    return largest_true(ok, 1, limit)
 
 
 def split(n: int, shares: Sequence[tuple[float, int]]) -> list[tuple[int, int]]:

@@ -410,3 +410,30 @@ def max_len(cfg: HFConfig, default: int, *keys: str) -> int:
     """The maximum context: the first of ``keys`` (default ``max_position_embeddings``) that is set, else
     the config class default."""
     return cfg.first_int(*(keys or ("max_position_embeddings",)), default=default)
+
+
+def mha_dims(cfg: HFConfig, names: tuple[str, str, str, str], defaults: tuple[int, int, int, int]) -> dict:
+    """An MHA decoder's attention dims from its family's own key names, each falling back to the Hugging Face
+    standard name, then to the config class's default: ``names`` = (layers, heads, width, positions) keys
+    (GPT-2 ``n_layer, n_head, n_embd, n_positions``; MPT ``n_layers, n_heads, d_model, max_seq_len``),
+    ``defaults`` their class defaults. K/V heads = query heads; head_dim = width / heads.
+
+    Raises:
+        SpecError: the width is not a multiple of the heads (the message names both keys).
+    """
+    layers_key, heads_key, width_key, positions_key = names
+    layers, heads, width, positions = defaults
+    num_layers = cfg.first_int(layers_key, "num_hidden_layers", default=layers)
+    heads = cfg.first_int(heads_key, "num_attention_heads", default=heads)
+    hidden = cfg.first_int(width_key, "hidden_size", default=width)
+    if hidden % heads:
+        raise cfg.error(f"{width_key}={hidden} is not a multiple of {heads_key}={heads}")
+    return {
+        "num_layers": num_layers,
+        "num_q_heads": heads,
+        "num_kv_heads": heads,
+        "head_dim": hidden // heads,
+        "hidden_size": hidden,
+        "dtype": cfg.dtype(),
+        "max_model_len": cfg.first_int(positions_key, "max_position_embeddings", default=positions),
+    }

@@ -14,24 +14,11 @@ GPTBigCodeConfig (StarCoder, SantaCoder) and BloomConfig are read by :func:`read
 
 from __future__ import annotations
 
-from kvplan.readers.base import HFConfig
+from kvplan.readers.base import HFConfig, mha_dims
 
 
 def _gpt(cfg: HFConfig, default_positions: int, layers: int, heads: int, hidden: int) -> dict:
-    num_layers = cfg.first_int("n_layer", "num_hidden_layers", default=layers)
-    heads = cfg.first_int("n_head", "num_attention_heads", default=heads)
-    hidden = cfg.first_int("n_embd", "hidden_size", default=hidden)
-    if hidden % heads:
-        raise cfg.error(f"n_embd={hidden} is not a multiple of n_head={heads}")
-    return {
-        "num_layers": num_layers,
-        "num_q_heads": heads,
-        "num_kv_heads": heads,
-        "head_dim": hidden // heads,
-        "hidden_size": hidden,
-        "dtype": cfg.dtype(),
-        "max_model_len": cfg.first_int("n_positions", "max_position_embeddings", default=default_positions),
-    }
+    return mha_dims(cfg, ("n_layer", "n_head", "n_embd", "n_positions"), (layers, heads, hidden, default_positions))
 
 
 def read_gpt2(cfg: HFConfig) -> dict:

@@ -20,7 +20,7 @@ DBRX mirrors ``DbrxConfig`` (defaults: ``d_model`` 2048, ``n_heads`` 16, ``n_lay
 
 from __future__ import annotations
 
-from kvplan.readers.base import HFConfig
+from kvplan.readers.base import HFConfig, mha_dims
 
 
 def _attn_config(cfg: HFConfig) -> dict:
@@ -36,20 +36,7 @@ def _attn_config(cfg: HFConfig) -> dict:
 
 
 def _dims(cfg: HFConfig, layers: int, heads: int, hidden: int, positions: int) -> dict:
-    num_layers = cfg.first_int("n_layers", "num_hidden_layers", default=layers)
-    heads = cfg.first_int("n_heads", "num_attention_heads", default=heads)
-    hidden = cfg.first_int("d_model", "hidden_size", default=hidden)
-    if hidden % heads:
-        raise cfg.error(f"d_model={hidden} is not a multiple of n_heads={heads}")
-    return {
-        "num_layers": num_layers,
-        "num_q_heads": heads,
-        "num_kv_heads": heads,
-        "head_dim": hidden // heads,
-        "hidden_size": hidden,
-        "dtype": cfg.dtype(),
-        "max_model_len": cfg.first_int("max_seq_len", "max_position_embeddings", default=positions),
-    }
+    return mha_dims(cfg, ("n_layers", "n_heads", "d_model", "max_seq_len"), (layers, heads, hidden, positions))
 
 
 def read_mpt(cfg: HFConfig) -> dict:
