@@ -89,20 +89,7 @@ def read_bloom(cfg: HFConfig) -> dict:
     Raises:
         SpecError: a missing or non-integer value, or the width not a multiple of ``n_head``.
     """
-    num_layers = cfg.first_int("n_layer", "num_hidden_layers", default=2)
-    heads = cfg.first_int("n_head", "num_attention_heads", default=8)
-    hidden = cfg.first_int("n_embed", "hidden_size", default=64)
-    if hidden % heads:
-        raise cfg.error(f"hidden_size={hidden} is not a multiple of n_head={heads}")
-    return {
-        "num_layers": num_layers,
-        "num_q_heads": heads,
-        "num_kv_heads": heads,
-        "head_dim": hidden // heads,
-        "hidden_size": hidden,
-        "dtype": cfg.dtype(),
-        "max_model_len": cfg.first_int("seq_length", "max_position_embeddings", default=2048),
-    }
+    return mha_dims(cfg, ("n_layer", "n_head", "n_embed", "seq_length"), (2, 8, 64, 2048))
 
 
 READERS = {
