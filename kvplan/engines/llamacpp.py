@@ -44,7 +44,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
-from kvplan.calc import cdiv, kv_dtype_label, kv_heads_per_rank
+from kvplan.calc import cdiv, kv_dtype_label, kv_heads_per_rank, largest_true
 from kvplan.dtypes import IQ4_NL, KVDtype, get_kv_dtype
 from kvplan.engines import parse_version
 from kvplan.engines.base import PY, Budget, CachePlan, EngineRules, Settings, Term, count_requests, exact_term
@@ -1011,14 +1011,7 @@ def _largest_ctx(spec: ModelSpec, opts: FitOptions, cfg: Config, kv: KVDtype, fi
         compute = compute_buffer(spec, c, mem) if opts.activation_bytes is None else opts.activation_bytes
         return mem.bytes + compute <= gpu_total - weights - overhead
 
-    lo, hi = 0, ((1 << 32) - 1) // step
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if fits(mid):
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo * step
+    return largest_true(fits, 0, ((1 << 32) - 1) // step) * step
 
 
 def _fit_fields(spec: ModelSpec, cfg: Config, mem: Memory) -> dict:

@@ -257,22 +257,6 @@ _DEFAULTS: dict[str, dict] = {
         ),  # fmt: skip
         "same_as": (("kv_channels", "head_dim"),),
     },
-    "ministral": {
-        "max_len": 131072,
-        "layers": 32,
-        "heads": 32,
-        "kv_heads": 8,
-        "hidden": 4096,
-        "window": 4096,
-        "windowing": "all",
-        "require": (
-            (
-                "head_dim",
-                "MinistralConfig's default is None, and its rotary embedding then fails "
-                "(transformers 5.23: None ** float)",
-            ),
-        ),  # fmt: skip
-    },
     "iquestcoder": {"max_len": 131072, "layers": 80, "heads": 40, "kv_heads": 8, "hidden": 5120, "head_dim": 128},
     "nanochat": {"max_len": 2048, "layers": 12, "heads": 6, "hidden": 768},
     "solar_open": {"max_len": 131072, "layers": 48, "heads": 64, "kv_heads": 8, "hidden": 4096, "head_dim": 128},
@@ -317,6 +301,14 @@ _DEFAULTS: dict[str, dict] = {
         "windowing": "all",
     },
 }
+# MinistralConfig's defaults are MistralConfig's; it needs head_dim set (below)
+_DEFAULTS["ministral"] = {
+    **_DEFAULTS["mistral"],
+    "require": (
+        ("head_dim", "MinistralConfig's default is None, and its rotary embedding then fails (transformers 5.23: "
+         "None ** float)"),
+    ),
+}  # fmt: skip
 
 
 def _window(cfg: HFConfig, default: int | None) -> int | None:
